@@ -1,0 +1,3 @@
+from memsync.cli import main
+
+main()

@@ -1,0 +1,49 @@
+"""Structured logging for every memsync command.
+
+``text`` is for people at a terminal; ``json`` (one object per line, with the ``extra`` fields of each call)
+is for log pipelines. Call sites pass context as ``extra={...}``: store ids, paths, counts, never secrets.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Literal
+
+from pythonjsonlogger.json import JsonFormatter
+
+LogFormat = Literal["text", "json"]
+
+_STANDARD_ATTRS = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+
+
+class _TextFormatter(logging.Formatter):
+    """``time level logger: message key=value ...`` with the call's ``extra`` fields appended."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        base = super().format(record)
+        extras = {k: v for k, v in record.__dict__.items() if k not in _STANDARD_ATTRS}
+        if not extras:
+            return base
+        tail = " ".join(f"{k}={v}" for k, v in extras.items())
+        return f"{base} {tail}"
+
+
+def configure_logging(level: str = "INFO", fmt: LogFormat = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(
+            JsonFormatter(
+                "%(asctime)s %(levelname)s %(name)s %(message)s",
+                rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+                timestamp=False,
+            )
+        )
+    else:
+        handler.setFormatter(_TextFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # httpx logs every request at INFO, URL included; keep it at WARNING.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpcore").setLevel(logging.WARNING)
