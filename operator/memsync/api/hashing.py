@@ -16,5 +16,5 @@ def content_sha256(content: str) -> str:
 
 
 def marker_text(memory_store_id: str) -> str:
-    """The marker file's content (reference §4.4): ``version 1``, newline, the store id, no trailing newline."""
+    """The marker file's content (reference §4.4): ``version 1``, newline, store id, no trailing newline."""
     return f"version 1\n{memory_store_id}"

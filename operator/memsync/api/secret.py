@@ -13,7 +13,7 @@ import json
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 # Documented wording (reference §4.8): operators grep for it.
-NO_SESSIONS_TOKEN = "the work item carried no sessions token"
+NO_SESSIONS_TOKEN = "the work item carried no sessions token"  # noqa: S105 - a message, not a password
 
 
 class WorkSecretError(ValueError):
