@@ -1,0 +1,406 @@
+"""The sandbox Pod of one SessionMemory (design §4), as a pure function of the spec.
+
+``build_sandbox_pod`` returns the Pod manifest the controller creates (or adopts: the name is deterministic
+and the Pod carries the SessionMemory's labels and a controller owner reference). It never reads the
+cluster, the clock or the environment, so the same SessionMemory always yields the same Pod.
+
+Shape (design §4, issue §3, the sync agent's Contract 3):
+
+* volumes ``memory`` (emptyDir, ``/mnt/memory`` in every container) and ``memsync-state`` (emptyDir,
+  ``/var/lib/memsync`` in the two memsync containers only: the agent can neither see nor alter the baseline);
+* init container ``memsync-mount`` (``memsync mount``), then the native sidecar ``memsync-sync``
+  (``restartPolicy: Always``, ``memsync sync``, readiness on ``/readyz`` :9477, ``preStop: memsync flush``);
+* container ``sandbox`` from ``spec.sandbox``, with ``/mnt/memory`` mounted and a restricted security context
+  merged into the user's.
+
+Decisions where the design is silent:
+
+* ``ANTHROPIC_WORK_SECRET`` (from ``secretKeyRef`` only) goes to the two memsync containers, **not** to the
+  sandbox: the sessions token lets its holder write the stores directly, past the sync agent's safety rails,
+  so the agent gets it only when the user adds it to ``spec.sandbox.env`` themselves (as a ``secretKeyRef``).
+* ``terminationGracePeriodSeconds`` = max(sandbox shutdown allowance, F) + 2 x F + margin, where F is
+  ``sync.finalFlushSeconds``, the allowance is 30 s and the margin 10 s. Why: the sidecar's ``preStop`` flush
+  (bounded by F) runs at the start of termination, alongside the sandbox's own shutdown; SIGTERM reaches the
+  sidecar only after both, and then runs the final sync and the push-only flush, each bounded by F.
+* No liveness probe on the sidecar: a liveness kill during the final flush would cost the agent's last
+  edits; a crashed sidecar restarts by itself (``restartPolicy: Always``) and resumes from ``memsync-state``.
+* The Pod does not mount a service-account token and gets no service-link environment variables.
+* Every container runs as uid/gid 65532 with fsGroup 65532; the sandbox may not choose another uid, because
+  the sync agent keeps the store files private to its own (0600 files, 0700 folders).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from memsync.api.constants import MOUNT_ROOT
+from memsync.crd.models import (
+    ALLOWED_ADDED_CAPABILITIES,
+    API_VERSION,
+    KIND,
+    LABEL_APP_COMPONENT,
+    LABEL_APP_NAME,
+    LABEL_MANAGED_BY,
+    LABEL_SESSION_ID,
+    LABEL_SESSIONMEMORY,
+    MANAGED_BY,
+    POD_UID,
+    SANDBOX_CONTAINER_NAME,
+    SessionMemorySpec,
+    sandbox_problems,
+    sandbox_security_problems,
+)
+
+MOUNT_CONTAINER: Final = "memsync-mount"
+SYNC_CONTAINER: Final = "memsync-sync"
+SANDBOX_CONTAINER: Final = SANDBOX_CONTAINER_NAME
+MEMORY_VOLUME: Final = "memory"
+STATE_VOLUME: Final = "memsync-state"
+STATE_DIR: Final = "/var/lib/memsync"
+METRICS_PORT: Final = 9477
+TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
+RUN_AS_ID: Final = POD_UID
+
+#: Seconds the sandbox container is allowed for its own shutdown (part of the grace period formula).
+SANDBOX_SHUTDOWN_SECONDS: Final = 30
+#: Extra seconds on top of the shutdown passes (process start-up, the kubelet's bookkeeping).
+GRACE_MARGIN_SECONDS: Final = 10
+
+POD_NAME_SUFFIX: Final = "-sandbox"
+DNS_LABEL_MAX: Final = 63
+_HASH_LEN: Final = 8
+
+MEMSYNC_RESOURCES: Final[dict[str, dict[str, str]]] = {
+    "requests": {"cpu": "50m", "memory": "128Mi"},
+    "limits": {"cpu": "1", "memory": "512Mi"},
+}
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:_HASH_LEN]
+
+
+def pod_name_for(smem_name: str) -> str:
+    """The sandbox Pod's name: ``<name>-sandbox``, a DNS label of at most 63 characters.
+
+    A SessionMemory name is a DNS subdomain (up to 253 characters, dots allowed). When it is already a short
+    DNS label the Pod is simply ``<name>-sandbox``; otherwise dots become hyphens, the name is cut to fit and
+    an 8-hex-digit hash of the full name is added, so two different names never share a Pod name.
+    """
+    candidate = smem_name + POD_NAME_SUFFIX
+    if len(candidate) <= DNS_LABEL_MAX and _DNS_LABEL.match(candidate):
+        return candidate
+    base = re.sub(r"[^a-z0-9-]+", "-", smem_name.lower())
+    room = DNS_LABEL_MAX - len(POD_NAME_SUFFIX) - _HASH_LEN - 1
+    base = base[:room].strip("-")
+    prefix = f"{base}-" if base else ""
+    return f"{prefix}{_short_hash(smem_name)}{POD_NAME_SUFFIX}"
+
+
+def owner_label_value(smem_name: str) -> str:
+    """The SessionMemory's name as a label value (<= 63 characters; cut with a hash suffix when longer)."""
+    if len(smem_name) <= DNS_LABEL_MAX:
+        return smem_name
+    room = DNS_LABEL_MAX - _HASH_LEN - 1
+    return f"{smem_name[:room].rstrip('-.')}-{_short_hash(smem_name)}"
+
+
+def pod_labels(smem_name: str, spec: SessionMemorySpec) -> dict[str, str]:
+    """Labels of the sandbox Pod; the controller watches Pods by ``app.kubernetes.io/managed-by=memsync``."""
+    return {
+        LABEL_APP_NAME: "memsync-sandbox",
+        LABEL_APP_COMPONENT: "sandbox",
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_SESSION_ID: spec.session_id,
+        LABEL_SESSIONMEMORY: owner_label_value(smem_name),
+    }
+
+
+def grace_period_seconds(final_flush_seconds: int) -> int:
+    """``terminationGracePeriodSeconds``: max(sandbox allowance, F) + 2 x F + margin (see module doc)."""
+    flush = final_flush_seconds
+    return max(SANDBOX_SHUTDOWN_SECONDS, flush) + 2 * flush + GRACE_MARGIN_SECONDS
+
+
+def stores_env(spec: SessionMemorySpec) -> str:
+    """``MEMSYNC_STORES``: a compact JSON array of {memory_store_id, name, mount_path, access}."""
+    return json.dumps(
+        [
+            {
+                "memory_store_id": s.memory_store_id,
+                "name": s.name,
+                "mount_path": s.effective_mount_path,
+                "access": s.access,
+            }
+            for s in spec.stores
+        ],
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def memsync_env(spec: SessionMemorySpec) -> list[dict[str, Any]]:
+    """The environment of both memsync containers (Contract 3); the secret only as a ``secretKeyRef``."""
+    return [
+        {"name": "MEMSYNC_SESSION_ID", "value": spec.session_id},
+        {"name": "MEMSYNC_STORES", "value": stores_env(spec)},
+        {"name": "MEMSYNC_SYNC_INTERVAL", "value": str(spec.sync.interval_seconds)},
+        {"name": "MEMSYNC_SYNC_DELETIONS", "value": spec.sync.deletions},
+        {"name": "MEMSYNC_FLUSH_TIMEOUT", "value": str(spec.sync.final_flush_seconds)},
+        {"name": "MEMSYNC_STATE_DIR", "value": STATE_DIR},
+        {"name": "MEMSYNC_TERMINATION_LOG", "value": TERMINATION_MESSAGE_PATH},
+        {"name": "MEMSYNC_LOG_FORMAT", "value": "json"},
+        {"name": "ANTHROPIC_BASE_URL", "value": spec.api_base_url},
+        {
+            "name": "ANTHROPIC_WORK_SECRET",
+            "valueFrom": {
+                "secretKeyRef": {
+                    "name": spec.work_item_secret_ref.name,
+                    "key": spec.work_item_secret_ref.key,
+                    "optional": False,
+                }
+            },
+        },
+    ]
+
+
+def memsync_security_context() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_ID,
+        "runAsGroup": RUN_AS_ID,
+    }
+
+
+def pod_security_context() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_ID,
+        "runAsGroup": RUN_AS_ID,
+        "fsGroup": RUN_AS_ID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def sandbox_security_context(user: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The user's ``securityContext`` with the restricted profile's requirements merged in.
+
+    Raises ValueError naming the field when the user's asks for something restricted forbids (the model
+    refuses those first; this keeps the builder safe for a spec built without validation).
+    """
+    problems = sandbox_security_problems(user)
+    if problems:
+        raise ValueError("spec.sandbox: " + "; ".join(problems))
+    merged: dict[str, Any] = copy.deepcopy(dict(user or {}))
+    merged["allowPrivilegeEscalation"] = False
+    merged["privileged"] = False
+    merged["runAsNonRoot"] = True
+    caps: dict[str, Any] = dict(merged.get("capabilities") or {})
+    drop = [c for c in caps.get("drop") or [] if c != "ALL"]
+    caps["drop"] = ["ALL", *drop]
+    if caps.get("add"):
+        caps["add"] = [c for c in caps["add"] if c in ALLOWED_ADDED_CAPABILITIES]
+    else:
+        caps.pop("add", None)
+    merged["capabilities"] = caps
+    return merged
+
+
+def _memsync_container(
+    name: str, command: list[str], spec: SessionMemorySpec, image: str, pull_policy: str
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": pull_policy,
+        "command": command,
+        "env": memsync_env(spec),
+        "volumeMounts": [
+            {"name": MEMORY_VOLUME, "mountPath": MOUNT_ROOT},
+            {"name": STATE_VOLUME, "mountPath": STATE_DIR},
+        ],
+        "resources": copy.deepcopy(MEMSYNC_RESOURCES),
+        "securityContext": memsync_security_context(),
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+def build_sandbox_pod(
+    *,
+    name: str,
+    namespace: str,
+    uid: str,
+    spec: SessionMemorySpec,
+    agent_image: str,
+    agent_image_pull_policy: str = "IfNotPresent",
+) -> dict[str, Any]:
+    """The sandbox Pod manifest of SessionMemory ``namespace/name`` (uid ``uid``)."""
+    problems = sandbox_problems(spec.sandbox)
+    if problems:
+        raise ValueError("spec.sandbox: " + "; ".join(problems))
+
+    mount = _memsync_container(
+        MOUNT_CONTAINER, ["memsync", "mount"], spec, agent_image, agent_image_pull_policy
+    )
+
+    sync = _memsync_container(SYNC_CONTAINER, ["memsync", "sync"], spec, agent_image, agent_image_pull_policy)
+    sync["restartPolicy"] = "Always"
+    sync["env"].append({"name": "MEMSYNC_METRICS_PORT", "value": str(METRICS_PORT)})
+    sync["ports"] = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
+    sync["readinessProbe"] = {
+        "httpGet": {"path": "/readyz", "port": METRICS_PORT},
+        "periodSeconds": 5,
+        "timeoutSeconds": 3,
+        "failureThreshold": 3,
+    }
+    sync["lifecycle"] = {"preStop": {"exec": {"command": ["memsync", "flush"]}}}
+
+    sandbox: dict[str, Any] = copy.deepcopy(spec.sandbox)
+    sandbox["name"] = SANDBOX_CONTAINER
+    sandbox["volumeMounts"] = [{"name": MEMORY_VOLUME, "mountPath": MOUNT_ROOT}]
+    sandbox["securityContext"] = sandbox_security_context(spec.sandbox.get("securityContext"))
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name_for(name),
+            "namespace": namespace,
+            "labels": pod_labels(name, spec),
+            "annotations": {"kubectl.kubernetes.io/default-container": SANDBOX_CONTAINER},
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": KIND,
+                    "name": name,
+                    "uid": uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": grace_period_seconds(spec.sync.final_flush_seconds),
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": pod_security_context(),
+            "volumes": [
+                {"name": MEMORY_VOLUME, "emptyDir": {}},
+                {"name": STATE_VOLUME, "emptyDir": {}},
+            ],
+            "initContainers": [mount, sync],
+            "containers": [sandbox],
+        },
+    }
+
+
+# --- the restricted Pod Security Standard, as a pure check -------------------------------------------------
+
+_RESTRICTED_VOLUME_TYPES: Final = frozenset(
+    {
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    }
+)
+_SAFE_SYSCTLS: Final = frozenset(
+    {
+        "kernel.shm_rmid_forced",
+        "net.ipv4.ip_local_port_range",
+        "net.ipv4.ip_unprivileged_port_start",
+        "net.ipv4.tcp_syncookies",
+        "net.ipv4.ping_group_range",
+        "net.ipv4.ip_local_reserved_ports",
+        "net.ipv4.tcp_keepalive_time",
+        "net.ipv4.tcp_fin_timeout",
+        "net.ipv4.tcp_keepalive_intvl",
+        "net.ipv4.tcp_keepalive_probes",
+    }
+)
+
+
+def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
+    """Every way ``pod`` breaks the restricted Pod Security Standard (baseline checks included); [] if none.
+
+    A pure re-statement of the policy (kubernetes.io/docs/concepts/security/pod-security-standards), so
+    tests can hold any generated Pod to it without an API server.
+    """
+    spec: Mapping[str, Any] = pod.get("spec") or {}
+    psc: Mapping[str, Any] = spec.get("securityContext") or {}
+    out: list[str] = []
+
+    for field in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(field):
+            out.append(f"spec.{field} must not be true")
+    for vol in spec.get("volumes") or []:
+        kinds = [k for k in vol if k != "name"]
+        if any(k not in _RESTRICTED_VOLUME_TYPES for k in kinds):
+            out.append(f"volume {vol.get('name')!r} has a type restricted forbids: {kinds}")
+    for sysctl in psc.get("sysctls") or []:
+        if sysctl.get("name") not in _SAFE_SYSCTLS:
+            out.append(f"spec.securityContext.sysctls: {sysctl.get('name')!r} is not a safe sysctl")
+    if psc.get("runAsUser") == 0:
+        out.append("spec.securityContext.runAsUser must not be 0")
+    pod_seccomp = (psc.get("seccompProfile") or {}).get("type")
+    if pod_seccomp is not None and pod_seccomp not in ("RuntimeDefault", "Localhost"):
+        out.append("spec.securityContext.seccompProfile.type must be RuntimeDefault or Localhost")
+    if (psc.get("seLinuxOptions") or {}).get("user") or (psc.get("seLinuxOptions") or {}).get("role"):
+        out.append("spec.securityContext.seLinuxOptions must not set user or role")
+    if (psc.get("windowsOptions") or {}).get("hostProcess"):
+        out.append("spec.securityContext.windowsOptions.hostProcess must not be true")
+
+    containers = [("initContainers", c) for c in spec.get("initContainers") or []] + [
+        ("containers", c) for c in spec.get("containers") or []
+    ]
+    containers += [("ephemeralContainers", c) for c in spec.get("ephemeralContainers") or []]
+    for group, c in containers:
+        where = f"spec.{group}[{c.get('name')}]"
+        sc: Mapping[str, Any] = c.get("securityContext") or {}
+        if sc.get("privileged"):
+            out.append(f"{where}.securityContext.privileged must not be true")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            out.append(f"{where}.securityContext.allowPrivilegeEscalation must be false")
+        caps: Mapping[str, Any] = sc.get("capabilities") or {}
+        if "ALL" not in (caps.get("drop") or []):
+            out.append(f"{where}.securityContext.capabilities.drop must include ALL")
+        extra = [a for a in caps.get("add") or [] if a not in ALLOWED_ADDED_CAPABILITIES]
+        if extra:
+            out.append(f"{where}.securityContext.capabilities.add must not add {extra}")
+        non_root = sc.get("runAsNonRoot", psc.get("runAsNonRoot"))
+        if non_root is not True:
+            out.append(f"{where}: runAsNonRoot must be true (on the container or the Pod)")
+        if sc.get("runAsUser") == 0:
+            out.append(f"{where}.securityContext.runAsUser must not be 0")
+        seccomp = (sc.get("seccompProfile") or {}).get("type", pod_seccomp)
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            out.append(f"{where}: seccompProfile.type must be RuntimeDefault or Localhost")
+        if sc.get("procMount", "Default") != "Default":
+            out.append(f"{where}.securityContext.procMount must be Default")
+        if (sc.get("windowsOptions") or {}).get("hostProcess"):
+            out.append(f"{where}.securityContext.windowsOptions.hostProcess must not be true")
+        if (sc.get("seLinuxOptions") or {}).get("user") or (sc.get("seLinuxOptions") or {}).get("role"):
+            out.append(f"{where}.securityContext.seLinuxOptions must not set user or role")
+        if (sc.get("appArmorProfile") or {}).get("type") == "Unconfined":
+            out.append(f"{where}.securityContext.appArmorProfile.type must not be Unconfined")
+        for port in c.get("ports") or []:
+            if port.get("hostPort"):
+                out.append(f"{where}: hostPort must not be set")
+    return out

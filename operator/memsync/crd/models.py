@@ -1,0 +1,584 @@
+"""The SessionMemory custom resource (design §3) as pydantic v2 models.
+
+These models are the operator's second line of validation: the CRD's OpenAPI schema and CEL rules
+(``memsync.crd.schema``) make ``kubectl apply`` refuse a bad object, and these models catch whatever slipped
+past (an older CRD, a rule CEL cannot express exactly) so the controller can put the SessionMemory in
+``Failed`` with a message that names the field and what is allowed (:func:`describe_validation_error`).
+
+The bounds and patterns below are the single source of truth for both: ``schema.py`` builds the CRD from the
+same constants, and ``tests/unit/test_crd.py`` proves over a corpus of valid and invalid objects that the
+model and the schema (structural schema + CEL rules) accept and refuse the same things.
+
+Decisions where the design is silent (each enforced identically by the CRD and by these models):
+
+* ``sessionId`` must look like ``sesn_<letters, digits, '_' or '-'>``, end with a letter or digit and be at
+  most 63 characters, because it is copied into a Pod label value (label values: <= 63 characters,
+  alphanumeric at both ends).
+* ``memoryStoreId`` must look like ``memstore_<letters, digits, '_' or '-'>`` (the API's id prefix), at most
+  128 characters (the sync agent names state files after it).
+* ``mountPath`` (optional) must be ``/mnt/memory/`` followed by one or more segments of ASCII letters, digits,
+  ``.``, ``_`` or ``-`` that do not start with ``.`` (so no ``.``/``..`` segment, no hidden folder, no empty
+  segment, no trailing slash). Effective mount paths (explicit, or ``/mnt/memory/<slug of name>``) must be
+  unique and no store may be mounted inside another store's folder. The CRD's CEL rules check this for
+  explicit paths only (CEL cannot compute the slug within the API server's cost budget); this model checks
+  the effective paths, so such a collision surfaces as ``Failed`` with this model's message.
+* ``sync.intervalSeconds`` is 5..3600 (default 15); ``sync.finalFlushSeconds`` is 5..300 (default 30).
+* ``sandbox`` is a Kubernetes container spec that must name an ``image``. The operator owns the container's
+  ``name`` (always ``sandbox``; ``name: sandbox`` is tolerated), its volumes (``volumeMounts`` and
+  ``volumeDevices`` are refused: the Pod has no volumes for them, and the sync agent's state must stay out of
+  the agent's reach) and ``restartPolicy``. A ``securityContext`` that would break the restricted Pod Security
+  Standard is refused up front (privileged, privilege escalation, root, added capabilities other than
+  ``NET_BIND_SERVICE``, an ``Unconfined`` seccomp profile, an unmasked ``/proc``, Windows host processes), so
+  the session fails with a clear message instead of a Pod the namespace's admission rejects. ``runAsUser``,
+  if set, must be 65532: the sync agent keeps the store files private to that uid.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    field_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from memsync.api.constants import DEFAULT_BASE_URL, MAX_STORES_PER_SESSION, MOUNT_ROOT, STORE_NAME_MAX
+from memsync.api.paths import default_mount_path
+
+# --- names -------------------------------------------------------------------------------------------------
+
+GROUP: Final = "agents.memsync.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+PLURAL: Final = "sessionmemories"
+SINGULAR: Final = "sessionmemory"
+KIND: Final = "SessionMemory"
+LIST_KIND: Final = "SessionMemoryList"
+SHORT_NAMES: Final = ("smem",)
+CATEGORIES: Final = ("memsync",)
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+
+FINALIZER: Final = f"{GROUP}/finalizer"
+#: kopf's progress and diff-base annotations live under this prefix (configured by the controller).
+ANNOTATION_PREFIX: Final = GROUP
+
+LABEL_SESSION_ID: Final = f"{GROUP}/session-id"
+LABEL_SESSIONMEMORY: Final = f"{GROUP}/sessionmemory"
+LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "memsync"
+LABEL_APP_NAME: Final = "app.kubernetes.io/name"
+LABEL_APP_COMPONENT: Final = "app.kubernetes.io/component"
+
+# --- bounds and patterns shared with the CRD schema -------------------------------------------------------
+# Patterns are written for both RE2 (the API server) and Python's re (used with fullmatch here).
+
+SESSION_ID_PATTERN: Final = r"^sesn_[A-Za-z0-9_-]*[A-Za-z0-9]$"
+SESSION_ID_MAX: Final = 63
+MEMORY_STORE_ID_PATTERN: Final = r"^memstore_[A-Za-z0-9_-]+$"
+MEMORY_STORE_ID_MAX: Final = 128
+STORE_NAME_MIN: Final = 1
+MOUNT_PATH_PATTERN: Final = r"^/mnt/memory(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+$"
+MOUNT_PATH_MAX: Final = 255
+SECRET_NAME_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"  # noqa: S105
+SECRET_NAME_MAX: Final = 253
+SECRET_KEY_PATTERN: Final = r"^[-._a-zA-Z0-9]+$"  # noqa: S105
+SECRET_KEY_MAX: Final = 253
+API_BASE_URL_PATTERN: Final = r"^https?://[^\s/?#]+(/[^\s?#]*)?$"
+API_BASE_URL_MAX: Final = 2048
+STORES_MIN: Final = 1
+STORES_MAX: Final = MAX_STORES_PER_SESSION
+
+INTERVAL_MIN: Final = 5
+INTERVAL_DEFAULT: Final = 15
+INTERVAL_MAX: Final = 3600
+FINAL_FLUSH_MIN: Final = 5
+FINAL_FLUSH_DEFAULT: Final = 30
+FINAL_FLUSH_MAX: Final = 300
+
+ACCESS_VALUES: Final = ("read_write", "read_only")
+DELETIONS_VALUES: Final = ("enabled", "log_only", "disabled")
+
+SANDBOX_CONTAINER_NAME: Final = "sandbox"
+#: The uid and gid every container of the sandbox Pod runs as. The sync agent writes the store files under
+#: /mnt/memory private to its user (0600 files, 0700 folders), so the sandbox must run as the same uid.
+POD_UID: Final = 65532
+#: Container fields of ``spec.sandbox`` the operator owns (``name`` may only repeat ``sandbox``).
+SANDBOX_FORBIDDEN_FIELDS: Final = ("volumeMounts", "volumeDevices", "restartPolicy")
+#: The only capability the restricted Pod Security Standard lets a container add.
+ALLOWED_ADDED_CAPABILITIES: Final = ("NET_BIND_SERVICE",)
+ALLOWED_SECCOMP_TYPES: Final = ("RuntimeDefault", "Localhost")
+CAPABILITIES_MAX: Final = 64
+
+Access = Literal["read_write", "read_only"]
+Deletions = Literal["enabled", "log_only", "disabled"]
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    MOUNTING = "Mounting"
+    RUNNING = "Running"
+    FLUSHING = "Flushing"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+PHASES: Final = tuple(p.value for p in Phase)
+
+#: Condition types the controller publishes (at least these; others may follow the same conventions).
+CONDITION_READY: Final = "Ready"
+CONDITION_STORES_MOUNTED: Final = "StoresMounted"
+CONDITION_FLUSHED: Final = "Flushed"
+
+
+def _full(pattern: str, value: str) -> bool:
+    return re.fullmatch(pattern, value) is not None
+
+
+# --- spec --------------------------------------------------------------------------------------------------
+
+
+class _SpecModel(BaseModel):
+    # strict: the API server would refuse "15" for an integer or 1 for a string; so do we.
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", strict=True, frozen=True
+    )
+
+
+class StoreSpec(_SpecModel):
+    """One attached memory store."""
+
+    memory_store_id: str
+    name: Annotated[str, Field(min_length=STORE_NAME_MIN, max_length=STORE_NAME_MAX)]
+    access: Access = "read_write"
+    mount_path: str | None = None
+
+    @field_validator("memory_store_id")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        if len(value) > MEMORY_STORE_ID_MAX or not _full(MEMORY_STORE_ID_PATTERN, value):
+            raise ValueError(
+                "must look like memstore_<letters, digits, '_' or '-'>, at most "
+                f"{MEMORY_STORE_ID_MAX} characters"
+            )
+        return value
+
+    @field_validator("mount_path")
+    @classmethod
+    def _check_mount_path(cls, value: str | None) -> str | None:
+        if value is not None and (len(value) > MOUNT_PATH_MAX or not _full(MOUNT_PATH_PATTERN, value)):
+            raise ValueError(
+                f"must be a clean absolute path under {MOUNT_ROOT}/: segments of ASCII letters, digits, "
+                f"'.', '_' or '-' that do not start with '.', no trailing '/', at most {MOUNT_PATH_MAX} "
+                f"characters (for example {MOUNT_ROOT}/user-preferences)"
+            )
+        return value
+
+    @property
+    def effective_mount_path(self) -> str:
+        """The explicit ``mountPath``, else ``/mnt/memory/<slug of name>`` (the store id when no slug)."""
+        return self.mount_path or default_mount_path(self.name, self.memory_store_id)
+
+
+class SyncSpec(_SpecModel):
+    interval_seconds: Annotated[int, Field(ge=INTERVAL_MIN, le=INTERVAL_MAX)] = INTERVAL_DEFAULT
+    deletions: Deletions = "enabled"
+    final_flush_seconds: Annotated[int, Field(ge=FINAL_FLUSH_MIN, le=FINAL_FLUSH_MAX)] = FINAL_FLUSH_DEFAULT
+
+
+class SecretKeyRef(_SpecModel):
+    """A key of a Secret in the SessionMemory's namespace: the work item's secret payload."""
+
+    name: str
+    key: str
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        if len(value) > SECRET_NAME_MAX or not _full(SECRET_NAME_PATTERN, value):
+            raise ValueError(
+                "must be a Secret name: lowercase letters, digits, '-' and '.', starting and ending with a "
+                f"letter or digit, at most {SECRET_NAME_MAX} characters"
+            )
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _check_key(cls, value: str) -> str:
+        if len(value) > SECRET_KEY_MAX or not _full(SECRET_KEY_PATTERN, value):
+            raise ValueError(
+                f"must be a Secret key: letters, digits, '-', '_' or '.', 1-{SECRET_KEY_MAX} characters"
+            )
+        return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def sandbox_security_problems(security_context: Any) -> list[str]:
+    """What in a sandbox container's ``securityContext`` breaks the restricted Pod Security Standard.
+
+    Each entry names the field (relative to the container) and what is allowed. An empty list means the
+    operator can merge it with its restricted defaults. The fields the CRD declares are type-checked the way
+    the CRD's schema checks them, so the two agree on every object.
+    """
+    if security_context is None:
+        return []
+    if not isinstance(security_context, Mapping):
+        return ["securityContext must be an object"]
+    sc = security_context
+    problems: list[str] = []
+
+    def boolean(field: str, forbidden: bool, why: str) -> None:
+        if field not in sc:
+            return
+        if not isinstance(sc[field], bool):
+            problems.append(f"securityContext.{field} must be a boolean")
+        elif sc[field] is forbidden:
+            problems.append(f"securityContext.{field} must not be {str(forbidden).lower()}: {why}")
+
+    boolean("privileged", True, "the restricted Pod Security Standard forbids privileged containers")
+    boolean("allowPrivilegeEscalation", True, "the operator sets it to false")
+    boolean("runAsNonRoot", False, "the sandbox runs as a non-root user")
+    if "runAsUser" in sc:
+        if not _is_int(sc["runAsUser"]):
+            problems.append("securityContext.runAsUser must be an integer")
+        elif sc["runAsUser"] != POD_UID:
+            problems.append(
+                f"securityContext.runAsUser must be {POD_UID} or unset: the memory files under {MOUNT_ROOT} "
+                f"belong to uid {POD_UID} and are private to it"
+            )
+    if "procMount" in sc and sc["procMount"] != "Default":
+        problems.append("securityContext.procMount must be Default")
+    if "capabilities" in sc:
+        caps = sc["capabilities"]
+        if not isinstance(caps, Mapping):
+            problems.append("securityContext.capabilities must be an object")
+        else:
+            if "add" in caps:
+                added = caps["add"]
+                allowed = ", ".join(ALLOWED_ADDED_CAPABILITIES)
+                if not isinstance(added, list):
+                    problems.append("securityContext.capabilities.add must be a list")
+                elif len(added) > CAPABILITIES_MAX:
+                    problems.append(
+                        f"securityContext.capabilities.add may list at most {CAPABILITIES_MAX} entries"
+                    )
+                elif any(c not in ALLOWED_ADDED_CAPABILITIES for c in added):
+                    bad = ", ".join(str(c) for c in added if c not in ALLOWED_ADDED_CAPABILITIES)
+                    problems.append(
+                        f"securityContext.capabilities.add may only contain {allowed} (got {bad}); "
+                        "every other capability is dropped"
+                    )
+            if "drop" in caps:
+                drop = caps["drop"]
+                if not isinstance(drop, list) or not all(isinstance(c, str) for c in drop):
+                    problems.append("securityContext.capabilities.drop must be a list of strings")
+    if "seccompProfile" in sc:
+        seccomp = sc["seccompProfile"]
+        if not isinstance(seccomp, Mapping):
+            problems.append("securityContext.seccompProfile must be an object")
+        elif "type" in seccomp and seccomp["type"] not in ALLOWED_SECCOMP_TYPES:
+            problems.append(
+                "securityContext.seccompProfile.type must be RuntimeDefault or Localhost "
+                f"(got {seccomp['type']!r})"
+            )
+    if "windowsOptions" in sc:
+        windows = sc["windowsOptions"]
+        if not isinstance(windows, Mapping):
+            problems.append("securityContext.windowsOptions must be an object")
+        elif "hostProcess" in windows:
+            if not isinstance(windows["hostProcess"], bool):
+                problems.append("securityContext.windowsOptions.hostProcess must be a boolean")
+            elif windows["hostProcess"]:
+                problems.append("securityContext.windowsOptions.hostProcess must not be true")
+    return problems
+
+
+def sandbox_problems(sandbox: Mapping[str, Any]) -> list[str]:
+    """Why ``spec.sandbox`` cannot become the Pod's ``sandbox`` container; empty when it can."""
+    problems: list[str] = []
+    image = sandbox.get("image")
+    if not isinstance(image, str) or not image:
+        problems.append("image is required: the sandbox container's image (a non-empty string)")
+    if "name" in sandbox and sandbox["name"] != SANDBOX_CONTAINER_NAME:
+        problems.append(
+            f"name is set by the operator (the container is always named {SANDBOX_CONTAINER_NAME!r}): omit it"
+        )
+    for field in SANDBOX_FORBIDDEN_FIELDS:
+        if field in sandbox:
+            owner = (
+                f"the operator mounts {MOUNT_ROOT} itself and the Pod has no other volumes"
+                if field != "restartPolicy"
+                else "the Pod ends when the sandbox container ends"
+            )
+            problems.append(f"{field} must not be set: {owner}")
+    problems.extend(sandbox_security_problems(sandbox.get("securityContext")))
+    return problems
+
+
+class SessionMemorySpec(_SpecModel):
+    """``spec`` of a SessionMemory (design §3)."""
+
+    session_id: str
+    work_item_secret_ref: SecretKeyRef
+    api_base_url: str = DEFAULT_BASE_URL
+    stores: Annotated[list[StoreSpec], Field(min_length=STORES_MIN, max_length=STORES_MAX)]
+    sync: SyncSpec = Field(default_factory=SyncSpec)
+    sandbox: dict[str, Any]
+
+    @field_validator("session_id")
+    @classmethod
+    def _check_session_id(cls, value: str) -> str:
+        if len(value) > SESSION_ID_MAX or not _full(SESSION_ID_PATTERN, value):
+            raise ValueError(
+                "must look like sesn_<letters, digits, '_' or '-'>, ending with a letter or digit, at most "
+                f"{SESSION_ID_MAX} characters (it becomes a Pod label value)"
+            )
+        return value
+
+    @field_validator("api_base_url")
+    @classmethod
+    def _check_api_base_url(cls, value: str) -> str:
+        if len(value) > API_BASE_URL_MAX or not _full(API_BASE_URL_PATTERN, value):
+            raise ValueError(
+                "must be an http:// or https:// URL with a host and no query or fragment "
+                "(for example https://api.anthropic.com or http://memsync-store.memsync-system.svc:8080)"
+            )
+        return value
+
+    @field_validator("stores")
+    @classmethod
+    def _check_stores(cls, stores: list[StoreSpec]) -> list[StoreSpec]:
+        problems: list[str] = []
+        first_by_id: dict[str, int] = {}
+        first_by_path: dict[str, int] = {}
+        for i, store in enumerate(stores):
+            seen = first_by_id.setdefault(store.memory_store_id, i)
+            if seen != i:
+                problems.append(
+                    f"stores[{i}].memoryStoreId {store.memory_store_id!r} repeats stores[{seen}]: "
+                    "each store may be attached once"
+                )
+            path = store.effective_mount_path
+            seen = first_by_path.setdefault(path, i)
+            if seen != i:
+                problems.append(
+                    f"stores[{i}] would be mounted at {path}, like stores[{seen}]: mount paths must be "
+                    "unique (set a distinct mountPath)"
+                )
+        for i, store in enumerate(stores):
+            for j, other in enumerate(stores):
+                if i != j and store.effective_mount_path.startswith(other.effective_mount_path + "/"):
+                    problems.append(
+                        f"stores[{i}] would be mounted at {store.effective_mount_path}, inside stores[{j}] "
+                        f"at {other.effective_mount_path}: a store may not be mounted inside another store"
+                    )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return stores
+
+    @field_validator("sandbox")
+    @classmethod
+    def _check_sandbox(cls, sandbox: dict[str, Any]) -> dict[str, Any]:
+        problems = sandbox_problems(sandbox)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return sandbox
+
+
+# --- status ------------------------------------------------------------------------------------------------
+
+
+def rfc3339(value: datetime) -> str:
+    """Kubernetes' time format (metav1.Time): UTC, whole seconds, ``Z``."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+#: A timestamp that always serializes the way Kubernetes writes them.
+K8sTime = Annotated[datetime, PlainSerializer(rfc3339, return_type=str)]
+
+
+def now() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+class _StatusModel(BaseModel):
+    # Lenient on read: the status comes back from the API server and may carry fields of a newer operator.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, camelCase, without unset (None) fields: what goes into a status patch."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+CONDITION_TYPE_PATTERN: Final = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+CONDITION_TYPE_MAX: Final = 316
+CONDITION_REASON_PATTERN: Final = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+CONDITION_REASON_MAX: Final = 1024
+MESSAGE_MAX: Final = 32768
+
+
+def _clip(value: str | None) -> str | None:
+    if value is not None and len(value) > MESSAGE_MAX:
+        return value[: MESSAGE_MAX - 1] + "…"
+    return value
+
+
+class Condition(_StatusModel):
+    """A Kubernetes condition (metav1.Condition conventions; the CRD's status schema enforces them too)."""
+
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str = ""
+    last_transition_time: K8sTime
+    observed_generation: int | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _check_type(cls, value: str) -> str:
+        if len(value) > CONDITION_TYPE_MAX or not _full(CONDITION_TYPE_PATTERN, value):
+            raise ValueError("must be CamelCase (optionally prefixed by a DNS subdomain and '/'), e.g. Ready")
+        return value
+
+    @field_validator("reason")
+    @classmethod
+    def _check_reason(cls, value: str) -> str:
+        if len(value) > CONDITION_REASON_MAX or not _full(CONDITION_REASON_PATTERN, value):
+            raise ValueError(
+                "must be a CamelCase identifier (letters, digits, '_', ',' or ':'), e.g. MountFailed"
+            )
+        return value
+
+    @field_validator("message")
+    @classmethod
+    def _check_message(cls, value: str) -> str:
+        return _clip(value) or ""
+
+
+class StoreStatus(_StatusModel):
+    """What the Pod reported for one store: memories mounted, and the final flush's counts."""
+
+    memory_store_id: str
+    mount_path: str | None = None
+    memories_mounted: int | None = None
+    uploaded: int | None = None
+    deleted: int | None = None
+    conflicts: int | None = None
+    refused: int | None = None
+    unsent: int | None = None
+
+
+class SessionMemoryStatus(_StatusModel):
+    phase: Phase | None = None
+    pod_name: str | None = None
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    stores: list[StoreStatus] = Field(default_factory=list)
+    last_sync_time: K8sTime | None = None
+    message: str | None = None
+
+    @field_validator("message")
+    @classmethod
+    def _check_message(cls, value: str | None) -> str | None:
+        return _clip(value)
+
+    def condition(self, type_: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+
+class SessionMemory(BaseModel):
+    """A whole SessionMemory object (metadata kept as a plain mapping)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    api_version: str = API_VERSION
+    kind: str = KIND
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: SessionMemorySpec
+    status: SessionMemoryStatus | None = None
+
+
+# --- validation messages -----------------------------------------------------------------------------------
+
+
+class InvalidSpecError(ValueError):
+    """The spec is invalid; ``str()`` names every offending field path and what is allowed."""
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _format_loc(loc: tuple[int | str, ...], prefix: str) -> str:
+    out = prefix
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out or "(object)"
+
+
+def describe_validation_error(exc: ValidationError, *, prefix: str = "") -> str:
+    """One line per problem, ``<field path>: <what is wrong and what is allowed>``, joined by ``; ``.
+
+    ``prefix`` is prepended to every path (``"spec"`` when ``exc`` came from :class:`SessionMemorySpec`).
+    The offending value is echoed only when it is a short scalar outside ``sandbox`` (whose ``env`` may hold
+    literal values the user did not mean to publish in a status message).
+    """
+    lines: list[str] = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err.get("loc", ()))
+        path = _format_loc(loc, prefix)
+        kind = err.get("type", "")
+        msg = str(err.get("msg", "invalid"))
+        if kind == "missing":
+            text = "is required"
+        elif kind == "extra_forbidden":
+            text = "is not a field of the SessionMemory schema (check the spelling and the nesting)"
+        elif kind == "value_error":
+            text = msg.removeprefix("Value error, ")
+        else:
+            text = msg[:1].lower() + msg[1:]
+            value = err.get("input")
+            if (
+                "sandbox" not in loc
+                and isinstance(value, _SCALARS)
+                and not (isinstance(value, str) and len(value) > 80)
+            ):
+                text += f" (got {value!r})"
+        lines.append(f"{path}: {text}")
+    return "; ".join(lines)
+
+
+def _plain(value: Any) -> Any:
+    """Deep-copy mappings and sequences into plain dicts and lists (kopf hands out mapping views)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def validate_spec(raw: Mapping[str, Any]) -> SessionMemorySpec:
+    """Validate a SessionMemory's ``spec`` as read from the API; raise :class:`InvalidSpecError`."""
+    try:
+        return SessionMemorySpec.model_validate(_plain(raw))
+    except ValidationError as exc:
+        raise InvalidSpecError(describe_validation_error(exc, prefix="spec")) from None

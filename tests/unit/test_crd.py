@@ -1,0 +1,877 @@
+"""The SessionMemory CRD and the operator's pydantic model: same accept/refuse decisions, executed CEL rules.
+
+Every corpus case goes through both the model (``validate_spec``) and the emulated API server
+(``test_crd_apiserver.admit``: defaults, structural schema with strict fields, CEL rules run by cel-python),
+and both must reach the expected verdict. A refusal by the model must name the field path.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from pydantic import ValidationError
+from test_crd_apiserver import admit, openapi_schema, structural_errors
+
+from memsync.crd import models
+from memsync.crd.models import (
+    API_VERSION,
+    KIND,
+    Condition,
+    InvalidSpecError,
+    Phase,
+    SessionMemory,
+    SessionMemorySpec,
+    SessionMemoryStatus,
+    StoreSpec,
+    StoreStatus,
+    describe_validation_error,
+    validate_spec,
+)
+from memsync.crd.schema import build_crd, render_crd_yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CRD_FILE = REPO / "crds" / "sessionmemories.agents.memsync.dev.yaml"
+K8S_VERSION = "1.32"
+
+
+def base_spec() -> dict[str, Any]:
+    return {
+        "sessionId": "sesn_011abc",
+        "workItemSecretRef": {"name": "work-sesn-011abc", "key": "secret"},
+        "stores": [{"memoryStoreId": "memstore_01aa", "name": "User Preferences"}],
+        "sandbox": {"image": "example.com/agent-sandbox:1.0"},
+    }
+
+
+def full_spec() -> dict[str, Any]:
+    return {
+        "sessionId": "sesn_011CPMxVD3fHLUhvTqtsQA5w",
+        "workItemSecretRef": {"name": "work.sesn-011abc", "key": "work_secret.b64"},
+        "apiBaseUrl": "http://memsync-store.memsync-system.svc:8080",
+        "stores": [
+            {"memoryStoreId": "memstore_01aa", "name": "User Preferences", "access": "read_write"},
+            {"memoryStoreId": "memstore_01bb", "name": "Team Notes", "access": "read_only"},
+            {"memoryStoreId": "memstore_01cc", "name": "team notes", "mountPath": "/mnt/memory/team/notes"},
+            {"memoryStoreId": "memstore_01dd", "name": "!!!"},
+            {"memoryStoreId": "memstore_01ee", "name": "Café Notes"},
+            {"memoryStoreId": "memstore_01ff", "name": "x", "mountPath": "/mnt/memory/deep/er/x.v2_final-1"},
+            {"memoryStoreId": "memstore_01gg", "name": "Runbooks"},
+            {"memoryStoreId": "memstore_01hh", "name": "Runbooks", "mountPath": "/mnt/memory/runbooks-2"},
+        ],
+        "sync": {"intervalSeconds": 5, "deletions": "log_only", "finalFlushSeconds": 300},
+        "sandbox": {
+            "name": "sandbox",
+            "image": "example.com/agent-sandbox:1.0",
+            "command": ["/bin/agent"],
+            "args": ["--memory", "/mnt/memory"],
+            "env": [{"name": "MODE", "value": "demo"}],
+            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+            "securityContext": {
+                "runAsUser": 65532,
+                "runAsGroup": 1000,
+                "runAsNonRoot": True,
+                "privileged": False,
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "capabilities": {"add": ["NET_BIND_SERVICE"], "drop": ["ALL", "NET_RAW"]},
+                "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/agent.json"},
+                "procMount": "Default",
+                "windowsOptions": {"hostProcess": False},
+            },
+        },
+    }
+
+
+def smem(spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": "sesn-011abc", "namespace": "agents"},
+        "spec": spec,
+    }
+
+
+Mutation = Callable[[dict[str, Any]], None]
+
+
+def setting(path: str, value: Any) -> Mutation:
+    """A mutation that sets (or, with ``value=DELETE``, removes) a dotted path; ``[n]`` indexes lists."""
+
+    def apply(spec: dict[str, Any]) -> None:
+        parts = path.replace("[", ".[").split(".")
+        node: Any = spec
+        for part in parts[:-1]:
+            node = node[int(part[1:-1])] if part.startswith("[") else node.setdefault(part, {})
+        last = parts[-1]
+        key: Any = int(last[1:-1]) if last.startswith("[") else last
+        if value is DELETE:
+            del node[key]
+        else:
+            node[key] = copy.deepcopy(value)
+
+    return apply
+
+
+DELETE = object()
+
+
+def stores(*entries: tuple[str, str] | dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for entry in entries:
+        if isinstance(entry, dict):
+            out.append(entry)
+        else:
+            out.append({"memoryStoreId": entry[0], "name": entry[1]})
+    return out
+
+
+#: The API server accepts it, the model refuses it: a collision of *effective* mount paths that involves a
+#: default (slug) path, which CEL cannot compute within the API server's cost budget (see schema.py). The
+#: operator then marks the SessionMemory Failed with the model's message.
+MODEL_ONLY = "model-only"
+
+# (case id, base, mutation, verdict: True valid / False refused by both / MODEL_ONLY, a fragment the model's
+# message must contain when it refuses)
+CORPUS: list[tuple[str, Callable[[], dict[str, Any]], Mutation | None, bool | str, str]] = [
+    ("minimal", base_spec, None, True, ""),
+    ("full", full_spec, None, True, ""),
+    ("session-id-63", base_spec, setting("sessionId", "sesn_" + "a" * 58), True, ""),
+    ("interval-min", base_spec, setting("sync", {"intervalSeconds": 5}), True, ""),
+    ("interval-max", base_spec, setting("sync", {"intervalSeconds": 3600}), True, ""),
+    ("flush-min", base_spec, setting("sync", {"finalFlushSeconds": 5}), True, ""),
+    ("deletions-disabled", base_spec, setting("sync", {"deletions": "disabled"}), True, ""),
+    (
+        "eight-stores",
+        base_spec,
+        setting("stores", stores(*[(f"memstore_{i}", f"s{i}") for i in range(8)])),
+        True,
+        "",
+    ),
+    (
+        "slug-collision-resolved-by-mountpath",
+        base_spec,
+        setting(
+            "stores",
+            stores(
+                ("memstore_a", "User Preferences"),
+                {
+                    "memoryStoreId": "memstore_b",
+                    "name": "user-preferences",
+                    "mountPath": "/mnt/memory/prefs-b",
+                },
+            ),
+        ),
+        True,
+        "",
+    ),
+    (
+        "sibling-prefix-is-not-nesting",
+        base_spec,
+        setting("stores", stores(("memstore_a", "notes"), ("memstore_b", "notes 2"))),
+        True,
+        "",
+    ),
+    (
+        "empty-slug-falls-back-to-id",
+        base_spec,
+        setting("stores", stores(("memstore_a", "???"), ("memstore_b", "!!"))),
+        True,
+        "",
+    ),
+    (
+        "sandbox-security-fine",
+        base_spec,
+        setting("sandbox.securityContext", {"runAsUser": 65532, "runAsGroup": 1000}),
+        True,
+        "",
+    ),
+    ("sandbox-name-sandbox", base_spec, setting("sandbox.name", "sandbox"), True, ""),
+    ("http-url", base_spec, setting("apiBaseUrl", "http://127.0.0.1:8080"), True, ""),
+    ("url-with-path", base_spec, setting("apiBaseUrl", "https://proxy.example.com/anthropic"), True, ""),
+    # --- refused ---
+    ("no-session-id", base_spec, setting("sessionId", DELETE), False, "spec.sessionId: is required"),
+    ("session-id-trailing-underscore", base_spec, setting("sessionId", "sesn_abc_"), False, "spec.sessionId"),
+    ("session-id-no-prefix", base_spec, setting("sessionId", "011abc"), False, "spec.sessionId"),
+    ("session-id-dot", base_spec, setting("sessionId", "sesn_a.b"), False, "spec.sessionId"),
+    ("session-id-64", base_spec, setting("sessionId", "sesn_" + "a" * 59), False, "spec.sessionId"),
+    ("session-id-newline", base_spec, setting("sessionId", "sesn_abc\n"), False, "spec.sessionId"),
+    ("session-id-int", base_spec, setting("sessionId", 12), False, "spec.sessionId"),
+    (
+        "no-secret-ref",
+        base_spec,
+        setting("workItemSecretRef", DELETE),
+        False,
+        "spec.workItemSecretRef: is required",
+    ),
+    (
+        "secret-ref-no-key",
+        base_spec,
+        setting("workItemSecretRef.key", DELETE),
+        False,
+        "spec.workItemSecretRef.key",
+    ),
+    (
+        "secret-name-upper",
+        base_spec,
+        setting("workItemSecretRef.name", "Work"),
+        False,
+        "spec.workItemSecretRef.name",
+    ),
+    (
+        "secret-key-slash",
+        base_spec,
+        setting("workItemSecretRef.key", "a/b"),
+        False,
+        "spec.workItemSecretRef.key",
+    ),
+    ("url-ftp", base_spec, setting("apiBaseUrl", "ftp://example.com"), False, "spec.apiBaseUrl"),
+    ("url-no-host", base_spec, setting("apiBaseUrl", "https://"), False, "spec.apiBaseUrl"),
+    ("url-query", base_spec, setting("apiBaseUrl", "https://example.com/?x=1"), False, "spec.apiBaseUrl"),
+    ("no-stores", base_spec, setting("stores", []), False, "spec.stores"),
+    (
+        "nine-stores",
+        base_spec,
+        setting("stores", stores(*[(f"memstore_{i}", f"s{i}") for i in range(9)])),
+        False,
+        "spec.stores",
+    ),
+    (
+        "duplicate-id",
+        base_spec,
+        setting("stores", stores(("memstore_a", "one"), ("memstore_a", "two"))),
+        False,
+        "repeats stores[0]",
+    ),
+    (
+        "bad-id-prefix",
+        base_spec,
+        setting("stores[0].memoryStoreId", "mem_01"),
+        False,
+        "spec.stores[0].memoryStoreId",
+    ),
+    (
+        "id-too-long",
+        base_spec,
+        setting("stores[0].memoryStoreId", "memstore_" + "a" * 120),
+        False,
+        "spec.stores[0].memoryStoreId",
+    ),
+    (
+        "no-store-name",
+        base_spec,
+        setting("stores[0].name", DELETE),
+        False,
+        "spec.stores[0].name: is required",
+    ),
+    ("empty-store-name", base_spec, setting("stores[0].name", ""), False, "spec.stores[0].name"),
+    ("store-name-256", base_spec, setting("stores[0].name", "n" * 256), False, "spec.stores[0].name"),
+    ("access-rw", base_spec, setting("stores[0].access", "rw"), False, "spec.stores[0].access"),
+    ("unknown-store-field", base_spec, setting("stores[0].path", "/x"), False, "spec.stores[0].path"),
+    (
+        "mount-root-itself",
+        base_spec,
+        setting("stores[0].mountPath", "/mnt/memory"),
+        False,
+        "spec.stores[0].mountPath",
+    ),
+    (
+        "mount-trailing-slash",
+        base_spec,
+        setting("stores[0].mountPath", "/mnt/memory/a/"),
+        False,
+        "spec.stores[0].mountPath",
+    ),
+    (
+        "mount-dotdot",
+        base_spec,
+        setting("stores[0].mountPath", "/mnt/memory/../etc"),
+        False,
+        "spec.stores[0].mountPath",
+    ),
+    (
+        "mount-dot",
+        base_spec,
+        setting("stores[0].mountPath", "/mnt/memory/./a"),
+        False,
+        "spec.stores[0].mountPath",
+    ),
+    (
+        "mount-double-slash",
+        base_spec,
+        setting("stores[0].mountPath", "/mnt/memory//a"),
+        False,
+        "spec.stores[0].mountPath",
+    ),
+    (
+        "mount-elsewhere",
+        base_spec,
+        setting("stores[0].mountPath", "/mnt/other/a"),
+        False,
+        "spec.stores[0].mountPath",
+    ),
+    (
+        "mount-relative",
+        base_spec,
+        setting("stores[0].mountPath", "mnt/memory/a"),
+        False,
+        "spec.stores[0].mountPath",
+    ),
+    (
+        "mount-hidden",
+        base_spec,
+        setting("stores[0].mountPath", "/mnt/memory/.state"),
+        False,
+        "spec.stores[0].mountPath",
+    ),
+    (
+        "mount-space",
+        base_spec,
+        setting("stores[0].mountPath", "/mnt/memory/a b"),
+        False,
+        "spec.stores[0].mountPath",
+    ),
+    (
+        "mount-newline",
+        base_spec,
+        setting("stores[0].mountPath", "/mnt/memory/a\n"),
+        False,
+        "spec.stores[0].mountPath",
+    ),
+    (
+        "mount-backslash",
+        base_spec,
+        setting("stores[0].mountPath", "/mnt/memory/a\\b"),
+        False,
+        "spec.stores[0].mountPath",
+    ),
+    (
+        "same-slug",
+        base_spec,
+        setting("stores", stores(("memstore_a", "User Preferences"), ("memstore_b", "user-preferences!"))),
+        MODEL_ONLY,
+        "mount paths must be unique",
+    ),
+    (
+        "explicit-equals-default",
+        base_spec,
+        setting(
+            "stores",
+            stores(
+                ("memstore_a", "Notes"),
+                {"memoryStoreId": "memstore_b", "name": "x", "mountPath": "/mnt/memory/notes"},
+            ),
+        ),
+        MODEL_ONLY,
+        "mount paths must be unique",
+    ),
+    (
+        "explicit-duplicate",
+        base_spec,
+        setting(
+            "stores",
+            stores(
+                {"memoryStoreId": "memstore_a", "name": "a", "mountPath": "/mnt/memory/shared"},
+                {"memoryStoreId": "memstore_b", "name": "b", "mountPath": "/mnt/memory/shared"},
+            ),
+        ),
+        False,
+        "mount paths must be unique",
+    ),
+    (
+        "nested-in-default",
+        base_spec,
+        setting(
+            "stores",
+            stores(
+                ("memstore_a", "Notes"),
+                {"memoryStoreId": "memstore_b", "name": "x", "mountPath": "/mnt/memory/notes/x"},
+            ),
+        ),
+        MODEL_ONLY,
+        "inside stores[0]",
+    ),
+    (
+        "default-inside-explicit",
+        base_spec,
+        setting(
+            "stores",
+            stores(
+                {"memoryStoreId": "memstore_a", "name": "y", "mountPath": "/mnt/memory/a/b"},
+                {"memoryStoreId": "memstore_b", "name": "x", "mountPath": "/mnt/memory/a"},
+            ),
+        ),
+        False,
+        "inside stores[1]",
+    ),
+    ("interval-4", base_spec, setting("sync", {"intervalSeconds": 4}), False, "spec.sync.intervalSeconds"),
+    (
+        "interval-3601",
+        base_spec,
+        setting("sync", {"intervalSeconds": 3601}),
+        False,
+        "spec.sync.intervalSeconds",
+    ),
+    (
+        "interval-string",
+        base_spec,
+        setting("sync", {"intervalSeconds": "15"}),
+        False,
+        "spec.sync.intervalSeconds",
+    ),
+    (
+        "interval-fraction",
+        base_spec,
+        setting("sync", {"intervalSeconds": 15.5}),
+        False,
+        "spec.sync.intervalSeconds",
+    ),
+    (
+        "interval-bool",
+        base_spec,
+        setting("sync", {"intervalSeconds": True}),
+        False,
+        "spec.sync.intervalSeconds",
+    ),
+    ("deletions-yes", base_spec, setting("sync", {"deletions": "yes"}), False, "spec.sync.deletions"),
+    ("flush-4", base_spec, setting("sync", {"finalFlushSeconds": 4}), False, "spec.sync.finalFlushSeconds"),
+    (
+        "flush-301",
+        base_spec,
+        setting("sync", {"finalFlushSeconds": 301}),
+        False,
+        "spec.sync.finalFlushSeconds",
+    ),
+    ("unknown-sync-field", base_spec, setting("sync", {"interval": 15}), False, "spec.sync.interval"),
+    ("unknown-spec-field", base_spec, setting("pod", {}), False, "spec.pod"),
+    ("no-sandbox", base_spec, setting("sandbox", DELETE), False, "spec.sandbox: is required"),
+    ("sandbox-not-object", base_spec, setting("sandbox", "example.com/agent:1"), False, "spec.sandbox"),
+    ("sandbox-no-image", base_spec, setting("sandbox", {"command": ["x"]}), False, "image is required"),
+    ("sandbox-empty-image", base_spec, setting("sandbox.image", ""), False, "image is required"),
+    ("sandbox-image-int", base_spec, setting("sandbox.image", 5), False, "image is required"),
+    ("sandbox-name", base_spec, setting("sandbox.name", "agent"), False, "name is set by the operator"),
+    (
+        "sandbox-volume-mounts",
+        base_spec,
+        setting("sandbox.volumeMounts", []),
+        False,
+        "volumeMounts must not be set",
+    ),
+    (
+        "sandbox-volume-devices",
+        base_spec,
+        setting("sandbox.volumeDevices", [{"name": "d", "devicePath": "/d"}]),
+        False,
+        "volumeDevices must not be set",
+    ),
+    (
+        "sandbox-restart-policy",
+        base_spec,
+        setting("sandbox.restartPolicy", "Always"),
+        False,
+        "restartPolicy must not be set",
+    ),
+    (
+        "privileged",
+        base_spec,
+        setting("sandbox.securityContext", {"privileged": True}),
+        False,
+        "securityContext.privileged",
+    ),
+    (
+        "privileged-string",
+        base_spec,
+        setting("sandbox.securityContext", {"privileged": "true"}),
+        False,
+        "securityContext.privileged must be a boolean",
+    ),
+    (
+        "escalation",
+        base_spec,
+        setting("sandbox.securityContext", {"allowPrivilegeEscalation": True}),
+        False,
+        "securityContext.allowPrivilegeEscalation",
+    ),
+    (
+        "run-as-root-allowed",
+        base_spec,
+        setting("sandbox.securityContext", {"runAsNonRoot": False}),
+        False,
+        "securityContext.runAsNonRoot",
+    ),
+    (
+        "run-as-uid-0",
+        base_spec,
+        setting("sandbox.securityContext", {"runAsUser": 0}),
+        False,
+        "securityContext.runAsUser",
+    ),
+    (
+        "run-as-another-uid",
+        base_spec,
+        setting("sandbox.securityContext", {"runAsUser": 1000}),
+        False,
+        "securityContext.runAsUser must be 65532 or unset",
+    ),
+    (
+        "run-as-uid-string",
+        base_spec,
+        setting("sandbox.securityContext", {"runAsUser": "1000"}),
+        False,
+        "securityContext.runAsUser",
+    ),
+    (
+        "cap-sys-admin",
+        base_spec,
+        setting("sandbox.securityContext", {"capabilities": {"add": ["SYS_ADMIN"]}}),
+        False,
+        "capabilities.add may only contain NET_BIND_SERVICE",
+    ),
+    (
+        "cap-add-not-list",
+        base_spec,
+        setting("sandbox.securityContext", {"capabilities": {"add": "NET_ADMIN"}}),
+        False,
+        "capabilities.add",
+    ),
+    (
+        "cap-drop-ints",
+        base_spec,
+        setting("sandbox.securityContext", {"capabilities": {"drop": [1]}}),
+        False,
+        "capabilities.drop",
+    ),
+    (
+        "seccomp-unconfined",
+        base_spec,
+        setting("sandbox.securityContext", {"seccompProfile": {"type": "Unconfined"}}),
+        False,
+        "seccompProfile.type",
+    ),
+    (
+        "proc-unmasked",
+        base_spec,
+        setting("sandbox.securityContext", {"procMount": "Unmasked"}),
+        False,
+        "procMount",
+    ),
+    (
+        "host-process",
+        base_spec,
+        setting("sandbox.securityContext", {"windowsOptions": {"hostProcess": True}}),
+        False,
+        "hostProcess",
+    ),
+    (
+        "security-context-list",
+        base_spec,
+        setting("sandbox.securityContext", ["privileged"]),
+        False,
+        "securityContext must be an object",
+    ),
+]
+
+
+def _case(base: Callable[[], dict[str, Any]], mutate: Mutation | None) -> dict[str, Any]:
+    spec = base()
+    if mutate is not None:
+        mutate(spec)
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("case", "base", "mutate", "verdict", "fragment"), CORPUS, ids=[c[0] for c in CORPUS]
+)
+def test_model_and_crd_agree(
+    case: str, base: Callable[[], dict[str, Any]], mutate: Mutation | None, verdict: bool | str, fragment: str
+) -> None:
+    spec = _case(base, mutate)
+    _, api_errors = admit(smem(spec))
+    model_error = ""
+    try:
+        validate_spec(spec)
+    except InvalidSpecError as exc:
+        model_error = str(exc)
+    api_accepts = verdict is True or verdict == MODEL_ONLY
+    assert (api_errors == []) is api_accepts, f"{case}: API server verdict {api_errors}"
+    assert (model_error == "") is (verdict is True), f"{case}: model verdict {model_error!r}"
+    if verdict is not True:
+        assert fragment in model_error, f"{case}: {model_error!r} does not mention {fragment!r}"
+
+
+def test_model_only_refusals_are_exactly_default_path_collisions() -> None:
+    """The gap between the CRD and the model is only the slug-based (default) mount paths."""
+    for case, base, mutate, verdict, _ in CORPUS:
+        if verdict != MODEL_ONLY:
+            continue
+        spec = SessionMemorySpec.model_construct(
+            stores=[StoreSpec.model_validate(s) for s in _case(base, mutate)["stores"]]
+        )
+        defaults = [s for s in spec.stores if s.mount_path is None]
+        assert defaults, f"{case} involves no default path, so CEL should have caught it"
+
+
+def test_corpus_covers_every_cel_rule() -> None:
+    """Each CEL rule of the schema refuses at least one corpus case (so no rule is dead or untested)."""
+    messages: set[str] = set()
+
+    def collect(node: Any) -> None:
+        if isinstance(node, dict):
+            for rule in node.get("x-kubernetes-validations", []):
+                if "oldSelf" not in rule["rule"]:
+                    messages.add(rule["message"])
+            for value in node.values():
+                collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    collect(openapi_schema())
+    fired: set[str] = set()
+    for _, base, mutate, verdict, _ in CORPUS:
+        if verdict is not False:
+            continue
+        _, errors = admit(smem(_case(base, mutate)))
+        assert not any("evaluation error" in e for e in errors), errors
+        for error in errors:
+            fired.update(msg for msg in messages if msg in error)
+    assert fired == messages, f"rules no corpus case refuses: {messages - fired}"
+
+
+def test_defaults_of_schema_and_model_agree() -> None:
+    stored, errors = admit(smem(base_spec()))
+    assert errors == []
+    model = SessionMemorySpec.model_validate(base_spec())
+    assert stored["spec"] == model.model_dump(by_alias=True, exclude_none=True)
+    assert stored["spec"]["sync"] == {"intervalSeconds": 15, "deletions": "enabled", "finalFlushSeconds": 30}
+    assert stored["spec"]["apiBaseUrl"] == "https://api.anthropic.com"
+    assert stored["spec"]["stores"][0]["access"] == "read_write"
+
+
+def test_full_spec_round_trips_through_the_model() -> None:
+    model = SessionMemorySpec.model_validate(full_spec())
+    stored, errors = admit(smem(full_spec()))
+    assert errors == []
+    assert model.model_dump(by_alias=True, exclude_none=True) == stored["spec"]
+    assert [s.effective_mount_path for s in model.stores] == [
+        "/mnt/memory/user-preferences",
+        "/mnt/memory/team-notes",
+        "/mnt/memory/team/notes",
+        "/mnt/memory/memstore-01dd",
+        "/mnt/memory/caf-notes",
+        "/mnt/memory/deep/er/x.v2_final-1",
+        "/mnt/memory/runbooks",
+        "/mnt/memory/runbooks-2",
+    ]
+
+
+def test_whole_object_model_and_mapping_views() -> None:
+    obj = smem(base_spec())
+    parsed = SessionMemory.model_validate(obj)
+    assert parsed.spec.session_id == "sesn_011abc"
+    assert parsed.status is None
+    # kopf hands the spec out as a read-only mapping view: validate_spec copies it into plain data.
+    view = types.MappingProxyType({**base_spec(), "sandbox": types.MappingProxyType({"image": "img:1"})})
+    assert validate_spec(view).sandbox == {"image": "img:1"}
+
+
+# --- CEL details --------------------------------------------------------------------------------------------
+
+
+def test_session_id_is_immutable() -> None:
+    old = smem(base_spec())
+    same = smem(base_spec())
+    assert admit(same, old)[1] == []
+    changed = smem({**base_spec(), "sessionId": "sesn_other"})
+    assert admit(changed)[1] == []  # as a create it is fine
+    assert admit(changed, old)[1] == [
+        ".spec.sessionId: sessionId is immutable: create a new SessionMemory instead"
+    ]
+
+
+def test_stores_are_immutable_but_sync_settings_may_change() -> None:
+    old = smem(base_spec())
+    more = smem(
+        {**base_spec(), "stores": stores(("memstore_01aa", "User Preferences"), ("memstore_b", "More"))}
+    )
+    errors = admit(more, old)[1]
+    assert len(errors) == 1 and "stores is immutable" in errors[0]
+    read_only = base_spec()
+    read_only["stores"][0]["access"] = "read_only"
+    assert "stores is immutable" in " ".join(admit(smem(read_only), old)[1])
+    # Spelling out a default is no change: defaults are applied to both sides before the rule runs.
+    explicit = base_spec()
+    explicit["stores"][0]["access"] = "read_write"
+    assert admit(smem(explicit), old)[1] == []
+    assert admit(smem({**base_spec(), "sync": {"intervalSeconds": 60}}), old)[1] == []
+
+
+# --- the CRD object itself ----------------------------------------------------------------------------------
+
+
+def test_checked_in_crd_is_generated() -> None:
+    assert CRD_FILE.read_text() == render_crd_yaml(), (
+        "crds/ is stale: run `python -m memsync.crd.schema > crds/sessionmemories.agents.memsync.dev.yaml`"
+    )
+    assert yaml.safe_load(CRD_FILE.read_text()) == build_crd()
+
+
+def test_crd_validates_against_the_kubernetes_schema() -> None:
+    kubernetes_validate.validate(build_crd(), K8S_VERSION, strict=True)
+
+
+def test_crd_names_and_columns() -> None:
+    crd = build_crd()
+    spec = crd["spec"]
+    assert crd["metadata"]["name"] == "sessionmemories.agents.memsync.dev"
+    assert spec["group"] == "agents.memsync.dev" and spec["scope"] == "Namespaced"
+    assert spec["names"]["kind"] == "SessionMemory" and spec["names"]["shortNames"] == ["smem"]
+    (version,) = spec["versions"]
+    assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    assert {"Phase", "Ready", "Stores", "Last Sync", "Age"} <= set(columns)
+    assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
+    assert columns["Age"]["type"] == "date" and columns["Last Sync"]["type"] == "date"
+    assert crd["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"] == "-1"
+
+
+def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every schema node with its path (properties and items)."""
+    out = [(path, node)]
+    for key, sub in (node.get("properties") or {}).items():
+        out += _walk(sub, f"{path}.{key}")
+    if "items" in node:
+        out += _walk(node["items"], f"{path}[]")
+    return out
+
+
+def test_schema_is_structural() -> None:
+    """The rules of a structural schema (CRD docs), checked here since no API server runs in unit tests."""
+    for path, node in _walk(openapi_schema()):
+        assert node.get("type") in ("object", "array", "string", "integer", "number", "boolean"), path
+        assert not ({"allOf", "anyOf", "oneOf", "not", "$ref"} & set(node)), path
+        assert not ("properties" in node and "additionalProperties" in node), path
+        if "default" in node:
+            assert structural_errors(node, node["default"]) == [], f"{path}: default does not validate"
+        if node.get("x-kubernetes-list-type") == "map":
+            for key in node["x-kubernetes-list-map-keys"]:
+                assert key in node["items"].get("required", []), f"{path}: map key {key} must be required"
+        for rule in node.get("x-kubernetes-validations", []):
+            assert rule["message"] and rule.get("reason", "FieldValueInvalid") in (
+                "FieldValueInvalid",
+                "FieldValueForbidden",
+                "FieldValueRequired",
+                "FieldValueDuplicate",
+            )
+            if "fieldPath" in rule:
+                assert rule["fieldPath"].lstrip(".") in node.get("properties", {}), (
+                    f"{path}: {rule['fieldPath']}"
+                )
+
+
+def test_cel_inputs_are_bounded() -> None:
+    """Every list or string a CEL rule walks has maxItems/maxLength, so the API server's cost estimate of the
+    rules stays small (an unbounded one is estimated at the 3 MiB request limit and can be refused)."""
+    nodes = dict(_walk(openapi_schema()))
+    stores = nodes[".spec.stores"]
+    assert stores["maxItems"] == 8
+    for field in ("memoryStoreId", "name", "mountPath"):
+        assert stores["items"]["properties"][field]["maxLength"] <= 255
+    add = nodes[".spec.sandbox.securityContext.capabilities.add"]
+    assert add["maxItems"] <= 64 and add["items"]["maxLength"] <= 64
+
+
+#: Member functions and macros whose cost the API server can bound for our bounded fields. Kubernetes
+#: refuses a CRD whose rule's *estimated* cost exceeds its budget; e.g. ``findAll(...).join(...)`` is
+#: estimated as unbounded (the elements of a computed list have no known size), so it may not appear here.
+_BOUNDED_CALLS = {"all", "exists_one", "matches", "startsWith"}
+
+
+def test_cel_rules_use_only_cost_bounded_operations() -> None:
+    for path, node in _walk(openapi_schema()):
+        for rule in node.get("x-kubernetes-validations", []):
+            code = re.sub(r"'[^']*'", "''", rule["rule"])  # string literals are not code
+            calls = set(re.findall(r"\.(\w+)\(", code))
+            assert calls <= _BOUNDED_CALLS, f"{path}: {rule['rule']} calls {calls - _BOUNDED_CALLS}"
+            functions = set(re.findall(r"(?<![.\w])(\w+)\(", code)) - {"has", "size"}
+            assert not functions, f"{path}: {rule['rule']} calls {functions}"
+            for arg in re.findall(r"\.matches\((.)", rule["rule"]):
+                assert arg == "'", f"{path}: matches needs a constant (literal) pattern"
+            # every string a rule reads is bounded
+            for field in re.findall(r"self\.(\w+)", rule["rule"]):
+                sub = (node.get("properties") or {}).get(field)
+                if sub is not None and sub.get("type") == "string":
+                    assert "maxLength" in sub or "enum" in sub, f"{path}.{field} is read by CEL but unbounded"
+
+
+def test_status_schema_accepts_what_the_model_writes() -> None:
+    status_schema = openapi_schema()["properties"]["status"]
+    status = SessionMemoryStatus(
+        phase=Phase.SUCCEEDED,
+        pod_name="sesn-011abc-sandbox",
+        observed_generation=3,
+        conditions=[
+            Condition(type="Ready", status="False", reason="Succeeded", last_transition_time=models.now()),
+            Condition(
+                type="Flushed",
+                status="True",
+                reason="FinalFlushComplete",
+                message="x" * 40000,
+                last_transition_time=models.now(),
+                observed_generation=3,
+            ),
+        ],
+        stores=[StoreStatus(memory_store_id="memstore_01aa", memories_mounted=12, uploaded=3, unsent=0)],
+        last_sync_time=models.now(),
+        message="the session ended and every store was flushed",
+    )
+    body = status.to_dict()
+    assert structural_errors(status_schema, body) == []
+    assert body["conditions"][0]["lastTransitionTime"].endswith("Z")
+    assert len(body["conditions"][1]["message"]) == models.MESSAGE_MAX
+    assert SessionMemoryStatus.model_validate(body).condition("Flushed") is not None
+    assert status_schema["properties"]["phase"]["enum"] == [p.value for p in Phase]
+    # kopf's own bookkeeping, if any, is kept rather than pruned.
+    assert status_schema["properties"]["kopf"]["x-kubernetes-preserve-unknown-fields"] is True
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("reason", "Mount Failed"), ("reason", ""), ("type", "not ready")]
+)
+def test_conditions_the_api_server_would_refuse_are_refused_by_the_model(field: str, value: str) -> None:
+    condition = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "Ok",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    condition[field] = value
+    status_schema = openapi_schema()["properties"]["status"]
+    assert structural_errors(status_schema, {"conditions": [condition]}) != []
+    with pytest.raises(ValidationError):
+        Condition.model_validate(condition)
+
+
+def test_describe_validation_error_names_paths_and_hides_sandbox_values() -> None:
+    spec = base_spec()
+    spec["stores"][0]["access"] = "rw"
+    spec["sync"] = {"intervalSeconds": 2}
+    spec["sandbox"] = {"image": 7, "env": [{"name": "TOKEN", "value": "do-not-echo-me"}]}
+    with pytest.raises(ValidationError) as info:
+        SessionMemorySpec.model_validate(spec)
+    text = describe_validation_error(info.value, prefix="spec")
+    assert "spec.stores[0].access: input should be 'read_write' or 'read_only' (got 'rw')" in text
+    assert "spec.sync.intervalSeconds: input should be greater than or equal to 5 (got 2)" in text
+    assert "spec.sandbox: image is required" in text
+    assert "do-not-echo-me" not in text
+    with pytest.raises(ValidationError) as info:
+        StoreSpec.model_validate({"memoryStoreId": "memstore_1"})
+    assert describe_validation_error(info.value) == "name: is required"

@@ -1,0 +1,243 @@
+"""The kustomize manifests: every overlay renders with ``kubectl kustomize``, and every object validates
+offline against the Kubernetes schemas of the version kind-config.yaml pins (SessionMemory objects against
+our CRD).
+
+kubectl is required: these tests fail, not skip, without it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from test_crd_apiserver import admit
+
+from memsync.controller.pod import restricted_violations
+from memsync.crd.models import API_VERSION, KIND, validate_spec
+from memsync.crd.schema import build_crd
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "manifests"
+OVERLAYS = ("kind", "production")
+KUSTOMIZATIONS = ("base", "overlays/kind", "overlays/production")
+
+
+def kind_node_version() -> str:
+    """The Kubernetes minor version of kind-config.yaml's node image, e.g. '1.32'."""
+    config = yaml.safe_load((REPO / "kind-config.yaml").read_text())
+    images = {node["image"] for node in config["nodes"]}
+    assert len(images) == 1, images
+    (image,) = images
+    match = re.fullmatch(r"kindest/node:v(\d+)\.(\d+)\.(\d+)(@sha256:[0-9a-f]{64})?", image)
+    assert match, f"kind-config.yaml must pin a kindest/node:vX.Y.Z image, got {image}"
+    return f"{match.group(1)}.{match.group(2)}"
+
+
+K8S_VERSION = kind_node_version()
+
+
+@functools.cache
+def render(path: str) -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl is required to render the kustomize manifests (it ships kustomize)"
+    result = subprocess.run(
+        [kubectl, "kustomize", str(MANIFESTS / path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, f"kubectl kustomize {path} failed:\n{result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def by_kind(objs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objs if o["kind"] == kind}
+
+
+def test_kind_node_is_129_or_newer() -> None:
+    major, minor = map(int, K8S_VERSION.split("."))
+    assert (major, minor) >= (1, 29), "native sidecars and GA CEL rules need Kubernetes 1.29+"
+
+
+@pytest.mark.parametrize("path", KUSTOMIZATIONS)
+def test_every_object_validates_offline(path: str) -> None:
+    objs = render(path)
+    assert objs
+    for obj in objs:
+        where = f"{path}: {obj['kind']}/{obj['metadata']['name']}"
+        if obj["apiVersion"] == API_VERSION:
+            _, errors = admit(obj)
+            assert errors == [], f"{where}: {errors}"
+            continue
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{where} is not a valid {K8S_VERSION} object: {'.'.join(map(str, exc.path))}: {exc}")
+
+
+@pytest.mark.parametrize("path", KUSTOMIZATIONS)
+def test_the_crd_is_the_generated_one_and_namespaced_objects_live_in_memsync_system(path: str) -> None:
+    objs = render(path)
+    assert by_kind(objs, "CustomResourceDefinition") == {"sessionmemories.agents.memsync.dev": build_crd()}
+    cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
+    for obj in objs:
+        if obj["kind"] not in cluster_scoped:
+            assert obj["metadata"].get("namespace") == "memsync-system", obj["metadata"]["name"]
+
+
+def test_namespace_enforces_restricted() -> None:
+    for overlay in OVERLAYS:
+        labels = by_kind(render(f"overlays/{overlay}"), "Namespace")["memsync-system"]["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def _pod_of(deployment: dict[str, Any]) -> dict[str, Any]:
+    return {"spec": deployment["spec"]["template"]["spec"]}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_workloads_meet_the_restricted_standard(overlay: str) -> None:
+    deployments = by_kind(render(f"overlays/{overlay}"), "Deployment")
+    assert deployments
+    for name, deployment in deployments.items():
+        assert restricted_violations(_pod_of(deployment)) == [], name
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True, name
+            assert container["resources"]["requests"] and container["resources"]["limits"], name
+            assert container["livenessProbe"], name
+
+
+@pytest.mark.parametrize(
+    ("overlay", "image"), [("kind", "memsync:kind"), ("production", "registry.example.com/")]
+)
+def test_operator_deployment(overlay: str, image: str) -> None:
+    operator = by_kind(render(f"overlays/{overlay}"), "Deployment")["memsync-operator"]
+    assert operator["spec"]["replicas"] == 1
+    assert operator["spec"]["strategy"] == {"type": "Recreate"}
+    pod = operator["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "memsync-operator"
+    (container,) = pod["containers"]
+    assert container["image"].startswith(image)
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    # The sandbox Pods' memsync containers must run the operator's own image.
+    assert env["MEMSYNC_AGENT_IMAGE"] == container["image"]
+    assert container["command"][:2] == ["memsync", "operator"]
+    liveness = container["livenessProbe"]["httpGet"]
+    assert liveness["path"] == "/healthz"
+    assert any(arg.endswith(":8080/healthz") for arg in container["command"])
+
+
+def test_store_server_only_in_the_kind_overlay() -> None:
+    kind = render("overlays/kind")
+    assert set(by_kind(kind, "Deployment")) == {"memsync-operator", "memsync-store"}
+    assert "memsync-store" in by_kind(kind, "Service")
+    assert "memsync-store-data" in by_kind(kind, "PersistentVolumeClaim")
+    store = by_kind(kind, "Deployment")["memsync-store"]
+    assert store["spec"]["strategy"] == {"type": "Recreate"} and store["spec"]["replicas"] == 1
+    pod = store["spec"]["template"]["spec"]
+    secret_volumes = [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v]
+    assert secret_volumes == ["memsync-store-admin"]
+    assert "memsync-store-admin" in by_kind(kind, "Secret")
+    (container,) = pod["containers"]
+    assert container["image"] == "memsync:kind"
+    assert "--public-url=http://memsync-store.memsync-system.svc:8700" in container["args"]
+    # the admin key is never a plain env value or flag
+    assert not any("admin-key=" in arg for arg in container["args"])
+    assert all(e["name"] != "MEMSYNC_ADMIN_KEY" for e in container["env"])
+
+    production = render("overlays/production")
+    assert set(by_kind(production, "Deployment")) == {"memsync-operator"}
+    assert not by_kind(production, "Service") and not by_kind(production, "PersistentVolumeClaim")
+    assert not by_kind(production, "Secret")
+
+
+def test_rbac_is_least_privilege() -> None:
+    objs = render("overlays/production")
+    roles = by_kind(objs, "ClusterRole")
+    assert set(roles) == {"memsync-operator", "memsync-operator-secrets"}
+    grants: dict[tuple[str, str], set[str]] = {}
+    for role in roles.values():
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    grants.setdefault((group, resource), set()).update(rule["verbs"])
+    assert grants[("", "secrets")] == {"get"}, "Secrets are read one by one, never listed or watched"
+    assert {"create", "delete", "watch"} <= grants[("", "pods")]
+    assert {"patch"} <= grants[("agents.memsync.dev", "sessionmemories/status")]
+    assert grants[("agents.memsync.dev", "sessionmemories/finalizers")] == {"update"}
+    assert {"create"} <= grants[("", "events")]
+    assert not any(resource in ("roles", "clusterroles", "rolebindings") for _, resource in grants)
+    for binding in by_kind(objs, "ClusterRoleBinding").values():
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "memsync-operator", "namespace": "memsync-system"}
+        ]
+
+
+def test_sample_session_memory_is_valid_and_becomes_a_pod() -> None:
+    (sample,) = list(yaml.safe_load_all((MANIFESTS / "samples" / "sessionmemory.yaml").read_text()))
+    assert sample["apiVersion"] == API_VERSION and sample["kind"] == KIND
+    stored, errors = admit(sample)
+    assert errors == []
+    spec = validate_spec(stored["spec"])
+    assert [s.effective_mount_path for s in spec.stores] == [
+        "/mnt/memory/user-preferences",
+        "/mnt/memory/runbooks",
+    ]
+
+
+def parse_with_cli(argv: list[str]) -> None:
+    """Parse ``argv`` (after ``memsync``) with the real click CLI, resolving subcommands; nothing runs."""
+    import click
+
+    from memsync.cli import cli
+
+    ctx = cli.make_context("memsync", list(argv))
+    command: click.Command = cli
+    while isinstance(command, click.Group):
+        rest = [*getattr(ctx, "_protected_args", []), *ctx.args]
+        if not rest:
+            break
+        name, sub, rest = command.resolve_command(ctx, rest)
+        assert sub is not None and name, f"no such command in {argv}"
+        ctx = sub.make_context(name, rest, parent=ctx)
+        command = sub
+    assert ctx.args == [], f"unparsed arguments {ctx.args} in {argv}"
+
+
+def _container(overlay: str, deployment: str) -> dict[str, Any]:
+    container: dict[str, Any] = by_kind(render(f"overlays/{overlay}"), "Deployment")[deployment]["spec"][
+        "template"
+    ]["spec"]["containers"][0]
+    return container
+
+
+def test_store_server_command_is_accepted_by_the_cli() -> None:
+    container = _container("kind", "memsync-store")
+    assert container["command"][0] == "memsync"
+    parse_with_cli(container["command"][1:] + container["args"])
+
+
+def test_operator_command_is_accepted_by_the_cli() -> None:
+    container = _container("kind", "memsync-operator")
+    assert container["command"][0] == "memsync"
+    parse_with_cli(container["command"][1:] + container.get("args", []))
+
+
+def test_dockerfile_is_slim_and_non_root() -> None:
+    text = (REPO / "Dockerfile").read_text()
+    stages = re.findall(r"^FROM (\S+)", text, flags=re.MULTILINE)
+    assert stages and all(s.startswith("python:3.11-slim") for s in stages)
+    assert re.search(r"^USER 65532(:65532)?$", text, flags=re.MULTILINE)
+    assert "PYTHONDONTWRITEBYTECODE=1" in text
+    assert re.search(r'^ENTRYPOINT \["memsync"\]$', text, flags=re.MULTILINE)
+    ignore = (REPO / ".dockerignore").read_text().splitlines()
+    assert "*" in ignore and "!operator" in ignore
