@@ -1,0 +1,250 @@
+"""The kind tier (``make e2e``): the issue-5 scenarios on a real kind cluster.
+
+Every test here is skipped, with the reason, when ``docker``, ``kind`` or ``kubectl`` is not on PATH or the
+docker daemon does not answer (``docker info``). Otherwise, once per session:
+
+1. the cluster ``$KIND_CLUSTER`` (default ``memsync-e2e``) is created from ``kind-config.yaml`` unless it
+   exists already (an existing cluster is reused and never deleted);
+2. the image ``$MEMSYNC_IMAGE`` (default ``memsync:e2e``) is built from the Dockerfile and loaded into the
+   cluster (``MEMSYNC_SKIP_BUILD=1`` skips the build and load when the image is already there);
+3. ``manifests/overlays/kind`` is deployed with that image, and the CRD, the operator and the in-cluster
+   store server are awaited;
+4. the store server is reached through ``kubectl port-forward``; its admin key comes from the Secret of the
+   kind overlay;
+5. each test gets its own namespace (restricted Pod Security enforced); when a test fails the cluster
+   state (``kubectl get all,smem,events -A -o wide``) and the operator's logs are printed;
+6. a cluster this session created is deleted at the end unless ``KEEP_CLUSTER=1``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CLUSTER = os.environ.get("KIND_CLUSTER", "memsync-e2e")
+IMAGE = os.environ.get("MEMSYNC_IMAGE", "memsync:e2e")
+SYSTEM_NS = "memsync-system"
+STORE_SERVICE = "memsync-store"
+STORE_PORT = 8700
+IN_CLUSTER_STORE_URL = f"http://{STORE_SERVICE}.{SYSTEM_NS}.svc:{STORE_PORT}"
+
+
+def _missing_prerequisite() -> str | None:
+    for tool in ("docker", "kind", "kubectl"):
+        if shutil.which(tool) is None:
+            return f"the kind tier needs `{tool}` on PATH; it is not installed here"
+    try:
+        info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the kind tier needs a reachable docker daemon; `docker info` failed: {exc}"
+    if info.returncode != 0:
+        tail = (info.stderr or info.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"the kind tier needs a reachable docker daemon; `docker info` failed: {tail[0]}"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    ours = [item for item in items if here in item.path.parents]
+    if not ours:
+        return
+    reason = _missing_prerequisite()
+    for item in ours:
+        item.add_marker(pytest.mark.kind)
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, f"rep_{report.when}", report)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Shell helpers
+# --------------------------------------------------------------------------------------------------------
+
+
+def run(
+    *args: str,
+    input: str | None = None,
+    check: bool = True,
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        list(args),
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(args[:4])}... exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+def kubectl(*args: str, input: str | None = None, check: bool = True, timeout: float = 300) -> str:
+    return run(
+        "kubectl", "--context", f"kind-{CLUSTER}", *args, input=input, check=check, timeout=timeout
+    ).stdout
+
+
+def kubectl_json(*args: str) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(kubectl(*args, "-o", "json"))
+    return result
+
+
+def apply(obj: dict[str, Any]) -> None:
+    """``kubectl apply`` from stdin: secret values never appear on a command line."""
+    kubectl("apply", "-f", "-", input=json.dumps(obj))
+
+
+# --------------------------------------------------------------------------------------------------------
+# The cluster
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class KindEnv:
+    cluster: str
+    image: str
+    store_url: str  # port-forwarded to this machine
+    admin_key: str
+
+    def admin_client(self) -> Any:
+        from memsync.client import StoreClient
+
+        return StoreClient(self.store_url, api_key=self.admin_key)
+
+
+def _cluster_exists() -> bool:
+    return CLUSTER in run("kind", "get", "clusters").stdout.split()
+
+
+def _deploy() -> None:
+    manifests = kubectl("kustomize", str(REPO / "manifests/overlays/kind"))
+    kubectl("apply", "--server-side", "-f", "-", input=manifests.replace("memsync:kind", IMAGE))
+    kubectl("wait", "--for=condition=Established", "crd/sessionmemories.agents.memsync.dev", "--timeout=120s")
+    for deployment in ("memsync-operator", STORE_SERVICE):
+        kubectl(
+            "-n", SYSTEM_NS, "rollout", "status", f"deployment/{deployment}", "--timeout=300s", timeout=330
+        )
+
+
+def _port_forward() -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [
+            "kubectl",
+            "--context",
+            f"kind-{CLUSTER}",
+            "-n",
+            SYSTEM_NS,
+            "port-forward",
+            f"svc/{STORE_SERVICE}",
+            f":{STORE_PORT}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        match = re.search(r"Forwarding from 127\.0\.0\.1:(\d+)", line)
+        if match:
+            return proc, int(match.group(1))
+        if proc.poll() is not None:
+            break
+    proc.kill()
+    raise AssertionError("kubectl port-forward to the store server did not start")
+
+
+@pytest.fixture(scope="session")
+def kind_env() -> Iterator[KindEnv]:
+    created = False
+    if not _cluster_exists():
+        run(
+            "kind",
+            "create",
+            "cluster",
+            "--name",
+            CLUSTER,
+            "--config",
+            str(REPO / "kind-config.yaml"),
+            timeout=900,
+        )
+        created = True
+    try:
+        if os.environ.get("MEMSYNC_SKIP_BUILD") != "1":
+            run("docker", "build", "-t", IMAGE, str(REPO), timeout=1800)
+            run("kind", "load", "docker-image", IMAGE, "--name", CLUSTER, timeout=900)
+        _deploy()
+        secret = kubectl_json("-n", SYSTEM_NS, "get", "secret", "memsync-store-admin")
+        admin_key = base64.b64decode(secret["data"]["admin-key"]).decode()
+        forward, port = _port_forward()
+        try:
+            yield KindEnv(
+                cluster=CLUSTER, image=IMAGE, store_url=f"http://127.0.0.1:{port}", admin_key=admin_key
+            )
+        finally:
+            forward.terminate()
+            forward.wait(timeout=10)
+    finally:
+        if created and os.environ.get("KEEP_CLUSTER") != "1":
+            run("kind", "delete", "cluster", "--name", CLUSTER, check=False, timeout=300)
+
+
+def dump_cluster_state() -> str:
+    parts = [
+        kubectl("get", "all,smem,events", "-A", "-o", "wide", check=False),
+        kubectl("get", "smem", "-A", "-o", "yaml", check=False),
+        kubectl("-n", SYSTEM_NS, "logs", "deployment/memsync-operator", "--tail=400", check=False),
+    ]
+    return "\n".join(parts)
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, kind_env: KindEnv) -> Iterator[str]:
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "pod-security.kubernetes.io/enforce-version": "latest",
+                },
+            },
+        }
+    )
+    try:
+        yield name
+    finally:
+        call = getattr(request.node, "rep_call", None)
+        if call is not None and call.failed:
+            print(f"\n===== cluster state after {request.node.name} =====\n{dump_cluster_state()}")
+        kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -1,0 +1,436 @@
+"""The issue-5 scenarios on a real kind cluster (``make e2e``): the deployed operator, real Pods with a native
+sidecar and preStop hook, the in-cluster store server, and the scripted agent from the memsync image as the
+sandbox. Skipped, with the reason, without docker + kind (see ``conftest.py``).
+
+Scenario 6's "something already at the mount path" is local-tier only: in a real Pod the ``memory`` emptyDir
+is always empty when ``memsync-mount`` runs, so nothing can be planted there; the store that does not exist
+covers the mount failure here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from memsync.agent import messages
+from memsync.api.hashing import content_sha256
+from memsync.api.models import Memory
+from memsync.controller.pod import pod_name_for
+from memsync.devtools.scripted_agent import REPORT_PREFIX
+
+from .conftest import CLUSTER, IN_CLUSTER_STORE_URL, KindEnv, apply, kubectl, kubectl_json, run
+
+pytestmark = [pytest.mark.kind, pytest.mark.timeout(600)]
+SECRET_KEY = "work-secret"
+FINAL = ("Succeeded", "Failed")
+
+
+# --------------------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------------------
+
+
+def sid() -> str:
+    return f"sesn_kind{uuid.uuid4().hex[:16]}"
+
+
+async def make_store(env: KindEnv, name: str, memories: dict[str, str]) -> str:
+    async with env.admin_client() as admin:
+        store = await admin.create_store(f"{name}-{uuid.uuid4().hex[:6]}")
+        for path, content in memories.items():
+            await admin.create_memory(store.id, path, content)
+        return str(store.id)
+
+
+async def store_files(env: KindEnv, store_id: str) -> dict[str, str]:
+    async with env.admin_client() as admin:
+        return {
+            m.path: m.content_sha256 async for m in admin.list_memories(store_id) if isinstance(m, Memory)
+        }
+
+
+async def versions(env: KindEnv, store_id: str) -> list[tuple[str, str]]:
+    async with env.admin_client() as admin:
+        return [(v.memory_id, v.operation) async for v in admin.list_versions(store_id)]
+
+
+def mint(env: KindEnv, stores: list[tuple[str, str]], session: str) -> str:
+    """``memsync store token`` against the in-cluster server (through the port-forward)."""
+    args = [sys.executable, "-m", "memsync", "store", "token", "--url", env.store_url, "--session", session]
+    for store_id, access in stores:
+        args += ["--store", f"{store_id}:{access}"]
+    return run(*args, env={"MEMSYNC_ADMIN_KEY": env.admin_key}).stdout.strip()
+
+
+def create_secret(namespace: str, name: str, value: str, key: str = SECRET_KEY) -> None:
+    apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": {key: base64.b64encode(value.encode()).decode()},
+        }
+    )
+
+
+def agent(*args: str, image: str) -> dict[str, Any]:
+    return {
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python", "-m", "memsync.devtools.scripted_agent"],
+        "args": ["--report", "/tmp/agent-report.json", *args],
+    }
+
+
+def create_smem(
+    namespace: str,
+    name: str,
+    session: str,
+    stores: list[tuple[str, str, str]],
+    sandbox: dict[str, Any],
+    *,
+    secret_name: str | None = None,  # default: the Secret "work"
+    interval: int = 5,
+) -> None:
+    apply(
+        {
+            "apiVersion": "agents.memsync.dev/v1alpha1",
+            "kind": "SessionMemory",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "sessionId": session,
+                "workItemSecretRef": {"name": secret_name or "work", "key": SECRET_KEY},
+                "apiBaseUrl": IN_CLUSTER_STORE_URL,
+                "stores": [{"memoryStoreId": i, "name": n, "access": a} for i, n, a in stores],
+                "sync": {"intervalSeconds": interval, "deletions": "enabled", "finalFlushSeconds": 10},
+                "sandbox": sandbox,
+            },
+        }
+    )
+
+
+def smem_status(namespace: str, name: str) -> dict[str, Any]:
+    out = kubectl("-n", namespace, "get", "smem", name, "-o", "json", check=False)
+    if not out.strip():
+        return {}
+    status: dict[str, Any] = json.loads(out).get("status") or {}
+    return status
+
+
+async def wait_phase(
+    namespace: str, name: str, phases: tuple[str, ...], timeout: float = 300
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    status: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        status = smem_status(namespace, name)
+        if status.get("phase") in phases:
+            return status
+        await asyncio.sleep(1)
+    raise AssertionError(f"SessionMemory {namespace}/{name} never reached {phases}; last status: {status}")
+
+
+def pod_status(namespace: str, pod: str) -> dict[str, Any]:
+    status: dict[str, Any] = kubectl_json("-n", namespace, "get", "pod", pod).get("status") or {}
+    return status
+
+
+def container(status: dict[str, Any], name: str) -> dict[str, Any]:
+    for entry in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        if entry["name"] == name:
+            result: dict[str, Any] = entry
+            return result
+    raise KeyError(name)
+
+
+def report_from_logs(text: str) -> dict[str, Any]:
+    lines = [line for line in text.splitlines() if line.startswith(REPORT_PREFIX)]
+    assert lines, f"the scripted agent printed no report:\n{text[-3000:]}"
+    report: dict[str, Any] = json.loads(lines[-1].removeprefix(REPORT_PREFIX))
+    return report
+
+
+def agent_report(namespace: str, pod: str) -> dict[str, Any]:
+    return report_from_logs(kubectl("-n", namespace, "logs", pod, "-c", "sandbox"))
+
+
+def as_store_paths(files: dict[str, str]) -> dict[str, str]:
+    return {"/" + rel: sha for rel, sha in files.items()}
+
+
+async def wait_store_has(env: KindEnv, store_id: str, count: int, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(await store_files(env, store_id)) >= count:
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"store {store_id} never held {count} memories")
+
+
+# --------------------------------------------------------------------------------------------------------
+# 1. happy path
+# --------------------------------------------------------------------------------------------------------
+
+
+async def test_happy_path(kind_env: KindEnv, namespace: str) -> None:
+    notes = await make_store(kind_env, "notes", {"/existing.md": "from the store\n"})
+    handbook_content = {"/rules.md": "be kind\n"}
+    handbook = await make_store(kind_env, "handbook", handbook_content)
+    before = await versions(kind_env, handbook)
+    session = sid()
+    create_secret(
+        namespace, "work", mint(kind_env, [(notes, "read_write"), (handbook, "read_only")], session)
+    )
+    create_smem(
+        namespace,
+        "happy",
+        session,
+        [(notes, "notes", "read_write"), (handbook, "handbook", "read_only")],
+        agent(
+            "--read-only",
+            "handbook",
+            "--duration",
+            "20",
+            "--interval",
+            "0.3",
+            "--seed",
+            "1",
+            image=kind_env.image,
+        ),
+    )
+    status = await wait_phase(namespace, "happy", FINAL)
+    assert status["phase"] == "Succeeded", status
+    report = agent_report(namespace, pod_name_for("happy"))
+    assert await store_files(kind_env, notes) == as_store_paths(
+        report["stores"]["/mnt/memory/notes"]["files"]
+    )
+    assert await store_files(kind_env, handbook) == {
+        p: content_sha256(c) for p, c in handbook_content.items()
+    }
+    assert await versions(kind_env, handbook) == before
+    per_store = {s["memoryStoreId"]: s for s in status["stores"]}
+    assert per_store[notes]["memoriesMounted"] == 1 and per_store[notes]["unsent"] == 0
+    assert per_store[handbook]["uploaded"] == 0
+
+
+# --------------------------------------------------------------------------------------------------------
+# 2. two sessions, one store
+# --------------------------------------------------------------------------------------------------------
+
+
+async def test_two_sessions_one_store(kind_env: KindEnv, namespace: str) -> None:
+    store = await make_store(kind_env, "team", {"/shared.md": "original\n"})
+    names = ("alice", "bob")
+    for i, who in enumerate(names):
+        session = sid()
+        create_secret(namespace, f"work-{who}", mint(kind_env, [(store, "read_write")], session))
+        create_smem(
+            namespace,
+            who,
+            session,
+            [(store, "team", "read_write")],
+            agent(
+                "--prefix",
+                who,
+                "--name",
+                who,
+                "--first-edit",
+                "shared.md",
+                "--duration",
+                "15",
+                "--interval",
+                "0.3",
+                "--seed",
+                str(i),
+                image=kind_env.image,
+            ),
+            secret_name=f"work-{who}",
+            interval=10,
+        )
+    statuses = [await wait_phase(namespace, who, FINAL) for who in names]
+    assert [s["phase"] for s in statuses] == ["Succeeded", "Succeeded"], statuses
+    remote = await store_files(kind_env, store)
+    for who in names:
+        report = agent_report(namespace, pod_name_for(who))
+        mine = {
+            p: s for p, s in report["stores"]["/mnt/memory/team"]["files"].items() if p.startswith(f"{who}/")
+        }
+        assert {p: s for p, s in remote.items() if p.startswith(f"/{who}/")} == as_store_paths(mine)
+    edits = {who: content_sha256(f"{who} rewrote this first\n") for who in names}
+    winner = next(who for who, sha in edits.items() if remote["/shared.md"] == sha)
+    loser = "bob" if winner == "alice" else "alice"
+    logs = kubectl("-n", namespace, "logs", pod_name_for(loser), "-c", "memsync-sync")
+    assert messages.BOTH_CHANGED in logs or messages.UPLOAD_LOST in logs, logs[-3000:]
+
+
+# --------------------------------------------------------------------------------------------------------
+# 3. deleted while the agent writes
+# --------------------------------------------------------------------------------------------------------
+
+
+async def test_deleted_while_writing(kind_env: KindEnv, namespace: str) -> None:
+    store = await make_store(kind_env, "journal", {})
+    session = sid()
+    create_secret(namespace, "work", mint(kind_env, [(store, "read_write")], session))
+    create_smem(
+        namespace,
+        "doomed",
+        session,
+        [(store, "journal", "read_write")],
+        agent(
+            "--scenario",
+            "steady",
+            "--duration",
+            "600",
+            "--interval",
+            "0.3",
+            "--term-linger",
+            "3",
+            image=kind_env.image,
+        ),
+    )
+    await wait_phase(namespace, "doomed", ("Running",))
+    pod = pod_name_for("doomed")
+    follow = subprocess.Popen(
+        ["kubectl", "--context", f"kind-{CLUSTER}", "-n", namespace, "logs", "-f", pod, "-c", "sandbox"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        await wait_store_has(kind_env, store, 3)
+        kubectl("-n", namespace, "delete", "smem", "doomed", "--wait=true", "--timeout=240s", timeout=260)
+        out, _ = follow.communicate(timeout=120)
+    finally:
+        follow.kill()
+    report = report_from_logs(out)
+    assert report["interrupted"] is True and report["ticks"] > report["sigterm_tick"]
+    assert await store_files(kind_env, store) == as_store_paths(
+        report["stores"]["/mnt/memory/journal"]["files"]
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# 4. sidecar SIGKILLed and restarted
+# --------------------------------------------------------------------------------------------------------
+
+
+def sigkill_sidecar(namespace: str, pod: str) -> None:
+    """SIGKILL the running memsync-sync container through the node's container runtime."""
+    node = kubectl_json("-n", namespace, "get", "pod", pod)["spec"]["nodeName"]
+    ids = run(
+        "docker",
+        "exec",
+        node,
+        "crictl",
+        "ps",
+        "-q",
+        "--name",
+        "memsync-sync",
+        "--label",
+        f"io.kubernetes.pod.namespace={namespace}",
+        "--label",
+        f"io.kubernetes.pod.name={pod}",
+    ).stdout.split()
+    assert len(ids) == 1, ids
+    run("docker", "exec", node, "crictl", "stop", "--timeout", "0", ids[0])  # timeout 0: SIGKILL at once
+
+
+async def test_sidecar_killed_and_restarted(kind_env: KindEnv, namespace: str) -> None:
+    store = await make_store(kind_env, "scratch", {})
+    session = sid()
+    create_secret(namespace, "work", mint(kind_env, [(store, "read_write")], session))
+    create_smem(
+        namespace,
+        "killed",
+        session,
+        [(store, "scratch", "read_write")],
+        agent("--scenario", "steady", "--duration", "40", "--interval", "0.3", image=kind_env.image),
+    )
+    await wait_phase(namespace, "killed", ("Running",))
+    pod = pod_name_for("killed")
+    await wait_store_has(kind_env, store, 3)
+    sigkill_sidecar(namespace, pod)
+    deadline = time.monotonic() + 120
+    while container(pod_status(namespace, pod), "memsync-sync").get("restartCount", 0) < 1:
+        assert time.monotonic() < deadline, "the sidecar was not restarted"
+        await asyncio.sleep(1)
+    status = await wait_phase(namespace, "killed", FINAL)
+    assert status["phase"] == "Succeeded", status
+    report = agent_report(namespace, pod)
+    remote = await store_files(kind_env, store)
+    assert remote == as_store_paths(report["stores"]["/mnt/memory/scratch"]["files"])
+    history = await versions(kind_env, store)
+    assert sorted(op for _, op in history) == ["created"] * len(remote)
+
+
+# --------------------------------------------------------------------------------------------------------
+# 5. no usable work-item secret
+# --------------------------------------------------------------------------------------------------------
+
+
+async def test_missing_secret(kind_env: KindEnv, namespace: str) -> None:
+    store = await make_store(kind_env, "nosecret", {})
+    create_smem(
+        namespace,
+        "nosecret",
+        sid(),
+        [(store, "notes", "read_write")],
+        agent("--duration", "5", image=kind_env.image),
+        secret_name="absent",
+    )
+    status = await wait_phase(namespace, "nosecret", ("Failed",), timeout=120)
+    assert "Secret absent (spec.workItemSecretRef.name) does not exist" in status["message"]
+    pods = kubectl_json("-n", namespace, "get", "pods")["items"]
+    assert pods == []  # the agent never starts
+
+
+async def test_secret_without_sessions_token(kind_env: KindEnv, namespace: str) -> None:
+    store = await make_store(kind_env, "tokenless", {"/a.md": "a\n"})
+    not_a_token = base64.urlsafe_b64encode(
+        json.dumps({"api_base_url": IN_CLUSTER_STORE_URL}).encode()
+    ).decode()
+    create_secret(namespace, "work", not_a_token)
+    create_smem(
+        namespace,
+        "tokenless",
+        sid(),
+        [(store, "notes", "read_write")],
+        agent("--duration", "5", image=kind_env.image),
+    )
+    status = await wait_phase(namespace, "tokenless", ("Failed",))
+    assert messages.NO_SESSIONS_TOKEN in status["message"], status
+    sandbox = container(pod_status(namespace, pod_name_for("tokenless")), "sandbox")
+    assert "running" not in sandbox["state"] and "terminated" not in sandbox["state"]  # never started
+
+
+# --------------------------------------------------------------------------------------------------------
+# 6. a store that cannot be mounted
+# --------------------------------------------------------------------------------------------------------
+
+
+async def test_store_that_does_not_exist(kind_env: KindEnv, namespace: str) -> None:
+    store = await make_store(kind_env, "gone", {"/a.md": "a\n"})
+    session = sid()
+    create_secret(namespace, "work", mint(kind_env, [(store, "read_write")], session))
+    async with kind_env.admin_client() as admin:
+        await admin.delete_store(store)
+    create_smem(
+        namespace,
+        "gone",
+        session,
+        [(store, "gone", "read_write")],
+        agent("--duration", "5", image=kind_env.image),
+    )
+    status = await wait_phase(namespace, "gone", ("Failed",))
+    assert f"{messages.DOWNLOAD_FAILED}{store}" in status["message"], status
+    sandbox = container(pod_status(namespace, pod_name_for("gone")), "sandbox")
+    assert "running" not in sandbox["state"] and "terminated" not in sandbox["state"]
