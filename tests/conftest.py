@@ -1,0 +1,302 @@
+"""Shared fixtures: the real store server (``python -m memsync store serve``) on a free loopback port.
+
+``store_server`` (session scope) is shared by every test of one pytest process — with xdist each worker
+process gets its own server, because session-scoped fixtures are per worker. Tests isolate themselves by
+creating their own stores. ``fresh_store_server`` (function scope) is private to one test, for tests that
+restart or kill it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+if TYPE_CHECKING:
+    from memsync.client import StoreClient
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT_S = 30.0
+SHUTDOWN_TIMEOUT_S = 10.0
+_API_HEADERS = {"anthropic-version": "2023-06-01", "anthropic-beta": "agent-memory-2026-07-22"}
+
+
+def free_port() -> int:
+    """A port the kernel just handed out on loopback (free at the time of the call)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class RunningStoreServer:
+    url: str
+    admin_key: str
+    db_path: Path
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    log_path: Path | None = field(default=None, repr=False)
+    port: int = 0
+    extra_args: tuple[str, ...] = ()
+
+    def admin_client(self, **kw: Any) -> StoreClient:
+        """A StoreClient authenticated with the admin key (use it with ``async with``)."""
+        from memsync.client import StoreClient
+
+        return StoreClient(self.url, api_key=self.admin_key, **kw)
+
+    async def mint_secret(self, stores: list[tuple[str, str]], session_id: str | None = None) -> str:
+        """Mint a session with ``[(memory_store_id, access)]`` attached; return its work-item secret."""
+        body = self._mint_body(stores, session_id)
+        async with httpx.AsyncClient(base_url=self.url, timeout=30.0) as http:
+            resp = await http.post(
+                "/v1/memsync/sessions",
+                params={"beta": "true"},
+                json=body,
+                headers={**_API_HEADERS, "x-api-key": self.admin_key},
+            )
+        resp.raise_for_status()
+        secret: str = resp.json()["work_secret"]
+        return secret
+
+    def mint_secret_sync(self, stores: list[tuple[str, str]], session_id: str | None = None) -> str:
+        """The same as ``mint_secret`` for synchronous tests."""
+        resp = httpx.post(
+            f"{self.url}/v1/memsync/sessions",
+            params={"beta": "true"},
+            json=self._mint_body(stores, session_id),
+            headers={**_API_HEADERS, "x-api-key": self.admin_key},
+            timeout=30.0,
+        )
+        resp.raise_for_status()
+        secret: str = resp.json()["work_secret"]
+        return secret
+
+    @staticmethod
+    def _mint_body(stores: list[tuple[str, str]], session_id: str | None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "resources": [
+                {"type": "memory_store", "memory_store_id": store_id, "access": access}
+                for store_id, access in stores
+            ]
+        }
+        if session_id is not None:
+            body["session_id"] = session_id
+        return body
+
+    def log_text(self) -> str:
+        """What the server wrote to stdout/stderr so far (for failure messages)."""
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")
+
+    # --- process control, for tests that restart or kill the server ------------------------------------
+
+    def start(self) -> None:
+        """Start (or restart) the server process on the same port, db and key; wait until it answers."""
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError("store server is already running")
+        assert self.log_path is not None
+        env = {
+            **os.environ,
+            "MEMSYNC_ADMIN_KEY": self.admin_key,
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.pop("MEMSYNC_STORE_URL", None)
+        log = self.log_path.open("ab")
+        try:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "memsync",
+                    "store",
+                    "serve",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--db",
+                    str(self.db_path),
+                    *self.extra_args,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=str(self.db_path.parent),
+            )
+        finally:
+            log.close()
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"store server exited with {self.process.returncode} before answering:\n{self.log_text()}"
+                )
+            try:
+                resp = httpx.get(f"{self.url}/healthz", timeout=1.0)
+                if resp.status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"store server did not answer within {STARTUP_TIMEOUT_S}s:\n{self.log_text()}")
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after a grace period. Idempotent."""
+        proc = self.process
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
+
+    def kill(self) -> None:
+        """SIGKILL at once (no graceful shutdown)."""
+        proc = self.process
+        if proc is None or proc.poll() is not None:
+            return
+        proc.kill()
+        proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
+
+
+def launch_store_server(directory: Path, extra_args: tuple[str, ...] = ()) -> RunningStoreServer:
+    """Start ``memsync store serve`` on a free loopback port with its SQLite file in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    server = RunningStoreServer(
+        url=f"http://127.0.0.1:{port}",
+        admin_key="sk-ant-admin-test-" + secrets.token_urlsafe(24),
+        db_path=directory / "store.db",
+        log_path=directory / "server.log",
+        port=port,
+        extra_args=extra_args,
+    )
+    # A port may be taken between free_port() and bind(); try a few.
+    for attempt in range(5):
+        try:
+            server.start()
+            return server
+        except RuntimeError:
+            if attempt == 4 or "address already in use" not in server.log_text().lower():
+                raise
+            server.port = free_port()
+            server.url = f"http://127.0.0.1:{server.port}"
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="session")
+def store_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStoreServer]:
+    server = launch_store_server(tmp_path_factory.mktemp("store-server"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def fresh_store_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStoreServer]:
+    server = launch_store_server(tmp_path_factory.mktemp("fresh-store-server"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# --- raw HTTP helper for protocol tests (the server's own tests use it; others may too) ---------------------
+
+
+class StoreApi:
+    """A thin synchronous httpx wrapper for protocol-level tests: every request carries the API's headers and
+    ``?beta=true``; ``admin`` sends the admin key, ``bearer`` a sessions token, ``anon`` no credential."""
+
+    def __init__(self, server: RunningStoreServer) -> None:
+        self.server = server
+        self.http = httpx.Client(base_url=server.url, headers=_API_HEADERS, timeout=30.0)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _send(self, method: str, path: str, headers: dict[str, str], **kw: Any) -> httpx.Response:
+        params = dict(kw.pop("params", None) or {})
+        params.setdefault("beta", "true")
+        return self.http.request(method, path, params=params, headers=headers, **kw)
+
+    def admin(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        return self._send(method, path, {"x-api-key": self.server.admin_key, **kw.pop("headers", {})}, **kw)
+
+    def bearer(self, token: str, method: str, path: str, **kw: Any) -> httpx.Response:
+        return self._send(method, path, {"authorization": f"Bearer {token}", **kw.pop("headers", {})}, **kw)
+
+    def anon(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        return self._send(method, path, dict(kw.pop("headers", {})), **kw)
+
+    # conveniences (admin) ----------------------------------------------------------------------------------
+
+    def new_store(self, name: str = "Test Store", **fields: Any) -> str:
+        resp = self.admin("POST", "/v1/memory_stores", json={"name": name, **fields})
+        assert resp.status_code == 200, resp.text
+        store_id: str = resp.json()["id"]
+        return store_id
+
+    def create(self, store_id: str, path: str, content: str) -> dict[str, Any]:
+        resp = self.admin(
+            "POST", f"/v1/memory_stores/{store_id}/memories", json={"path": path, "content": content}
+        )
+        assert resp.status_code == 200, resp.text
+        body: dict[str, Any] = resp.json()
+        return body
+
+    def list_all(self, store_id: str, **params: Any) -> list[dict[str, Any]]:
+        """Every item of a memory listing, following next_page."""
+        items: list[dict[str, Any]] = []
+        page: str | None = None
+        while True:
+            query = dict(params)
+            if page:
+                query["page"] = page
+            resp = self.admin("GET", f"/v1/memory_stores/{store_id}/memories", params=query)
+            assert resp.status_code == 200, resp.text
+            body = resp.json()
+            items.extend(body["data"])
+            page = body["next_page"]
+            if not page:
+                return items
+
+    def paths(self, store_id: str) -> list[str]:
+        return [item["path"] for item in self.list_all(store_id, limit=100)]
+
+    def session_token(self, stores: list[tuple[str, str]], session_id: str | None = None) -> str:
+        """Mint a session; return its raw sessions token (decoded from the work-item secret)."""
+        from memsync.api.secret import decode_work_secret
+
+        return decode_work_secret(self.server.mint_secret_sync(stores, session_id)).sessions_token
+
+
+@pytest.fixture
+def store_api(store_server: RunningStoreServer) -> Iterator[StoreApi]:
+    api = StoreApi(store_server)
+    try:
+        yield api
+    finally:
+        api.close()

@@ -1,0 +1,306 @@
+"""Bad input over real HTTP: each gets the documented status and a message naming the problem, and nothing is
+stored."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import RunningStoreServer, StoreApi, launch_store_server
+
+
+def _error(resp: httpx.Response, status: int, error_type: str) -> str:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert body["type"] == "error"
+    assert body["error"]["type"] == error_type
+    assert body["request_id"].startswith("req_")
+    assert resp.headers["request-id"] == body["request_id"]
+    message: str = body["error"]["message"]
+    return message
+
+
+def _nothing_stored(api: StoreApi, store: str, expected_paths: list[str] | None = None) -> None:
+    assert api.paths(store) == (expected_paths or [])
+    versions = api.admin("GET", f"/v1/memory_stores/{store}/memory_versions", params={"limit": 100}).json()[
+        "data"
+    ]
+    assert len(versions) == len(expected_paths or [])
+
+
+BAD_PATHS = [
+    ("no-leading-slash.md", "must start with '/'"),
+    ("/", "at least one segment"),
+    ("/" + "x" * 1024, "at most 1024 bytes"),
+    ("/" + "é" * 512, "at most 1024 bytes"),  # 1,025 bytes in 513 characters
+    ("/" + "/".join(["s"] * 21), "at most 20 segments"),
+    ("/a//b", "empty segments"),
+    ("/a/", "empty segments"),
+    ("/a/./b", "'.' or '..'"),
+    ("/a/../b", "'.' or '..'"),
+    ("/..", "'.' or '..'"),
+    ("/a\x00b", "control character U+0000"),
+    ("/a\nb", "control character U+000A"),
+    ("/a\x7fb", "control character U+007F"),
+    ("/a\u200db", "format character U+200D"),
+    ("/\ufeffbom", "format character U+FEFF"),
+    ("/a\u2028b", "U+2028/U+2029"),
+    ("/a\u2029b", "U+2028/U+2029"),
+    ("/cafe\u0301", "NFC"),
+]
+
+
+@pytest.mark.parametrize(("path", "needle"), BAD_PATHS)
+def test_every_path_rule_on_create_and_rename(store_api: StoreApi, path: str, needle: str) -> None:
+    store = store_api.new_store()
+    resp = store_api.admin("POST", f"/v1/memory_stores/{store}/memories", json={"path": path, "content": "x"})
+    message = _error(resp, 400, "invalid_request_error")
+    assert needle in message
+    assert message.startswith("path: ")
+    mem = store_api.create(store, "/ok", "x")
+    resp = store_api.admin("POST", f"/v1/memory_stores/{store}/memories/{mem['id']}", json={"path": path})
+    assert needle in _error(resp, 400, "invalid_request_error")
+    _nothing_stored(store_api, store, ["/ok"])
+
+
+def test_lone_surrogate_in_json_is_a_400(store_api: StoreApi) -> None:
+    store = store_api.new_store()
+    for raw in (b'{"path": "/a\\ud800", "content": "x"}', b'{"path": "/a", "content": "x\\udc00"}'):
+        resp = store_api.admin(
+            "POST",
+            f"/v1/memory_stores/{store}/memories",
+            content=raw,
+            headers={"content-type": "application/json"},
+        )
+        assert "lone surrogate" in _error(resp, 400, "invalid_request_error")
+    _nothing_stored(store_api, store)
+
+
+def test_path_prefix_rules(store_api: StoreApi) -> None:
+    store = store_api.new_store()
+    url = f"/v1/memory_stores/{store}/memories"
+    assert "must end with '/'" in _error(
+        store_api.admin("GET", url, params={"path_prefix": "/notes"}), 400, "invalid_request_error"
+    )
+    assert "'.' or '..'" in _error(
+        store_api.admin("GET", url, params={"path_prefix": "/../"}), 400, "invalid_request_error"
+    )
+    for depth in ("2", "-1", "deep"):
+        message = _error(store_api.admin("GET", url, params={"depth": depth}), 400, "invalid_request_error")
+        assert "depth" in message
+    for limit in ("0", "101", "x"):
+        message = _error(store_api.admin("GET", url, params={"limit": limit}), 400, "invalid_request_error")
+        assert "limit" in message
+    assert "view" in _error(
+        store_api.admin("GET", url, params={"view": "everything"}), 400, "invalid_request_error"
+    )
+
+
+def test_content_limit(store_api: StoreApi) -> None:
+    store = store_api.new_store()
+    url = f"/v1/memory_stores/{store}/memories"
+    at_limit = store_api.admin("POST", url, json={"path": "/max", "content": "x" * 102_400})
+    assert at_limit.status_code == 200
+    assert at_limit.json()["content_size_bytes"] == 102_400
+    message = _error(
+        store_api.admin("POST", url, json={"path": "/over", "content": "x" * 102_401}),
+        400,
+        "invalid_request_error",
+    )
+    assert "102401 bytes" in message
+    assert "102400" in message
+    # counted in UTF-8 bytes, not characters
+    _error(
+        store_api.admin("POST", url, json={"path": "/wide", "content": "é" * 51_201}),
+        400,
+        "invalid_request_error",
+    )
+    mem_id = at_limit.json()["id"]
+    _error(
+        store_api.admin("POST", f"{url}/{mem_id}", json={"content": "y" * 102_401}),
+        400,
+        "invalid_request_error",
+    )
+    _nothing_stored(store_api, store, ["/max"])
+    got = store_api.admin("GET", f"{url}/{mem_id}").json()
+    assert got["content"] == "x" * 102_400
+
+
+def test_oversized_body_is_413(store_api: StoreApi) -> None:
+    store = store_api.new_store()
+    url = f"/v1/memory_stores/{store}/memories"
+    big = b'{"path": "/big", "content": "' + b"x" * (2 * 1024 * 1024) + b'"}'
+    resp = store_api.admin("POST", url, content=big, headers={"content-type": "application/json"})
+    assert "bytes" in _error(resp, 413, "request_too_large")
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the cap applies while reading
+        yield b'{"path": "/big", "content": "'
+        for _ in range(40):
+            yield b"y" * 65_536
+        yield b'"}'
+
+    resp = store_api.admin("POST", url, content=chunks(), headers={"content-type": "application/json"})
+    assert "exceeds" in _error(resp, 413, "request_too_large")
+    _nothing_stored(store_api, store)
+
+
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b'{"path": "/a", "content": "x",}', "not valid JSON"),
+        (b"", "empty"),
+        (b"[]", "must be a JSON object"),
+        (b'{"path": "/a", "content": "x", "overwrite": true}', "unknown field 'overwrite'"),
+        (b'{"content": "x"}', "missing required field 'path'"),
+        (b'{"path": 5, "content": "x"}', "'path'"),
+        (b'{"path": "/a", "content": ["x"]}', "'content'"),
+        (b'{"path": "/a"}', "missing required field 'content'"),
+    ],
+)
+def test_malformed_create_bodies(store_api: StoreApi, raw: bytes, needle: str) -> None:
+    store = store_api.new_store()
+    resp = store_api.admin(
+        "POST",
+        f"/v1/memory_stores/{store}/memories",
+        content=raw,
+        headers={"content-type": "application/json"},
+    )
+    assert needle in _error(resp, 400, "invalid_request_error")
+    _nothing_stored(store_api, store)
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({"content": "y", "if_match": "x"}, "unknown field 'if_match'"),
+        ({"content": "y", "precondition": {"type": "content_sha256"}}, "precondition.content_sha256"),
+        (
+            {"content": "y", "precondition": {"type": "content_sha256", "content_sha256": "ABC"}},
+            "content_sha256",
+        ),
+        (
+            {"content": "y", "precondition": {"type": "version", "content_sha256": "0" * 64}},
+            "precondition.type",
+        ),
+        ({"content": "y", "precondition": {"content_sha256": "0" * 64, "extra": 1}}, "precondition.extra"),
+    ],
+)
+def test_malformed_update_bodies(store_api: StoreApi, body: dict[str, Any], needle: str) -> None:
+    store = store_api.new_store()
+    mem = store_api.create(store, "/a", "x")
+    resp = store_api.admin("POST", f"/v1/memory_stores/{store}/memories/{mem['id']}", json=body)
+    assert needle in _error(resp, 400, "invalid_request_error")
+    got = store_api.admin("GET", f"/v1/memory_stores/{store}/memories/{mem['id']}").json()
+    assert got["content"] == "x"
+    _nothing_stored(store_api, store, ["/a"])
+
+
+def _first_page(api: StoreApi, store: str, **params: Any) -> dict[str, Any]:
+    resp = api.admin("GET", f"/v1/memory_stores/{store}/memories", params={"limit": 1, **params})
+    assert resp.status_code == 200, resp.text
+    body: dict[str, Any] = resp.json()
+    return body
+
+
+def test_forged_and_tampered_cursors(store_api: StoreApi) -> None:
+    store = store_api.new_store()
+    for i in range(3):
+        store_api.create(store, f"/m{i}", "x")
+    url = f"/v1/memory_stores/{store}/memories"
+    cursor = _first_page(store_api, store)["next_page"]
+    payload, sig = cursor[len("page_") :].split(".")
+    for forged, needle in [
+        ("page_Zm9yZ2Vk", "malformed"),
+        ("notacursor", "malformed"),
+        (
+            f"page_{payload}.{sig[:-2]}AA" if not sig.endswith("AA") else f"page_{payload}.{sig[:-2]}BB",
+            "signature",
+        ),
+        (f"page_{payload[:-3]}xyz.{sig}", "page cursor"),
+    ]:
+        message = _error(store_api.admin("GET", url, params={"page": forged}), 400, "invalid_request_error")
+        assert needle in message
+        assert forged not in message
+
+
+def test_cursor_is_bound_to_its_query(store_api: StoreApi) -> None:
+    store = store_api.new_store()
+    other = store_api.new_store()
+    for i in range(3):
+        store_api.create(store, f"/d/m{i}", "x")
+    cursor = _first_page(store_api, store)["next_page"]
+    url = f"/v1/memory_stores/{store}/memories"
+    for params in ({"path_prefix": "/d/"}, {"depth": 1}, {"view": "full"}):
+        message = _error(
+            store_api.admin("GET", url, params={"page": cursor, **params}), 400, "invalid_request_error"
+        )
+        assert "different query" in message
+    message = _error(
+        store_api.admin("GET", f"/v1/memory_stores/{other}/memories", params={"page": cursor}),
+        400,
+        "invalid_request_error",
+    )
+    assert "different query" in message
+    # a store-listing cursor is not a memory-listing cursor
+    stores_cursor = store_api.admin("GET", "/v1/memory_stores", params={"limit": 1}).json()["next_page"]
+    assert stores_cursor
+    _error(store_api.admin("GET", url, params={"page": stores_cursor}), 400, "invalid_request_error")
+    # the limit may change between pages
+    ok = store_api.admin("GET", url, params={"page": cursor, "limit": 50})
+    assert [m["path"] for m in ok.json()["data"]] == ["/d/m1", "/d/m2"]
+
+
+@pytest.fixture(scope="module")
+def strict_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStoreServer]:
+    """A private server with a 1-second cursor lifetime and a 5-memory cap."""
+    server = launch_store_server(
+        Path(tmp_path_factory.mktemp("strict-server")), ("--cursor-ttl", "1", "--max-memories", "5")
+    )
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_expired_cursor(strict_server: RunningStoreServer) -> None:
+    api = StoreApi(strict_server)
+    try:
+        store = api.new_store()
+        for i in range(3):
+            api.create(store, f"/m{i}", "x")
+        cursor = _first_page(api, store)["next_page"]
+        time.sleep(2.2)
+        message = _error(
+            api.admin("GET", f"/v1/memory_stores/{store}/memories", params={"page": cursor}),
+            400,
+            "invalid_request_error",
+        )
+        assert "expired" in message
+    finally:
+        api.close()
+
+
+def test_memory_cap_per_store(strict_server: RunningStoreServer) -> None:
+    api = StoreApi(strict_server)
+    try:
+        store = api.new_store()
+        mems = [api.create(store, f"/m{i}", "x") for i in range(5)]
+        resp = api.admin("POST", f"/v1/memory_stores/{store}/memories", json={"path": "/m5", "content": "x"})
+        message = _error(resp, 400, "invalid_request_error")
+        assert "maximum of 5 memories" in message
+        assert api.paths(store) == [f"/m{i}" for i in range(5)]
+        # existing memories stay editable at the cap, and deleting one makes room
+        upd = api.admin("POST", f"/v1/memory_stores/{store}/memories/{mems[0]['id']}", json={"content": "y"})
+        assert upd.status_code == 200
+        api.admin("DELETE", f"/v1/memory_stores/{store}/memories/{mems[1]['id']}")
+        assert api.create(store, "/m5", "x")["path"] == "/m5"
+        # the cap is per store
+        assert api.create(api.new_store(), "/m0", "x")["path"] == "/m0"
+    finally:
+        api.close()
