@@ -1,0 +1,199 @@
+"""``memsync operator``: run the SessionMemory controller (kopf), or print the CRD.
+
+``memsync operator [OPTIONS]`` and ``memsync operator run [OPTIONS]`` start the controller; ``memsync
+operator crd`` prints the CustomResourceDefinition (``make crds`` writes it to ``crds/``).
+
+The controller talks to the cluster with the credentials kopf uses: the in-cluster service account when it
+runs in a Pod, else the kubeconfig (``KUBECONFIG``, ``--context``). Every option is also an environment
+variable (shown in ``--help``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+import kopf
+from prometheus_client import start_http_server
+
+from memsync.controller.handlers import build_memo, build_registry
+from memsync.controller.kube import KubeApi
+from memsync.controller.settings import ControllerConfig, configure_settings
+from memsync.crd.schema import render_crd_yaml
+
+logger = logging.getLogger("memsync.operator")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def _run_options(fn: F) -> F:
+    """The controller's options; shared by ``memsync operator`` and ``memsync operator run``."""
+    options = [
+        click.option(
+            "--namespace",
+            "-n",
+            "namespaces",
+            multiple=True,
+            envvar="MEMSYNC_NAMESPACES",
+            metavar="NS",
+            help="Serve only this namespace (repeatable; globs like 'agents-*' allowed). "
+            "Env: whitespace-separated. Default: all namespaces.",
+        ),
+        click.option(
+            "--all-namespaces",
+            "-A",
+            is_flag=True,
+            envvar="MEMSYNC_ALL_NAMESPACES",
+            help="Serve every namespace (the default when no --namespace is given).",
+        ),
+        click.option(
+            "--agent-image",
+            envvar="MEMSYNC_AGENT_IMAGE",
+            default=None,
+            metavar="IMAGE",
+            help="Image of the memsync containers (mount and sync) in every sandbox Pod. Required.",
+        ),
+        click.option(
+            "--agent-image-pull-policy",
+            envvar="MEMSYNC_AGENT_IMAGE_PULL_POLICY",
+            type=click.Choice(PULL_POLICIES),
+            default="IfNotPresent",
+            show_default=True,
+        ),
+        click.option(
+            "--liveness",
+            "liveness",
+            envvar="MEMSYNC_OPERATOR_LIVENESS",
+            default=None,
+            metavar="URL",
+            help="Serve kopf's liveness probe here, e.g. http://0.0.0.0:8080/healthz.",
+        ),
+        click.option(
+            "--metrics-port",
+            envvar="MEMSYNC_OPERATOR_METRICS_PORT",
+            type=click.IntRange(0, 65535),
+            default=0,
+            show_default=True,
+            help="Serve Prometheus metrics on this port (/metrics); 0 = off.",
+        ),
+        click.option(
+            "--peering",
+            "peering_name",
+            envvar="MEMSYNC_OPERATOR_PEERING",
+            default=None,
+            metavar="NAME",
+            help="Coordinate with other operator instances through this KopfPeering object. Default: "
+            "standalone (run exactly one replica with the Recreate strategy).",
+        ),
+        click.option(
+            "--context",
+            envvar="MEMSYNC_KUBE_CONTEXT",
+            default=None,
+            help="kubeconfig context (outside a cluster).",
+        ),
+        click.option(
+            "--recheck-interval",
+            envvar="MEMSYNC_RECHECK_INTERVAL",
+            type=click.FloatRange(1.0),
+            default=30.0,
+            show_default=True,
+            help="Seconds between re-checks of a SessionMemory refused before its Pod (missing Secret or "
+            "key, duplicate session, invalid spec).",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@click.group("operator", invoke_without_command=True)
+@_run_options
+@click.pass_context
+def operator(ctx: click.Context, /, **options: Any) -> None:
+    """The SessionMemory controller. Without a subcommand it runs, as "memsync operator run" does."""
+    if ctx.invoked_subcommand is None:
+        _run(**options)
+
+
+@operator.command("run")
+@_run_options
+def run(**options: Any) -> None:
+    """Run the controller until SIGTERM/SIGINT."""
+    _run(**options)
+
+
+@operator.command("crd")
+def crd() -> None:
+    """Print the SessionMemory CustomResourceDefinition as YAML (what "make crds" writes)."""
+    click.echo(render_crd_yaml(), nl=False)
+
+
+def _run(
+    *,
+    namespaces: tuple[str, ...],
+    all_namespaces: bool,
+    agent_image: str | None,
+    agent_image_pull_policy: str,
+    liveness: str | None,
+    metrics_port: int,
+    peering_name: str | None,
+    context: str | None,
+    recheck_interval: float,
+) -> None:
+    if namespaces and all_namespaces:
+        raise click.UsageError("--namespace and --all-namespaces exclude each other")
+    if not agent_image:
+        raise click.UsageError(
+            "--agent-image (or MEMSYNC_AGENT_IMAGE) is required: the image of the memsync "
+            "containers in the sandbox Pods, normally the operator's own image"
+        )
+    exact = bool(namespaces) and not any(ch in ns for ns in namespaces for ch in "*?[!")
+    config = ControllerConfig(
+        agent_image=agent_image,
+        agent_image_pull_policy=agent_image_pull_policy,
+        recheck_interval=recheck_interval,
+    )
+    settings = configure_settings(
+        kopf.OperatorSettings(),
+        namespaced_only=exact,
+        reporting_instance=os.environ.get("POD_NAME") or socket.gethostname(),
+    )
+    try:
+        kube = KubeApi.from_environment(context=context)
+    except Exception as exc:  # kubernetes.config.ConfigException and file errors
+        raise click.ClickException(f"cannot configure the Kubernetes client: {exc}") from None
+
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kube.connection_info()
+
+    if metrics_port:
+        start_http_server(metrics_port)
+    logger.info(
+        "starting the memsync operator",
+        extra={
+            "namespaces": list(namespaces) or "all",
+            "agent_image": agent_image,
+            "liveness": liveness,
+            "metrics_port": metrics_port or None,
+            "standalone": peering_name is None,
+        },
+    )
+    try:
+        kopf.run(
+            registry=build_registry(config, login=login),
+            settings=settings,
+            memo=build_memo(kube, config),
+            standalone=peering_name is None,
+            peering_name=peering_name,
+            liveness_endpoint=liveness,
+            clusterwide=not namespaces,
+            namespaces=list(namespaces),
+        )
+    finally:
+        kube.close()

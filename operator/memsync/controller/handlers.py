@@ -1,0 +1,705 @@
+"""The SessionMemory controller: kopf handlers, thin and level-based, over pure decisions.
+
+One reconcile serves create, resume (operator restart), spec updates and a re-check timer. It reads the
+world, decides with pure functions, and converges; running it twice changes nothing the second time:
+
+1. A Pod with the deterministic name exists: adopt it if this SessionMemory owns it (controller owner
+   reference with its uid), else refuse (``PodNameTaken``). If this SessionMemory had a Pod that is gone,
+   the session is over: a session runs once and never gets a second Pod.
+2. Before any Pod, refusals, each a ``Failed`` phase whose ``Ready`` condition names the problem:
+   an invalid spec (``InvalidSpec``), an older SessionMemory with the same ``sessionId`` in the namespace
+   (``DuplicateSession``; ordered by creationTimestamp, then name), a missing Secret or key
+   (``SecretNotFound`` / ``SecretKeyNotFound``): never start a session without its memory. Refusals are
+   re-evaluated by a timer (and on spec updates), so a session starts once the Secret appears or the
+   older duplicate is gone.
+3. Otherwise build the Pod (``pod.build_sandbox_pod``, pure) and create it; a 409 means it exists: read
+   and adopt it as in 1.
+
+The Pod watcher (by label, server-side selector) derives the status from every Pod event with
+``status.derive_status`` and patches it; nothing polls. Every status write is a read-modify-write with a
+resourceVersion precondition (retried on conflict) under a per-object lock, and posts a Kubernetes Event
+when the phase (or the reason of a failure) changes.
+
+Spec updates after a Pod exists cannot reach it (a Pod's containers and environment are immutable): the
+operator records the new generation as observed and posts a ``SpecChangeNotApplied`` warning; the change
+applies only to a new SessionMemory. ``sessionId`` and ``stores`` are immutable in the CRD anyway.
+
+Deletion (memsync's own finalizer): the Pod is deleted with its own grace period so the sidecar's preStop
+and SIGTERM flushes run; the handler re-checks until it is gone (bounded by the Pod's grace period plus
+``delete_extra_seconds``; past the bound it warns ``FlushNotConfirmed``, records ``DeletionTimedOut`` and
+releases), waits briefly for the watcher to record the Pod's last termination messages (else records the
+flush as not reported), and releases the object.
+
+Events are posted for the SessionMemory on every phase change and for PodCreated, PodAdopted (once per
+operator process), DeletingPod, FlushNotConfirmed and SpecChangeNotApplied. Nothing here logs or posts a
+Secret's data: the Secret is read only to check that the key exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, cast
+
+import kopf
+
+from memsync.controller import metrics
+from memsync.controller import status as st
+from memsync.controller.kube import AlreadyExists, Conflict, KubeApi, KubeApiError
+from memsync.controller.pod import build_sandbox_pod, pod_name_for
+from memsync.controller.settings import ControllerConfig
+from memsync.crd.models import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    PLURAL,
+    VERSION,
+    InvalidSpecError,
+    SessionMemorySpec,
+    validate_spec,
+)
+
+logger = logging.getLogger(__name__)
+
+STATUS_WRITE_ATTEMPTS: Final = 8
+RECONCILE_ERROR_DELAY: Final = 10.0
+
+Status = dict[str, Any]
+Compute = Callable[[Mapping[str, Any], Status], Status | None]
+LoginFn = Callable[..., Any]
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared state of one operator process (kopf hands it to every handler through ``memo``)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Runtime:
+    kube: KubeApi
+    config: ControllerConfig
+    clock: Callable[[], dt.datetime] = st.now_utc
+    locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
+    # When the deletion first saw the Pod gone (monotonic seconds), per SessionMemory.
+    gone_since: dict[tuple[str, str], float] = field(default_factory=dict)
+    # Pods (by uid) this operator process created or has already announced as adopted.
+    known_pods: set[str] = field(default_factory=set)
+
+    def lock(self, namespace: str, name: str) -> asyncio.Lock:
+        return self.locks.setdefault((namespace, name), asyncio.Lock())
+
+    def forget(self, namespace: str, name: str) -> None:
+        self.locks.pop((namespace, name), None)
+        self.gone_since.pop((namespace, name), None)
+
+
+def build_memo(kube: KubeApi, config: ControllerConfig) -> kopf.Memo:
+    memo = kopf.Memo()
+    memo["runtime"] = Runtime(kube=kube, config=config)
+    return memo
+
+
+def plain(value: Any) -> Any:
+    """A deep copy as plain dicts and lists (kopf hands out mapping views over the raw object)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def _runtime(memo: Any) -> Runtime:
+    runtime = memo["runtime"]
+    assert isinstance(runtime, Runtime)
+    return runtime
+
+
+# --------------------------------------------------------------------------------------------------
+# Pure helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def owner_uid(pod: Mapping[str, Any]) -> str | None:
+    """The uid of the SessionMemory that controls ``pod`` (its controller owner reference), if any."""
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    for ref in refs:
+        if (
+            isinstance(ref, Mapping)
+            and ref.get("controller") is True
+            and ref.get("kind") == KIND
+            and str(ref.get("apiVersion", "")).split("/")[0] == GROUP
+        ):
+            uid = ref.get("uid")
+            return str(uid) if uid else None
+    return None
+
+
+def owner_name(pod: Mapping[str, Any]) -> str | None:
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    for ref in refs:
+        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("kind") == KIND:
+            name = ref.get("name")
+            return str(name) if name else None
+    return None
+
+
+def store_paths(raw_spec: Mapping[str, Any]) -> dict[str, str | None]:
+    """memoryStoreId -> effective mount path, in the spec's order (tolerates an invalid spec)."""
+    try:
+        spec = validate_spec(raw_spec)
+    except InvalidSpecError:
+        out: dict[str, str | None] = {}
+        for store in raw_spec.get("stores") or []:
+            if isinstance(store, Mapping) and isinstance(store.get("memoryStoreId"), str):
+                out.setdefault(store["memoryStoreId"], None)
+        return out
+    return {s.memory_store_id: s.effective_mount_path for s in spec.stores}
+
+
+def _sort_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""))
+
+
+def senior_duplicate(me: Mapping[str, Any], others: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The SessionMemory that holds ``me``'s sessionId in the namespace, when it is not ``me``.
+
+    All SessionMemories with the same ``spec.sessionId`` (including those being deleted, whose Pods may
+    still be flushing) are ordered by creationTimestamp, then name; the first one holds the session.
+    """
+    session_id = (me.get("spec") or {}).get("sessionId")
+    my_uid = (me.get("metadata") or {}).get("uid")
+    if not session_id:
+        return None
+    same = [o for o in others if (o.get("spec") or {}).get("sessionId") == session_id]
+    if not any((o.get("metadata") or {}).get("uid") == my_uid for o in same):
+        same.append(dict(me))
+    same.sort(key=_sort_key)
+    first = same[0]
+    return None if (first.get("metadata") or {}).get("uid") == my_uid else first
+
+
+def _announcement(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(event type, reason, message) when the phase, or the reason of a failure, changed; else None."""
+    old_phase, new_phase = old.get("phase"), new.get("phase")
+    old_ready = st.condition(old, st.READY) or {}
+    new_ready = st.condition(new, st.READY) or {}
+    if old_phase == new_phase and (
+        new_phase != st.FAILED or old_ready.get("reason") == new_ready.get("reason")
+    ):
+        return None
+    message = str(new.get("message") or "")
+    if new_phase == st.FAILED:
+        return "Warning", str(new_ready.get("reason") or st.FAILED), message
+    if new_phase == st.SUCCEEDED:
+        return "Normal", st.SUCCEEDED, message
+    return "Normal", str(new_phase), message
+
+
+# --------------------------------------------------------------------------------------------------
+# Status writes
+# --------------------------------------------------------------------------------------------------
+
+
+def _post_event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+    ref = {
+        "apiVersion": obj.get("apiVersion") or API_VERSION,
+        "kind": obj.get("kind") or KIND,
+        "metadata": {
+            k: v for k, v in (obj.get("metadata") or {}).items() if k in ("name", "namespace", "uid")
+        },
+    }
+    try:
+        kopf.event(kopf.Body(cast(kopf.RawBody, ref)), type=type_, reason=reason, message=message[:1024])
+    except LookupError:  # outside a running operator (no event queue): nothing to post to
+        pass
+
+
+async def write_status(runtime: Runtime, namespace: str, name: str, compute: Compute) -> Status | None:
+    """Read the SessionMemory, compute its new status, patch it if it changed; announce phase changes.
+
+    ``compute(obj, previous_status)`` is pure and returns the complete new status (None: leave it).
+    The patch carries the resourceVersion that was read, so a concurrent writer makes it fail with a
+    conflict instead of being overwritten; it is then recomputed from the fresh object.
+    """
+    async with runtime.lock(namespace, name):
+        for attempt in range(STATUS_WRITE_ATTEMPTS):
+            obj = await runtime.kube.get_session_memory(namespace, name)
+            if obj is None:
+                return None
+            previous: Status = dict(obj.get("status") or {})
+            new = compute(obj, previous)
+            if new is None or new == previous:
+                return previous
+            patch = st.status_changes(previous, new)
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            try:
+                await runtime.kube.patch_session_memory_status(namespace, name, patch, resource_version=rv)
+            except Conflict:
+                await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
+                continue
+            announcement = _announcement(previous, new)
+            if announcement is not None:
+                type_, reason, message = announcement
+                metrics.PHASE_CHANGES.labels(phase=str(new.get("phase")), reason=reason).inc()
+                flushed = st.condition(new, st.FLUSHED) or {}
+                if new.get("phase") in st.TERMINAL_PHASES and flushed.get("reason") in (
+                    st.FLUSH_INCOMPLETE,
+                    st.FLUSH_NOT_REPORTED,
+                ):
+                    metrics.FLUSH_UNCONFIRMED.labels(reason=str(flushed["reason"])).inc()
+                logger.info(
+                    "SessionMemory phase changed",
+                    extra={
+                        "namespace": namespace,
+                        "sessionmemory": name,
+                        "phase": new.get("phase"),
+                        "reason": reason,
+                    },
+                )
+                _post_event(obj, type_, reason, message)
+            return new
+    raise kopf.TemporaryError(f"the status of {namespace}/{name} kept changing while it was written", delay=1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Reconcile (create, resume, update, re-check timer)
+# --------------------------------------------------------------------------------------------------
+
+
+def _generation(obj: Mapping[str, Any]) -> int | None:
+    value = (obj.get("metadata") or {}).get("generation")
+    return value if isinstance(value, int) else None
+
+
+async def _refuse(runtime: Runtime, namespace: str, name: str, reason: str, message: str) -> None:
+    now = runtime.clock()
+
+    def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
+        if previous.get("podName") and not st.is_refusal(previous):
+            return None  # a Pod was started meanwhile: the Pod's story wins
+        return st.refusal_status(
+            previous,
+            reason=reason,
+            message=message,
+            stores=store_paths(obj.get("spec") or {}),
+            generation=_generation(obj),
+            now=now,
+        )
+
+    await write_status(runtime, namespace, name, compute)
+
+
+async def _record_pod(runtime: Runtime, namespace: str, name: str, uid: str, pod: Mapping[str, Any]) -> None:
+    now = runtime.clock()
+
+    def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
+        if (obj.get("metadata") or {}).get("uid") != uid:
+            return None
+        return st.derive_status(
+            previous, pod, stores=store_paths(obj.get("spec") or {}), generation=_generation(obj), now=now
+        )
+
+    await write_status(runtime, namespace, name, compute)
+
+
+async def _record_lost_pod(
+    runtime: Runtime,
+    namespace: str,
+    name: str,
+    uid: str,
+    pod_name: str,
+    *,
+    reason: str = st.POD_LOST,
+    why: str | None = None,
+) -> None:
+    now = runtime.clock()
+
+    def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
+        if (obj.get("metadata") or {}).get("uid") != uid:
+            return None
+        return st.lost_pod_status(
+            previous,
+            pod_name=pod_name,
+            stores=store_paths(obj.get("spec") or {}),
+            generation=_generation(obj),
+            now=now,
+            reason=reason,
+            why=why,
+        )
+
+    await write_status(runtime, namespace, name, compute)
+
+
+async def _adopt_or_refuse(
+    runtime: Runtime, body: Mapping[str, Any], pod: Mapping[str, Any], *, created: bool
+) -> None:
+    meta = body.get("metadata") or {}
+    namespace, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta.get("uid"))
+    pod_name = str((pod.get("metadata") or {}).get("name"))
+    if owner_uid(pod) != uid:
+        status: Mapping[str, Any] = body.get("status") or {}
+        if status.get("podName") and not st.is_refusal(status):
+            # Our Pod is gone and another took its name: the session is over.
+            await _record_lost_pod(runtime, namespace, name, uid, str(status["podName"]))
+            return
+        await _refuse(
+            runtime,
+            namespace,
+            name,
+            st.POD_NAME_TAKEN,
+            f"a Pod named {pod_name} already exists in {namespace} and is not owned by this SessionMemory; "
+            "delete that Pod or rename the SessionMemory",
+        )
+        return
+    pod_uid = str((pod.get("metadata") or {}).get("uid") or pod_name)
+    if pod_uid not in runtime.known_pods:
+        runtime.known_pods.add(pod_uid)
+        verb = "created" if created else "adopted"
+        (metrics.PODS_CREATED if created else metrics.PODS_ADOPTED).inc()
+        logger.info(
+            f"sandbox Pod {verb}", extra={"namespace": namespace, "sessionmemory": name, "pod": pod_name}
+        )
+        _post_event(
+            body, "Normal", "PodCreated" if created else "PodAdopted", f"sandbox Pod {pod_name} {verb}"
+        )
+    await _record_pod(runtime, namespace, name, uid, pod)
+
+
+async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
+    """Converge one SessionMemory (see the module docstring). Idempotent.
+
+    The decision is taken on the object as the API serves it now, not on the (possibly older) body of the
+    event that triggered it: a status that already names a Pod must never be missed, or a session whose
+    Pod vanished could get a second one.
+    """
+    meta = event_body.get("metadata") or {}
+    namespace, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta.get("uid"))
+    kube = runtime.kube
+    body = await kube.get_session_memory(namespace, name)
+    if body is None or (body.get("metadata") or {}).get("uid") != uid:
+        return  # deleted meanwhile (or replaced by a new object of the same name, handled on its own)
+    if (body.get("metadata") or {}).get("deletionTimestamp"):
+        return  # the delete handler owns the object from here
+    status: Mapping[str, Any] = body.get("status") or {}
+    pod_name = pod_name_for(name)
+
+    pod = await kube.get_pod(namespace, pod_name)
+    if pod is not None:
+        await _adopt_or_refuse(runtime, body, pod, created=False)
+        return
+    if status.get("podName") and not st.is_refusal(status):
+        # The session had its Pod and the Pod is gone: it does not get a second one.
+        await _record_lost_pod(runtime, namespace, name, uid, str(status["podName"]))
+        return
+
+    raw_spec: Mapping[str, Any] = body.get("spec") or {}
+    try:
+        spec: SessionMemorySpec = validate_spec(raw_spec)
+    except InvalidSpecError as exc:
+        await _refuse(runtime, namespace, name, st.INVALID_SPEC, f"the spec is invalid: {exc}")
+        return
+
+    senior = senior_duplicate(body, await kube.list_session_memories(namespace))
+    if senior is not None:
+        senior_name = (senior.get("metadata") or {}).get("name")
+        await _refuse(
+            runtime,
+            namespace,
+            name,
+            st.DUPLICATE_SESSION,
+            f"SessionMemory {senior_name} already holds session {spec.session_id} in namespace {namespace}: "
+            "one SessionMemory per session; this one starts no Pod while that one exists",
+        )
+        return
+
+    ref = spec.work_item_secret_ref
+    keys = await kube.secret_keys(namespace, ref.name)
+    if keys is None:
+        await _refuse(
+            runtime,
+            namespace,
+            name,
+            st.SECRET_NOT_FOUND,
+            f"Secret {ref.name} (spec.workItemSecretRef.name) does not exist in namespace {namespace}; "
+            "the session never starts without its memory, so no Pod was created (re-checked periodically)",
+        )
+        return
+    if ref.key not in keys:
+        await _refuse(
+            runtime,
+            namespace,
+            name,
+            st.SECRET_KEY_NOT_FOUND,
+            f"Secret {ref.name} has no key {ref.key} (spec.workItemSecretRef.key); "
+            "the session never starts without its memory, so no Pod was created (re-checked periodically)",
+        )
+        return
+
+    try:
+        manifest = build_sandbox_pod(
+            name=name,
+            namespace=namespace,
+            uid=uid,
+            spec=spec,
+            agent_image=runtime.config.agent_image,
+            agent_image_pull_policy=runtime.config.agent_image_pull_policy,
+        )
+    except ValueError as exc:
+        await _refuse(runtime, namespace, name, st.INVALID_SPEC, f"the spec is invalid: {exc}")
+        return
+
+    try:
+        created = await kube.create_pod(namespace, manifest)
+    except AlreadyExists:
+        existing = await kube.get_pod(namespace, pod_name)
+        if existing is None:
+            raise kopf.TemporaryError(f"Pod {pod_name} existed and vanished; retrying", delay=1) from None
+        await _adopt_or_refuse(runtime, body, existing, created=False)
+        return
+    await _adopt_or_refuse(runtime, body, created, created=True)
+
+
+async def _guarded(runtime: Runtime, body: Mapping[str, Any], step: Callable[[], Awaitable[None]]) -> None:
+    """Run a handler step; API errors become kopf retries with a delay (never a tight loop)."""
+    try:
+        await step()
+    except KubeApiError as exc:
+        metrics.API_ERRORS.labels(status=str(exc.status)).inc()
+        meta = body.get("metadata") or {}
+        logger.warning(
+            "Kubernetes API call failed; will retry",
+            extra={"namespace": meta.get("namespace"), "sessionmemory": meta.get("name"), "error": str(exc)},
+        )
+        raise kopf.TemporaryError(str(exc), delay=RECONCILE_ERROR_DELAY) from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Deletion
+# --------------------------------------------------------------------------------------------------
+
+
+def _grace_seconds(pod: Mapping[str, Any], default: float) -> float:
+    meta_grace = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
+    spec_grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    for value in (meta_grace, spec_grace):
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            return float(value)
+    return default
+
+
+async def finalize(runtime: Runtime, body: Mapping[str, Any], elapsed: float) -> None:
+    """Delete the Pod gracefully, wait (bounded) until it is gone, make the outcome final; then release.
+
+    Raises kopf.TemporaryError to be called again while the Pod is still flushing.
+    """
+    meta = body.get("metadata") or {}
+    namespace, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta.get("uid"))
+    config = runtime.config
+    kube = runtime.kube
+    current = await kube.get_session_memory(namespace, name)
+    if current is None or (current.get("metadata") or {}).get("uid") != uid:
+        runtime.forget(namespace, name)
+        return
+    status: Mapping[str, Any] = current.get("status") or {}
+    pod_name = str(status.get("podName") or pod_name_for(name))
+
+    pod = await kube.get_pod(namespace, pod_name)
+    if pod is not None and owner_uid(pod) == uid:
+        bound = config.delete_timeout_seconds
+        if bound is None:
+            bound = _grace_seconds(pod, config.default_grace_seconds) + config.delete_extra_seconds
+        if elapsed <= bound:
+            if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+                pod_uid = (pod.get("metadata") or {}).get("uid")
+                await kube.delete_pod(namespace, pod_name, uid=str(pod_uid) if pod_uid else None)
+                logger.info(
+                    "deleting the sandbox Pod; its sidecar flushes the stores",
+                    extra={"namespace": namespace, "sessionmemory": name, "pod": pod_name},
+                )
+                _post_event(
+                    body,
+                    "Normal",
+                    "DeletingPod",
+                    f"deleting sandbox Pod {pod_name} with its grace period; memsync-sync flushes the stores",
+                )
+            await _record_pod(runtime, namespace, name, uid, pod)
+            raise kopf.TemporaryError(
+                f"waiting for sandbox Pod {pod_name} to end", delay=config.delete_recheck_delay
+            )
+        message = (
+            f"sandbox Pod {pod_name} did not end within {bound:.0f}s; releasing the SessionMemory without "
+            "a confirmed final flush (the Pod is left to Kubernetes' garbage collector)"
+        )
+        logger.warning(message, extra={"namespace": namespace, "sessionmemory": name, "pod": pod_name})
+        _post_event(body, "Warning", "FlushNotConfirmed", message)
+        await _record_lost_pod(
+            runtime,
+            namespace,
+            name,
+            uid,
+            pod_name,
+            reason=st.DELETION_TIMED_OUT,
+            why=f"the deletion gave up waiting for sandbox Pod {pod_name} after {bound:.0f}s",
+        )
+        runtime.forget(namespace, name)
+        return
+
+    had_pod = bool(status.get("podName")) and not st.is_refusal(status)
+    if had_pod:
+        if status.get("phase") not in st.TERMINAL_PHASES:
+            # The Pod is gone but its outcome is not recorded yet.
+            gone_since = runtime.gone_since.setdefault((namespace, name), time.monotonic())
+            if time.monotonic() - gone_since < config.report_settle_seconds:
+                # The Pod watcher records the Pod's last termination messages; give it a moment.
+                raise kopf.TemporaryError(
+                    f"sandbox Pod {pod_name} is gone; waiting for its final report",
+                    delay=min(1.0, config.delete_recheck_delay),
+                )
+            await _record_lost_pod(runtime, namespace, name, uid, pod_name)
+        final = (await kube.get_session_memory(namespace, name) or {}).get("status") or {}
+        flushed = st.condition(final, st.FLUSHED) or {}
+        if flushed.get("status") != "True":
+            _post_event(
+                body,
+                "Warning",
+                "FlushNotConfirmed",
+                f"released without a confirmed final flush: {flushed.get('message') or 'no report'}",
+            )
+    logger.info("SessionMemory released", extra={"namespace": namespace, "sessionmemory": name})
+    runtime.forget(namespace, name)
+
+
+# --------------------------------------------------------------------------------------------------
+# Pod watcher
+# --------------------------------------------------------------------------------------------------
+
+
+async def observe_pod(runtime: Runtime, event_type: str | None, pod: Mapping[str, Any]) -> None:
+    """Derive the owner's status from one Pod event (ADDED/MODIFIED/DELETED or the initial listing)."""
+    meta = pod.get("metadata") or {}
+    uid = owner_uid(pod)
+    name = owner_name(pod)
+    namespace = meta.get("namespace")
+    if uid is None or name is None or not namespace:
+        return
+    pod_gone = event_type == "DELETED"
+    now = runtime.clock()
+
+    def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
+        if (obj.get("metadata") or {}).get("uid") != uid:
+            return None  # a newer SessionMemory of the same name; this Pod is not its own
+        return st.derive_status(
+            previous,
+            pod,
+            stores=store_paths(obj.get("spec") or {}),
+            generation=_generation(obj),
+            now=now,
+            pod_gone=pod_gone,
+        )
+
+    await write_status(runtime, str(namespace), name, compute)
+
+
+async def note_spec_change(runtime: Runtime, body: Mapping[str, Any]) -> None:
+    """A spec update: before any Pod it is reconciled; once a Pod exists it cannot reach the Pod."""
+    meta = body.get("metadata") or {}
+    status: Mapping[str, Any] = body.get("status") or {}
+    if meta.get("deletionTimestamp"):
+        return
+    if not status.get("podName") or st.is_refusal(status):
+        await reconcile(runtime, body)
+        return
+    namespace, name = str(meta["namespace"]), str(meta["name"])
+    generation = _generation(body)
+    pod_name = str(status["podName"])
+    message = (
+        f"spec changed (generation {generation}) but sandbox Pod {pod_name} is immutable: the change applies "
+        "only to a new SessionMemory"
+    )
+    logger.warning(message, extra={"namespace": namespace, "sessionmemory": name})
+    _post_event(body, "Warning", "SpecChangeNotApplied", message)
+
+    def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
+        return st.with_generation(previous, _generation(obj))
+
+    await write_status(runtime, namespace, name, compute)
+
+
+# --------------------------------------------------------------------------------------------------
+# Registration
+# --------------------------------------------------------------------------------------------------
+
+
+def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) -> kopf.OperatorRegistry:
+    """A fresh kopf registry with memsync's handlers (one per operator run; tests make their own).
+
+    ``login``: kopf's authentication handler; the CLI passes ``KubeApi.connection_info`` so kopf and the
+    controller's own calls share one set of credentials. Without it, kopf's ``login_via_client`` (the
+    official client's in-cluster or kubeconfig configuration, which ``KubeApi.from_environment`` reads too).
+    """
+    registry = kopf.OperatorRegistry()
+    kopf.on.login(registry=registry, id="login")(login or kopf.login_via_client)
+
+    async def on_create_or_resume(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        runtime, obj = _runtime(memo), plain(body)
+        await _guarded(runtime, obj, lambda: reconcile(runtime, obj))
+
+    kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")(on_create_or_resume)
+    kopf.on.create(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")(on_create_or_resume)
+
+    async def on_update(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        runtime, obj = _runtime(memo), plain(body)
+        await _guarded(runtime, obj, lambda: note_spec_change(runtime, obj))
+
+    kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry, id="spec-change")(on_update)
+
+    async def recheck(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        obj = plain(body)
+        if not st.is_refusal(obj.get("status") or {}):
+            return
+        runtime = _runtime(memo)
+        await _guarded(runtime, obj, lambda: reconcile(runtime, obj))
+
+    def refused(status: kopf.Status, **_: Any) -> bool:
+        return st.is_refusal(plain(status))
+
+    # Only refused SessionMemories carry a timer (kopf starts and stops it as the filter flips).
+    kopf.timer(
+        GROUP,
+        VERSION,
+        PLURAL,
+        registry=registry,
+        id="recheck-refusal",
+        interval=config.recheck_interval,
+        initial_delay=config.recheck_interval,
+        when=refused,
+    )(recheck)
+
+    async def on_delete(body: kopf.Body, memo: kopf.Memo, runtime: dt.timedelta, **_: Any) -> None:
+        rt, obj = _runtime(memo), plain(body)
+        await _guarded(rt, obj, lambda: finalize(rt, obj, runtime.total_seconds()))
+
+    kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, id="cleanup")(on_delete)
+
+    async def on_pod(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        runtime, pod = _runtime(memo), plain(body)
+        try:
+            await observe_pod(runtime, type, pod)
+        except (KubeApiError, kopf.TemporaryError) as exc:
+            # Event handlers are not retried; the next event of this Pod derives the status again.
+            logger.warning(
+                "could not record a Pod event",
+                extra={"pod": (pod.get("metadata") or {}).get("name"), "error": str(exc)},
+            )
+
+    kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY}, registry=registry, id="pod-status")(
+        on_pod
+    )
+    return registry

@@ -1,0 +1,240 @@
+"""The controller's few calls to the Kubernetes API, through the official ``kubernetes`` client.
+
+The client is synchronous; every call runs in a worker thread (``asyncio.to_thread``) so kopf's event
+loop never blocks. Objects go in and come out as plain camelCase dicts (the wire format), the same shape
+kopf hands to handlers, so the pure functions of ``status.py`` and ``pod.py`` see one representation.
+
+``KubeApi`` is the seam: ``from_environment()`` uses the same credentials kopf does (in-cluster service
+account, else the kubeconfig), and ``for_host(url)`` points it at any API server, e.g. an emulator in
+tests. Secrets are only ever inspected for the presence of a key: their values are dropped as soon as the
+response is parsed and never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import kopf
+import kubernetes.client
+import kubernetes.config
+from kubernetes.client.exceptions import ApiException
+
+from memsync.crd.models import GROUP, PLURAL, VERSION
+
+T = TypeVar("T")
+
+MERGE_PATCH = "application/merge-patch+json"
+REQUEST_TIMEOUT = 30.0
+
+
+class KubeApiError(Exception):
+    """A Kubernetes API call failed. ``str()`` is the API's own short message (never a request body)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class NotFound(KubeApiError):
+    pass
+
+
+class AlreadyExists(KubeApiError):
+    pass
+
+
+class Conflict(KubeApiError):
+    """409 other than AlreadyExists: a resourceVersion precondition failed."""
+
+
+def _error(exc: ApiException) -> KubeApiError:
+    status = int(exc.status or 0)
+    reason = str(exc.reason or "")
+    message = reason
+    try:
+        body = json.loads(exc.body) if exc.body else {}
+    except (TypeError, ValueError):
+        body = {}
+    if isinstance(body, dict):
+        reason = str(body.get("reason") or reason)
+        message = str(body.get("message") or message)
+    message = message[:500]
+    if status == 404:
+        return NotFound(status, reason, message)
+    if status == 409 and reason == "AlreadyExists":
+        return AlreadyExists(status, reason, message)
+    if status == 409:
+        return Conflict(status, reason, message)
+    return KubeApiError(status, reason, message)
+
+
+def _decode(response: Any) -> dict[str, Any]:
+    data = response.data if hasattr(response, "data") else response
+    if isinstance(data, bytes | bytearray):
+        data = data.decode("utf-8")
+    value = json.loads(data) if isinstance(data, str) and data else {}
+    return value if isinstance(value, dict) else {}
+
+
+class KubeApi:
+    """Pods, Secrets (keys only) and SessionMemories, as plain dicts."""
+
+    def __init__(self, configuration: kubernetes.client.Configuration) -> None:
+        self._client = kubernetes.client.ApiClient(configuration)
+        self._core = kubernetes.client.CoreV1Api(self._client)
+        self._custom = kubernetes.client.CustomObjectsApi(self._client)
+
+    @classmethod
+    def from_environment(cls, *, context: str | None = None) -> KubeApi:
+        """In-cluster service account when running in a Pod, else the kubeconfig (``KUBECONFIG``)."""
+        configuration = kubernetes.client.Configuration()
+        try:
+            kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config(context=context, client_configuration=configuration)  # type: ignore[no-untyped-call]
+        return cls(configuration)
+
+    @classmethod
+    def for_host(cls, host: str, *, token: str | None = None, verify_ssl: bool = True) -> KubeApi:
+        """An API server at ``host`` (e.g. ``http://127.0.0.1:PORT``), optionally with a bearer token."""
+        configuration = kubernetes.client.Configuration()
+        configuration.host = host.rstrip("/")
+        configuration.verify_ssl = verify_ssl
+        if token:
+            configuration.api_key = {"BearerToken": token}
+            configuration.api_key_prefix = {"BearerToken": "Bearer"}
+        return cls(configuration)
+
+    def connection_info(self) -> kopf.ConnectionInfo:
+        """These same credentials for kopf: its login handler calls this (again after any 401).
+
+        Reading the token through the configuration runs the client's refresh hook, so a rotated
+        service-account token (or an exec plugin's new token) reaches kopf too.
+        """
+        c = self._client.configuration
+        header = c.get_api_key_with_prefix("BearerToken") or c.get_api_key_with_prefix("authorization")
+        scheme: str | None = None
+        token: str | None = None
+        if header:
+            parts = str(header).split(" ", 1)
+            scheme, token = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+        return kopf.ConnectionInfo(
+            server=str(c.host),
+            ca_path=c.ssl_ca_cert,
+            insecure=not c.verify_ssl,
+            username=c.username or None,
+            password=c.password or None,
+            scheme=scheme,
+            token=token,
+            certificate_path=c.cert_file,
+            private_key_path=c.key_file,
+        )
+
+    def close(self) -> None:
+        self._client.close()  # type: ignore[no-untyped-call]
+
+    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        def run() -> dict[str, Any]:
+            try:
+                response = fn(*args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT, **kwargs)
+            except ApiException as exc:
+                raise _error(exc) from None
+            return _decode(response)
+
+        return await asyncio.to_thread(run)
+
+    # --- Pods --------------------------------------------------------------------------------------------
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._call(self._core.read_namespaced_pod, name, namespace)
+        except NotFound:
+            return None
+
+    async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a Pod; raises :class:`AlreadyExists` when one of that name exists.
+
+        A create can only conflict on the name, so any 409 is reported as :class:`AlreadyExists`.
+        """
+        try:
+            return await self._call(self._core.create_namespaced_pod, namespace, dict(body))
+        except Conflict as exc:
+            raise AlreadyExists(exc.status, "AlreadyExists", exc.message) from None
+
+    async def delete_pod(
+        self, namespace: str, name: str, *, uid: str | None = None, grace_period_seconds: int | None = None
+    ) -> bool:
+        """Delete a Pod (the Pod's own grace period unless given); False when it was already gone.
+
+        ``uid`` makes the deletion conditional: a different Pod that took the name is left alone.
+        """
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        try:
+            await self._call(self._core.delete_namespaced_pod, name, namespace, body=options)
+        except NotFound:
+            return False
+        return True
+
+    # --- Secrets (keys only) -----------------------------------------------------------------------------
+
+    async def secret_keys(self, namespace: str, name: str) -> frozenset[str] | None:
+        """The keys a Secret holds, or None when it does not exist. Values are discarded unread."""
+        try:
+            secret = await self._call(self._core.read_namespaced_secret, name, namespace)
+        except NotFound:
+            return None
+        keys: set[str] = set()
+        for field in ("data", "stringData"):
+            section = secret.get(field)
+            if isinstance(section, dict):
+                keys.update(str(k) for k in section)
+        secret.clear()
+        return frozenset(keys)
+
+    # --- SessionMemories ---------------------------------------------------------------------------------
+
+    async def get_session_memory(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._call(
+                self._custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
+            )
+        except NotFound:
+            return None
+
+    async def list_session_memories(self, namespace: str) -> list[dict[str, Any]]:
+        listing = await self._call(
+            self._custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
+        )
+        items = listing.get("items")
+        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+    async def patch_session_memory_status(
+        self, namespace: str, name: str, status: Mapping[str, Any], *, resource_version: str | None = None
+    ) -> dict[str, Any]:
+        """JSON-merge-patch ``status`` through the status subresource.
+
+        With ``resource_version``, the API server refuses the patch (:class:`Conflict`) if the object changed
+        since it was read, so a read-modify-write never overwrites a newer status.
+        """
+        body: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return await self._call(
+            self._custom.patch_namespaced_custom_object_status,
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            body,
+            _content_type=MERGE_PATCH,
+        )

@@ -1,0 +1,94 @@
+"""The controller's configuration and the kopf settings that users of kopf operators learned to need.
+
+- Watch timeouts: the API server closes every watch after ``server_timeout`` and the client gives up after
+  ``client_timeout``, so a connection silently dropped by a load balancer is noticed and re-established
+  (kopf's most common complaint: "the operator stops seeing changes"); kopf >= 1.44 on Python >= 3.11 also
+  uses bookmarks with ``inactivity_timeout``.
+- memsync's own finalizer (``agents.memsync.dev/finalizer``) and annotation prefix (``agents.memsync.dev``)
+  for kopf's progress and diff-base records, so they are recognisably ours and never collide with another
+  kopf operator's; progress lives in annotations only (nothing under ``status.kopf``).
+- Pods are watched with a server-side label selector: the operator never lists every Pod of the cluster.
+- Events: Normal and Warning events are posted (``posting.level`` INFO).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Final
+
+import kopf
+
+from memsync.crd.models import ANNOTATION_PREFIX, FINALIZER, LABEL_MANAGED_BY, MANAGED_BY
+
+#: The label selector of the Pods the operator watches (every sandbox Pod carries it).
+POD_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+DEFAULT_AGENT_IMAGE: Final = "ghcr.io/memsync/memsync:latest"
+EVENT_COMPONENT: Final = "memsync-operator"
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """What the handlers need besides the Kubernetes API.
+
+    - ``recheck_interval``: how often a SessionMemory refused before any Pod existed (missing Secret or
+      key, duplicate session, invalid spec) is evaluated again, so it starts once the cause is fixed.
+    - ``delete_recheck_delay``: while deleting, how often the operator checks whether the Pod is gone.
+    - ``delete_extra_seconds``: the deletion waits for the Pod at most its ``terminationGracePeriodSeconds``
+      plus this, then gives up waiting, warns, and releases the SessionMemory (``delete_timeout_seconds``,
+      when set, replaces that bound with a fixed one).
+    - ``report_settle_seconds``: once the Pod is gone, how long the deletion waits for the Pod watcher to
+      record the Pod's last termination messages before recording the final flush as not reported.
+    """
+
+    agent_image: str = DEFAULT_AGENT_IMAGE
+    agent_image_pull_policy: str = "IfNotPresent"
+    recheck_interval: float = 30.0
+    delete_recheck_delay: float = 5.0
+    delete_extra_seconds: float = 60.0
+    delete_timeout_seconds: float | None = None
+    report_settle_seconds: float = 10.0
+    default_grace_seconds: float = 120.0
+
+
+@dataclass(frozen=True)
+class WatchTimeouts:
+    server_timeout: float = 300.0
+    client_timeout: float = 330.0
+    connect_timeout: float = 30.0
+    inactivity_timeout: float = 70.0
+    reconnect_backoff: float = 1.0
+
+
+def configure_settings(
+    settings: kopf.OperatorSettings,
+    *,
+    timeouts: WatchTimeouts | None = None,
+    namespaced_only: bool = False,
+    reporting_instance: str | None = None,
+) -> kopf.OperatorSettings:
+    """Apply memsync's kopf settings to ``settings`` (in place) and return it.
+
+    ``namespaced_only``: the operator serves an explicit list of namespaces; kopf then neither lists nor
+    watches Namespaces or CRDs (least-privilege RBAC needs no cluster-wide read), and the CRD must be
+    installed before the operator starts (as the install instructions require anyway).
+    """
+    t = timeouts or WatchTimeouts()
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    settings.watching.server_timeout = t.server_timeout
+    settings.watching.client_timeout = t.client_timeout
+    settings.watching.connect_timeout = t.connect_timeout
+    settings.watching.inactivity_timeout = t.inactivity_timeout
+    settings.watching.reconnect_backoff = t.reconnect_backoff
+    settings.watching.label_selectors["v1", "pods"] = POD_SELECTOR
+    settings.posting.enabled = True
+    settings.posting.level = logging.INFO
+    settings.posting.reporting_component = EVENT_COMPONENT
+    if reporting_instance:
+        settings.posting.reporting_instance = reporting_instance
+    settings.scanning.disabled = namespaced_only
+    return settings

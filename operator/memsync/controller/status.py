@@ -1,0 +1,743 @@
+"""A SessionMemory's status, derived from its sandbox Pod: pure functions over plain dicts.
+
+The controller reads a Pod (a raw camelCase dict, as the API serves it) and the SessionMemory's previous
+status, and gets back the complete new status. Nothing here talks to Kubernetes, reads a clock or logs;
+``now`` is passed in. The same inputs always give the same output, so a handler that runs twice writes
+nothing the second time.
+
+Phases move forward only: Pending -> Mounting -> Running -> Flushing -> Succeeded | Failed.
+
+- Pending: the Pod exists but ``memsync-mount`` has not started.
+- Mounting: ``memsync-mount`` is downloading the stores, or it has finished and the sandbox container or
+  the sync sidecar is not up yet.
+- Running: the sandbox container runs and the ``memsync-sync`` sidecar was ready. It stays Running if the
+  sidecar later turns unready (the ``Ready`` condition then says so).
+- Flushing: the Pod is terminating, or the sandbox container has ended while the sidecar does its final
+  sync and flush.
+- Succeeded: the sandbox ended well (exit 0, or ended by the Pod's deletion) and the sidecar reported a
+  complete final flush.
+- Failed: a refusal before any Pod (invalid spec, duplicate session, missing Secret or key), a failed
+  mount, a failed sandbox, a final flush that left files unsent or was never reported, a Pod that
+  disappeared without reporting an end, or a deletion that gave up waiting for the Pod.
+
+The sync agent reports through termination messages (one line of JSON, see the agent's contract):
+``{"phase":"mounted",...}`` from ``memsync-mount``, ``{"phase":"mount_failed",...}`` when it fails, and
+``{"phase":"flushed",...}`` from ``memsync-sync`` at shutdown. A missing, truncated or malformed message
+never breaks the derivation: it is reported as "not reported".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from memsync.controller.pod import MOUNT_CONTAINER, SANDBOX_CONTAINER, SYNC_CONTAINER
+from memsync.crd.models import CONDITION_FLUSHED, CONDITION_READY, CONDITION_STORES_MOUNTED, Phase
+
+PENDING: Final = Phase.PENDING.value
+MOUNTING: Final = Phase.MOUNTING.value
+RUNNING: Final = Phase.RUNNING.value
+FLUSHING: Final = Phase.FLUSHING.value
+SUCCEEDED: Final = Phase.SUCCEEDED.value
+FAILED: Final = Phase.FAILED.value
+TERMINAL_PHASES: Final = frozenset({SUCCEEDED, FAILED})
+_RANK: Final = {PENDING: 0, MOUNTING: 1, RUNNING: 2, FLUSHING: 3}
+
+READY: Final = CONDITION_READY
+STORES_MOUNTED: Final = CONDITION_STORES_MOUNTED
+FLUSHED: Final = CONDITION_FLUSHED
+CONDITION_TYPES: Final = (READY, STORES_MOUNTED, FLUSHED)
+
+# Reasons of the refusals that happen before any Pod exists. They are re-evaluated (the user may fix the
+# spec, create the Secret, or delete the older duplicate); every other Failed is final.
+INVALID_SPEC: Final = "InvalidSpec"
+DUPLICATE_SESSION: Final = "DuplicateSession"
+SECRET_NOT_FOUND: Final = "SecretNotFound"  # noqa: S105 - a reason, not a password
+SECRET_KEY_NOT_FOUND: Final = "SecretKeyNotFound"  # noqa: S105 - a reason, not a password
+POD_NAME_TAKEN: Final = "PodNameTaken"
+REFUSAL_REASONS: Final = frozenset(
+    {INVALID_SPEC, DUPLICATE_SESSION, SECRET_NOT_FOUND, SECRET_KEY_NOT_FOUND, POD_NAME_TAKEN}
+)
+
+# Reasons of the Pod-derived outcomes.
+MOUNT_FAILED: Final = "MountFailed"
+SANDBOX_FAILED: Final = "SandboxFailed"
+POD_FAILED: Final = "PodFailed"
+POD_LOST: Final = "PodLost"
+DELETION_TIMED_OUT: Final = "DeletionTimedOut"
+FLUSH_INCOMPLETE: Final = "FlushIncomplete"
+FLUSH_NOT_REPORTED: Final = "FlushNotReported"
+SESSION_SUCCEEDED: Final = "SessionSucceeded"
+
+MESSAGE_LIMIT: Final = 4096  # a termination message is < 4 KiB; conditions never carry more than that
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+Status = dict[str, Any]
+
+
+# --------------------------------------------------------------------------------------------------
+# Termination messages
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MountReport:
+    """``{"phase":"mounted","stores":{id:{"memories":n}}}`` from a successful ``memsync mount``."""
+
+    memories: dict[str, int]
+
+
+@dataclass(frozen=True)
+class MountFailure:
+    """``{"phase":"mount_failed","store":id|null,"error":"..."}`` from a failed ``memsync mount``."""
+
+    store: str | None
+    error: str
+
+
+@dataclass(frozen=True)
+class StoreFlush:
+    uploaded: int = 0
+    deleted: int = 0
+    conflicts: int = 0
+    refused: int = 0
+    unsent: int = 0
+
+
+@dataclass(frozen=True)
+class FlushReport:
+    """``{"phase":"flushed","complete":bool,"stores":{id:{...counts}}}`` from the final shutdown."""
+
+    complete: bool
+    stores: dict[str, StoreFlush] = field(default_factory=dict)
+
+
+Report = MountReport | MountFailure | FlushReport
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """The JSON object in a termination message: the whole text, else its last line that is one.
+
+    With ``terminationMessagePolicy: FallbackToLogsOnError`` the kubelet may hand us the tail of the log
+    instead of the message; the agent's JSON line is then usually the last line that parses.
+    """
+    text = text.strip()
+    if not text:
+        return None
+    candidates = [text, *reversed([line.strip() for line in text.splitlines()])]
+    for candidate in candidates:
+        if not candidate.startswith("{"):
+            continue
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def parse_termination_message(text: Any) -> Report | None:
+    """Parse one termination message of the sync agent; None when it is absent or not understood."""
+    if not isinstance(text, str):
+        return None
+    payload = _json_object(text)
+    if payload is None:
+        return None
+    phase = payload.get("phase")
+    stores = payload.get("stores")
+    if phase == "mounted":
+        memories: dict[str, int] = {}
+        if isinstance(stores, dict):
+            for store_id, info in stores.items():
+                count = _count(info.get("memories")) if isinstance(info, dict) else None
+                if isinstance(store_id, str) and count is not None:
+                    memories[store_id] = count
+        return MountReport(memories=memories)
+    if phase == "mount_failed":
+        error = payload.get("error")
+        store = payload.get("store")
+        if not isinstance(error, str) or not error.strip():
+            error = "memsync mount failed without saying why"
+        return MountFailure(store=store if isinstance(store, str) else None, error=error[:MESSAGE_LIMIT])
+    if phase == "flushed":
+        complete = payload.get("complete")
+        results: dict[str, StoreFlush] = {}
+        if isinstance(stores, dict):
+            for store_id, info in stores.items():
+                if not isinstance(store_id, str) or not isinstance(info, dict):
+                    continue
+                counts = {
+                    k: _count(info.get(k)) or 0
+                    for k in ("uploaded", "deleted", "conflicts", "refused", "unsent")
+                }
+                results[store_id] = StoreFlush(**counts)
+        # "complete" must be literally true; anything else is treated as incomplete (never claim a flush
+        # that was not confirmed).
+        return FlushReport(complete=complete is True, stores=results)
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# The Pod, as far as the status is concerned
+# --------------------------------------------------------------------------------------------------
+
+ContainerStateName = Literal["waiting", "running", "terminated", "absent"]
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    state: ContainerStateName = "absent"
+    ready: bool = False
+    exit_code: int | None = None
+    reason: str | None = None  # waiting or terminated reason (e.g. ErrImagePull, OOMKilled, Error)
+    detail: str | None = None  # waiting message (e.g. why an image pull fails)
+    message: str | None = None  # the terminated state's termination message
+    finished_at: str | None = None  # the terminated state's finishedAt
+
+
+@dataclass(frozen=True)
+class PodView:
+    name: str
+    phase: str  # the Pod's own phase: Pending, Running, Succeeded, Failed, Unknown
+    deleting: bool
+    reason: str | None
+    message: str | None
+    mount: ContainerView
+    sync: ContainerView
+    sandbox: ContainerView
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _container_view(statuses: Any, name: str) -> ContainerView:
+    if not isinstance(statuses, list):
+        return ContainerView()
+    for entry in statuses:
+        if not isinstance(entry, dict) or entry.get("name") != name:
+            continue
+        state = entry.get("state")
+        state = state if isinstance(state, dict) else {}
+        ready = entry.get("ready") is True
+        terminated = state.get("terminated")
+        if isinstance(terminated, dict):
+            code = terminated.get("exitCode")
+            return ContainerView(
+                state="terminated",
+                ready=ready,
+                exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+                reason=_str(terminated.get("reason")),
+                message=_str(terminated.get("message")),
+                finished_at=_str(terminated.get("finishedAt")),
+            )
+        if isinstance(state.get("running"), dict):
+            return ContainerView(state="running", ready=ready)
+        waiting = state.get("waiting")
+        waiting = waiting if isinstance(waiting, dict) else {}
+        return ContainerView(
+            state="waiting",
+            ready=ready,
+            reason=_str(waiting.get("reason")),
+            detail=_str(waiting.get("message")),
+        )
+    return ContainerView()
+
+
+def pod_view(pod: Mapping[str, Any]) -> PodView:
+    """The parts of a Pod that the status depends on; tolerant of any missing or odd field."""
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    status = pod.get("status")
+    status = status if isinstance(status, Mapping) else {}
+    init_statuses = status.get("initContainerStatuses")
+    return PodView(
+        name=str(meta.get("name") or ""),
+        phase=_str(status.get("phase")) or "Pending",
+        deleting=bool(meta.get("deletionTimestamp")),
+        reason=_str(status.get("reason")),
+        message=_str(status.get("message")),
+        mount=_container_view(init_statuses, MOUNT_CONTAINER),
+        sync=_container_view(init_statuses, SYNC_CONTAINER),
+        sandbox=_container_view(status.get("containerStatuses"), SANDBOX_CONTAINER),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Conditions
+# --------------------------------------------------------------------------------------------------
+
+
+def format_time(now: datetime) -> str:
+    """RFC 3339 in UTC with second precision, as Kubernetes writes metav1.Time."""
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Cond:
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str
+
+
+def merge_conditions(
+    previous: Any, wanted: Sequence[Cond], *, generation: int | None, now: datetime
+) -> list[dict[str, Any]]:
+    """The new condition list: ``lastTransitionTime`` moves only when a condition's status flips.
+
+    Reason and message follow the current state (a Failed mount changes the message of a condition that
+    was already False). Conditions of other types (written by someone else) are kept as they are.
+    """
+    before: dict[str, dict[str, Any]] = {}
+    others: list[dict[str, Any]] = []
+    wanted_types = {c.type for c in wanted}
+    for item in previous if isinstance(previous, list) else []:
+        if not isinstance(item, dict) or not isinstance(item.get("type"), str):
+            continue
+        if item["type"] in wanted_types:
+            before[item["type"]] = item
+        else:
+            others.append(dict(item))
+    result: list[dict[str, Any]] = []
+    for cond in wanted:
+        old = before.get(cond.type)
+        stamp = format_time(now)
+        if (
+            old is not None
+            and old.get("status") == cond.status
+            and isinstance(old.get("lastTransitionTime"), str)
+        ):
+            stamp = old["lastTransitionTime"]
+        entry: dict[str, Any] = {
+            "type": cond.type,
+            "status": cond.status,
+            "reason": cond.reason,
+            "message": cond.message[:MESSAGE_LIMIT],
+            "lastTransitionTime": stamp,
+        }
+        if generation is not None:
+            entry["observedGeneration"] = generation
+        result.append(entry)
+    return result + others
+
+
+def condition(status: Mapping[str, Any], type_: str) -> dict[str, Any] | None:
+    """One condition of a status, or None."""
+    for entry in status.get("conditions") or []:
+        if isinstance(entry, dict) and entry.get("type") == type_:
+            return entry
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Derivation
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the Pod says, before it is turned into status fields."""
+
+    phase: str
+    ready: Cond
+    mounted: Cond
+    flushed: Cond
+    message: str
+    mount_report: MountReport | None = None
+    flush_report: FlushReport | None = None
+    last_sync: str | None = None  # when the Pod last reported a sync (mount or final flush), RFC 3339
+
+
+def _plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {words or word + 's'}"
+
+
+_NORMAL_WAITING: Final = frozenset({"PodInitializing", "ContainerCreating"})
+
+
+def _waiting(container: ContainerView) -> str | None:
+    """Why a container waits, when the reason is worth showing (e.g. ImagePullBackOff), else None."""
+    if container.state != "waiting" or not container.reason or container.reason in _NORMAL_WAITING:
+        return None
+    return f"{container.reason}: {container.detail}" if container.detail else container.reason
+
+
+def _mounted_cond(view: PodView) -> tuple[Cond, MountReport | MountFailure | None]:
+    mount = view.mount
+    if mount.state == "terminated":
+        report = parse_termination_message(mount.message)
+        if mount.exit_code == 0:
+            if isinstance(report, MountReport):
+                total = sum(report.memories.values())
+                text = (
+                    f"memsync-mount materialised {_plural(total, 'memory', 'memories')} "
+                    f"from {_plural(len(report.memories), 'store')}"
+                )
+                return Cond(STORES_MOUNTED, "True", "Mounted", text), report
+            return Cond(STORES_MOUNTED, "True", "Mounted", "memsync-mount finished (it sent no report)"), None
+        if isinstance(report, MountFailure):
+            return Cond(STORES_MOUNTED, "False", MOUNT_FAILED, report.error), report
+        code = "?" if mount.exit_code is None else str(mount.exit_code)
+        why = f" ({mount.reason})" if mount.reason else ""
+        text = f"memsync-mount exited with code {code}{why} without a readable report"
+        return Cond(STORES_MOUNTED, "False", MOUNT_FAILED, text), None
+    if mount.state == "running":
+        return Cond(STORES_MOUNTED, "False", "Mounting", "memsync-mount is downloading the stores"), None
+    waiting = _waiting(mount)
+    if waiting:
+        return Cond(STORES_MOUNTED, "False", "MountPending", f"memsync-mount is waiting: {waiting}"), None
+    return Cond(STORES_MOUNTED, "False", "MountPending", "memsync-mount has not started yet"), None
+
+
+def _flush_summary(report: FlushReport) -> str:
+    totals = StoreFlush(
+        uploaded=sum(s.uploaded for s in report.stores.values()),
+        deleted=sum(s.deleted for s in report.stores.values()),
+        conflicts=sum(s.conflicts for s in report.stores.values()),
+        refused=sum(s.refused for s in report.stores.values()),
+        unsent=sum(s.unsent for s in report.stores.values()),
+    )
+    text = (
+        f"uploaded {totals.uploaded}, deleted {totals.deleted}, conflicts {totals.conflicts}, "
+        f"refused {totals.refused}, unsent {totals.unsent} across {_plural(len(report.stores), 'store')}"
+    )
+    if not report.complete:
+        unsent = sorted(sid for sid, s in report.stores.items() if s.unsent)
+        where = f" (unsent in {', '.join(unsent)})" if unsent else ""
+        return f"the final flush was incomplete: {text}{where}"
+    return f"the final flush completed: {text}"
+
+
+def _terminal_outcome(view: PodView, mounted: Cond, pod_gone: bool) -> Outcome | None:
+    """The outcome of a Pod that has ended (or is gone), or None while it still runs."""
+    sandbox, sync = view.sandbox, view.sync
+    pod_ended = view.phase in ("Succeeded", "Failed")
+    sandbox_ended = sandbox.state == "terminated"
+    if not (pod_ended or pod_gone or (sandbox_ended and sync.state == "terminated")):
+        return None
+
+    flush_report = parse_termination_message(sync.message) if sync.state == "terminated" else None
+    flush = flush_report if isinstance(flush_report, FlushReport) else None
+    ever_mounted = mounted.status == "True"
+    if flush is not None:
+        if flush.complete:
+            flushed = Cond(FLUSHED, "True", "FlushComplete", _flush_summary(flush))
+        else:
+            flushed = Cond(FLUSHED, "False", FLUSH_INCOMPLETE, _flush_summary(flush))
+    elif not ever_mounted:
+        flushed = Cond(FLUSHED, "True", "NothingToFlush", "the stores were never mounted: nothing to flush")
+    else:
+        flushed = Cond(
+            FLUSHED,
+            "False",
+            FLUSH_NOT_REPORTED,
+            "memsync-sync did not report a final flush; edits made since its last sync may be lost",
+        )
+
+    # Why the session ended, most specific first.
+    if mounted.reason == MOUNT_FAILED:
+        reason, text = MOUNT_FAILED, mounted.message
+    elif not ever_mounted and not sandbox_ended:
+        if pod_gone and not pod_ended:
+            reason, text = POD_LOST, f"the sandbox Pod {view.name} disappeared before the stores were mounted"
+        else:
+            why = view.message or view.reason or "it ended before the stores were mounted"
+            reason, text = POD_FAILED, f"the sandbox Pod {view.name} failed: {why}"
+    elif sandbox_ended and sandbox.exit_code not in (0, None) and not view.deleting:
+        why = f" ({sandbox.reason})" if sandbox.reason else ""
+        reason, text = SANDBOX_FAILED, f"the sandbox container exited with code {sandbox.exit_code}{why}"
+    elif not sandbox_ended and not pod_ended:
+        # Gone while the sandbox still ran: force-deleted, or the node went away.
+        reason = POD_LOST
+        text = f"the sandbox Pod {view.name} disappeared before its containers reported an end"
+    elif view.phase == "Failed" and not sandbox_ended:
+        why = view.message or view.reason or "no reason given"
+        reason, text = POD_FAILED, f"the sandbox Pod {view.name} failed: {why}"
+    elif flushed.status != "True":
+        reason, text = flushed.reason, flushed.message
+    else:
+        reason, text = SESSION_SUCCEEDED, f"the session ended; {flushed.message}"
+
+    if reason == SESSION_SUCCEEDED:
+        phase = SUCCEEDED
+    else:
+        phase = FAILED
+        if flushed.status != "True" and flushed.reason != reason:
+            text = f"{text}; {flushed.message}"
+    ready = Cond(READY, "False", reason, text)
+    mount_report = None
+    report = parse_termination_message(view.mount.message) if view.mount.state == "terminated" else None
+    if isinstance(report, MountReport):
+        mount_report = report
+    return Outcome(phase, ready, mounted, flushed, text, mount_report, flush)
+
+
+def pod_outcome(pod: Mapping[str, Any], *, pod_gone: bool = False) -> Outcome:
+    """What a Pod's statuses mean for the session, without regard to the previous status."""
+    view = pod_view(pod)
+    outcome = _pod_outcome(view, pod_gone=pod_gone)
+    if outcome.flush_report is not None and view.sync.finished_at:
+        return dataclasses.replace(outcome, last_sync=view.sync.finished_at)
+    if outcome.mounted.status == "True" and view.mount.finished_at:
+        return dataclasses.replace(outcome, last_sync=view.mount.finished_at)
+    return outcome
+
+
+def _pod_outcome(view: PodView, *, pod_gone: bool) -> Outcome:
+    mounted, report = _mounted_cond(view)
+    mount_report = report if isinstance(report, MountReport) else None
+    terminal = _terminal_outcome(view, mounted, pod_gone)
+    if terminal is not None:
+        return terminal
+    if mounted.reason == MOUNT_FAILED:
+        # memsync-mount failed but the kubelet has not marked the Pod Failed yet: it will not get better.
+        flushed = Cond(FLUSHED, "True", "NothingToFlush", "the stores were never mounted: nothing to flush")
+        return Outcome(
+            FAILED, Cond(READY, "False", MOUNT_FAILED, mounted.message), mounted, flushed, mounted.message
+        )
+
+    not_yet = Cond(FLUSHED, "Unknown", "SessionActive", "the final flush runs when the sandbox Pod ends")
+    sandbox, sync = view.sandbox, view.sync
+    if view.deleting or sandbox.state == "terminated":
+        why = "the sandbox Pod is terminating" if view.deleting else "the sandbox container has ended"
+        text = f"{why}; memsync-sync is flushing the stores"
+        flushing = Cond(FLUSHED, "Unknown", "Flushing", "memsync-sync is running the final sync and flush")
+        return Outcome(
+            FLUSHING, Cond(READY, "False", "Flushing", text), mounted, flushing, text, mount_report
+        )
+    if sandbox.state == "running":
+        if sync.ready:
+            text = "the sandbox runs; memsync-sync keeps the stores in sync"
+            return Outcome(
+                RUNNING, Cond(READY, "True", "SessionRunning", text), mounted, not_yet, text, mount_report
+            )
+        text = "the sandbox runs but memsync-sync is not ready"
+        return Outcome(
+            MOUNTING, Cond(READY, "False", "SyncNotReady", text), mounted, not_yet, text, mount_report
+        )
+    if mounted.status == "True" or view.mount.state == "running":
+        text = mounted.message
+        if mounted.status == "True":
+            text = "waiting for memsync-sync to become ready and the sandbox container to start"
+            stuck = [
+                f"{name} is waiting: {_waiting(c)}"
+                for name, c in (("memsync-sync", sync), ("sandbox", sandbox))
+                if _waiting(c)
+            ]
+            if stuck:
+                text = "; ".join(stuck)
+        return Outcome(MOUNTING, Cond(READY, "False", "Mounting", text), mounted, not_yet, text, mount_report)
+    text = f"the sandbox Pod {view.name} is pending: {mounted.message}"
+    return Outcome(PENDING, Cond(READY, "False", "PodPending", text), mounted, not_yet, text)
+
+
+def _store_entries(
+    stores: Mapping[str, str | None],
+    previous: Any,
+    mount_report: MountReport | None,
+    flush_report: FlushReport | None,
+) -> list[dict[str, Any]]:
+    """Per-store results in the spec's order; values already reported are kept when a report is absent.
+
+    ``stores`` maps each memoryStoreId of the spec to its effective mount path. A store a report names
+    that the spec does not (it cannot happen with a Pod built from this spec) is listed after them.
+    """
+    before: dict[str, dict[str, Any]] = {}
+    for item in previous if isinstance(previous, list) else []:
+        if isinstance(item, dict) and isinstance(item.get("memoryStoreId"), str):
+            before[item["memoryStoreId"]] = item
+    ids = list(stores)
+    for extra in (mount_report.memories if mount_report else {}, flush_report.stores if flush_report else {}):
+        ids.extend(sid for sid in extra if sid not in ids)
+    result: list[dict[str, Any]] = []
+    for sid in ids:
+        entry = dict(before.get(sid, {}))
+        entry["memoryStoreId"] = sid
+        mount_path = stores.get(sid)
+        if mount_path:
+            entry["mountPath"] = mount_path
+        if mount_report is not None and sid in mount_report.memories:
+            entry["memoriesMounted"] = mount_report.memories[sid]
+        if flush_report is not None and sid in flush_report.stores:
+            counts = flush_report.stores[sid]
+            entry.update(
+                uploaded=counts.uploaded,
+                deleted=counts.deleted,
+                conflicts=counts.conflicts,
+                refused=counts.refused,
+                unsent=counts.unsent,
+            )
+        result.append(entry)
+    return result
+
+
+def _assemble(
+    previous: Mapping[str, Any],
+    outcome: Outcome,
+    *,
+    pod_name: str | None,
+    stores: Mapping[str, str | None],
+    generation: int | None,
+    now: datetime,
+) -> Status:
+    status: Status = {k: v for k, v in previous.items() if k != "kopf"}
+    status["phase"] = outcome.phase
+    status["message"] = outcome.message[:MESSAGE_LIMIT]
+    if pod_name is not None:
+        status["podName"] = pod_name
+    else:
+        status.pop("podName", None)
+    if generation is not None:
+        status["observedGeneration"] = generation
+    status["conditions"] = merge_conditions(
+        previous.get("conditions"),
+        [outcome.ready, outcome.mounted, outcome.flushed],
+        generation=generation,
+        now=now,
+    )
+    status["stores"] = _store_entries(
+        stores, previous.get("stores"), outcome.mount_report, outcome.flush_report
+    )
+    if outcome.last_sync is not None:
+        status["lastSyncTime"] = outcome.last_sync
+    return status
+
+
+def is_refusal(status: Mapping[str, Any]) -> bool:
+    """True when the status is a Failed refusal that happened before any Pod was created."""
+    ready = condition(status, READY)
+    return status.get("phase") == FAILED and ready is not None and ready.get("reason") in REFUSAL_REASONS
+
+
+def derive_status(
+    previous: Mapping[str, Any] | None,
+    pod: Mapping[str, Any],
+    *,
+    stores: Mapping[str, str | None],
+    generation: int | None,
+    now: datetime,
+    pod_gone: bool = False,
+) -> Status:
+    """The new status of a SessionMemory from its Pod (``pod_gone``: the Pod's last state, now deleted).
+
+    - Non-terminal phases never move backwards (a sidecar that turns unready does not undo Running).
+    - An outcome derived from this Pod (Succeeded/Failed) is final: later events can add a flush report
+      that arrives late, but never reopen the session.
+    - A refusal (Failed before any Pod) is replaced by what the Pod says.
+    """
+    prev: Mapping[str, Any] = previous or {}
+    outcome = pod_outcome(pod, pod_gone=pod_gone)
+    pod_name = pod_view(pod).name or (prev.get("podName") if isinstance(prev.get("podName"), str) else None)
+    prev_phase = prev.get("phase")
+    if prev_phase in TERMINAL_PHASES and not is_refusal(prev) and prev.get("podName") == pod_name:
+        if outcome.phase not in TERMINAL_PHASES:
+            return dict(prev)
+    elif prev_phase in _RANK and outcome.phase in _RANK and _RANK[outcome.phase] < _RANK[str(prev_phase)]:
+        # Keep the phase that was reached; the conditions still say what is true now.
+        outcome = dataclasses.replace(outcome, phase=str(prev_phase))
+    return _assemble(prev, outcome, pod_name=pod_name, stores=stores, generation=generation, now=now)
+
+
+def refusal_status(
+    previous: Mapping[str, Any] | None,
+    *,
+    reason: str,
+    message: str,
+    stores: Mapping[str, str | None],
+    generation: int | None,
+    now: datetime,
+) -> Status:
+    """Failed before any Pod: the Ready condition names the problem; nothing was mounted or is at risk."""
+    prev = previous or {}
+    outcome = Outcome(
+        FAILED,
+        Cond(READY, "False", reason, message),
+        Cond(STORES_MOUNTED, "False", "NotStarted", "no sandbox Pod was started"),
+        Cond(FLUSHED, "True", "NothingToFlush", "no sandbox Pod was started: nothing to flush"),
+        message,
+    )
+    return _assemble(prev, outcome, pod_name=None, stores=stores, generation=generation, now=now)
+
+
+def lost_pod_status(
+    previous: Mapping[str, Any] | None,
+    *,
+    pod_name: str,
+    stores: Mapping[str, str | None],
+    generation: int | None,
+    now: datetime,
+    reason: str = POD_LOST,
+    why: str | None = None,
+) -> Status:
+    """The Pod this SessionMemory had is gone (or was given up on) and its last state was never seen.
+
+    A session runs once: the operator does not start a second Pod. If an outcome was already recorded
+    it stands; otherwise the session is Failed (``reason``, default PodLost; ``why`` replaces the default
+    explanation), and the final flush is unconfirmed unless the stores were never mounted.
+    """
+    prev = previous or {}
+    if prev.get("phase") in TERMINAL_PHASES and not is_refusal(prev):
+        return dict(prev)
+    before = condition(prev, STORES_MOUNTED)
+    if before is not None and before.get("status") == "True":
+        mounted = Cond(
+            STORES_MOUNTED, "True", str(before.get("reason") or "Mounted"), str(before.get("message") or "")
+        )
+        flushed = Cond(
+            FLUSHED,
+            "False",
+            FLUSH_NOT_REPORTED,
+            "memsync-sync did not report a final flush; edits made since its last sync may be lost",
+        )
+    else:
+        mounted = Cond(STORES_MOUNTED, "False", "NotMounted", "the stores were never mounted")
+        flushed = Cond(FLUSHED, "True", "NothingToFlush", "the stores were never mounted: nothing to flush")
+    text = why or f"the sandbox Pod {pod_name} disappeared before its containers reported an end"
+    if flushed.status != "True":
+        text = f"{text}; {flushed.message}"
+    outcome = Outcome(FAILED, Cond(READY, "False", reason, text), mounted, flushed, text)
+    return _assemble(prev, outcome, pod_name=pod_name, stores=stores, generation=generation, now=now)
+
+
+def with_generation(previous: Mapping[str, Any] | None, generation: int | None) -> Status:
+    """The same status, now marked as computed from ``generation`` (conditions included)."""
+    status: Status = dict(previous or {})
+    if generation is None:
+        return status
+    status["observedGeneration"] = generation
+    conds = status.get("conditions")
+    if isinstance(conds, list):
+        status["conditions"] = [
+            {**c, "observedGeneration": generation}
+            if isinstance(c, dict) and c.get("type") in CONDITION_TYPES
+            else c
+            for c in conds
+        ]
+    return status
+
+
+def status_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Status:
+    """A JSON merge patch turning ``old`` into ``new`` at the top level (dropped keys become None)."""
+    old = old or {}
+    patch: Status = {k: v for k, v in new.items() if old.get(k) != v}
+    for key in old:
+        if key not in new and key != "kopf":
+            patch[key] = None
+    return patch
+
+
+def now_utc() -> datetime:
+    """The one impure helper: handlers pass its value into the functions above."""
+    return datetime.now(tz=UTC)

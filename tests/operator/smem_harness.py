@@ -1,0 +1,531 @@
+"""Helpers of the operator tier: kopf against kmock's KubernetesEmulator (a real HTTP server on loopback).
+
+kmock's emulator is "a Kubernetes-like database over HTTP". ``MemsyncEmulator`` adds the few API-server
+behaviours the controller's correctness depends on, so the tests can fail where a real cluster would:
+
+- ``metadata.uid``, ``creationTimestamp``, ``generation`` and ``generateName`` on create;
+- a ``resourceVersion`` bumped on every write, honoured as a precondition in merge patches and in kopf's
+  JSON-patch ``test`` operations (kmock alone never changes it, so kopf's consistency checks and our
+  optimistic status writes would pass vacuously);
+- ``generation`` bumped when ``spec`` changes;
+- the status subresource: a patch of the main resource cannot change ``status``, a patch of ``/status``
+  can change nothing else; and status fields the CRD does not declare are pruned (as the API server does);
+- DeleteOptions ``preconditions.uid``;
+- graceful Pod deletion: a Pod is not removed at once but gets ``deletionTimestamp`` (kmock does that only
+  for objects with finalizers, so every Pod carries a test-only finalizer, ``KUBELET_FINALIZER``); the test
+  then plays the kubelet (final container statuses, then removing the finalizer removes the Pod).
+
+Everything else (watch, list, get, merge and JSON patches) is kmock's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import inspect
+import itertools
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import kmock as km
+import kopf
+from kmock._internal import enums, rendering
+
+from memsync.controller.handlers import build_memo, build_registry
+from memsync.controller.kube import KubeApi
+from memsync.controller.settings import ControllerConfig, WatchTimeouts, configure_settings
+from memsync.crd.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from memsync.crd.schema import build_crd
+
+NAMESPACE = "agents"
+KUBELET_FINALIZER = "kubelet.memsync.test/graceful-termination"
+SMEM = f"{GROUP}/{VERSION}/{PLURAL}"
+AGENT_IMAGE = "registry.test/memsync:test"
+
+POD_RES = km.resource("v1/pods")
+EVENT_RES = km.resource("v1/events")
+SMEM_RES = km.resource(SMEM)
+
+
+class _ResourceVersions:
+    """One cluster-wide, ever-increasing resourceVersion sequence (as etcd's revision)."""
+
+    def __init__(self) -> None:
+        self._counter = itertools.count(1000)
+        self.current = 999
+
+    def next(self) -> str:
+        self.current = next(self._counter)
+        return str(self.current)
+
+
+_rv = _ResourceVersions()
+
+
+def _now() -> str:
+    return datetime.now(tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _merge(base: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(base) if isinstance(base, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out
+
+
+def _prune(value: Any, schema: dict[str, Any]) -> Any:
+    """Drop what a structural schema does not declare (x-kubernetes-preserve-unknown-fields keeps it)."""
+    if value is None or schema.get("x-kubernetes-preserve-unknown-fields"):
+        return value
+    if isinstance(value, dict) and "properties" in schema:
+        props = schema["properties"]
+        return {k: _prune(v, props[k]) for k, v in value.items() if k in props}
+    if isinstance(value, list) and "items" in schema:
+        return [_prune(v, schema["items"]) for v in value]
+    return value
+
+
+_STATUS_SCHEMA = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+
+
+class MemsyncEmulator(km.KubernetesEmulator):
+    """kmock's KubernetesEmulator plus the API-server behaviours listed in the module docstring."""
+
+    async def _handle(self, request: rendering.Request) -> Any:
+        if request.resource is not None:
+            self._emulate(request)
+        return await super()._handle(request)
+
+    async def _serve_list(self, request: rendering.Request) -> Any:
+        payload = await super()._serve_list(request)
+        payload["metadata"] = {"resourceVersion": str(_rv.current)}
+        return payload
+
+    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[Any]:
+        """A watch from resourceVersion N sends only what changed after N (kmock replays everything)."""
+        since = str(request.params.get("resourceVersion") or "")
+        floor = int(since) if since.isdigit() else None
+        async for event in super()._serve_watch(request):
+            if floor is not None and isinstance(event, dict):
+                version = str(
+                    ((event.get("object") or {}).get("metadata") or {}).get("resourceVersion") or ""
+                )
+                if version.isdigit() and int(version) <= floor:
+                    continue
+            yield event
+
+    def _has_status_subresource(self, resource: Any) -> bool:
+        return resource in self.resources and "status" in self.resources[resource].subresources
+
+    def _current(self, request: rendering.Request) -> dict[str, Any] | None:
+        key = (request.resource, request.namespace, request.name)
+        if key not in self.objects:
+            return None
+        obj = self.objects[key]
+        return None if obj.deleted else copy.deepcopy(obj.raw)
+
+    def _emulate(self, request: rendering.Request) -> None:
+        resource = request.resource
+        data = request.data
+        if request.action == enums.action.CREATE and isinstance(data, dict):
+            meta = data.setdefault("metadata", {})
+            if not meta.get("name") and meta.get("generateName"):
+                meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
+            meta.setdefault("namespace", request.namespace)
+            meta["uid"] = str(uuid.uuid4())
+            meta["creationTimestamp"] = _now()
+            meta["resourceVersion"] = _rv.next()
+            meta["generation"] = 1
+            if self._has_status_subresource(resource):
+                data.pop("status", None)
+            if resource == POD_RES:
+                meta["finalizers"] = [*meta.get("finalizers", []), KUBELET_FINALIZER]
+        elif request.action == enums.action.UPDATE and request.name is not None:
+            current = self._current(request)
+            if current is None:
+                return  # kmock answers 404
+            self._patch(request, resource, current, data)
+        elif request.action == enums.action.DELETE and request.name is not None:
+            current = self._current(request)
+            if current is None:
+                return
+            options = data if isinstance(data, dict) else {}
+            want_uid = (options.get("preconditions") or {}).get("uid")
+            if want_uid and want_uid != current["metadata"].get("uid"):
+                raise km.KubernetesError(status=409, reason="Conflict", message="precondition failed: uid")
+            meta = current.get("metadata", {})
+            if meta.get("deletionTimestamp"):
+                return  # already terminating: nothing changes
+            stamp: dict[str, Any] = {"resourceVersion": _rv.next()}
+            if resource == POD_RES and meta.get("finalizers"):
+                grace = options.get("gracePeriodSeconds")
+                if grace is None:
+                    grace = (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+                stamp["deletionGracePeriodSeconds"] = grace
+            self.objects[(resource, request.namespace, request.name)].patch({"metadata": stamp})
+
+    def _patch(self, request: rendering.Request, resource: Any, current: dict[str, Any], data: Any) -> None:
+        rv = _rv.next()
+        on_status = request.subresource == "status"
+        guarded = self._has_status_subresource(resource)
+        if isinstance(data, dict):
+            wanted_rv = (data.get("metadata") or {}).get("resourceVersion")
+            if wanted_rv is not None and wanted_rv != current["metadata"].get("resourceVersion"):
+                raise km.KubernetesError(
+                    status=409, reason="Conflict", message="the object has been modified; please apply again"
+                )
+            if on_status:
+                for key in list(data):
+                    if key != "status":
+                        del data[key]
+                if resource == km.resource(SMEM) and isinstance(data.get("status"), dict):
+                    data["status"] = _prune(data["status"], _STATUS_SCHEMA)
+            elif guarded:
+                data.pop("status", None)
+            meta = data.setdefault("metadata", {})
+            meta["resourceVersion"] = rv
+            if "spec" in data and not on_status:
+                new_spec = _merge(current.get("spec"), data["spec"])
+                if new_spec != current.get("spec"):
+                    meta["generation"] = int(current["metadata"].get("generation", 1)) + 1
+        elif isinstance(data, list):
+            ops = [op for op in data if isinstance(op, dict)]
+            for op in ops:
+                if (
+                    op.get("op") == "test"
+                    and op.get("path") == "/metadata/resourceVersion"
+                    and op.get("value") != current["metadata"].get("resourceVersion")
+                ):
+                    # What the API server answers when a JSON-patch test fails (kopf expects it).
+                    raise km.KubernetesError(
+                        status=422, reason="Invalid", message="the test operation failed"
+                    )
+            if on_status:
+                ops = [
+                    op
+                    for op in ops
+                    if str(op.get("path", "")).startswith("/status") or op.get("op") == "test"
+                ]
+            elif guarded:
+                ops = [op for op in ops if not str(op.get("path", "")).startswith("/status")]
+            if any(str(op.get("path", "")).startswith("/spec") and op.get("op") != "test" for op in ops):
+                generation = int(current["metadata"].get("generation", 1)) + 1
+                ops.append({"op": "add", "path": "/metadata/generation", "value": generation})
+            ops.append({"op": "add", "path": "/metadata/resourceVersion", "value": rv})
+            data[:] = ops
+
+
+# --------------------------------------------------------------------------------------------------
+# Fixtures and helpers
+# --------------------------------------------------------------------------------------------------
+
+
+_VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
+
+
+def declare_resources(kmock: km.KubernetesEmulator) -> None:
+    """Discovery: what kopf needs to start watching (namespaces and CRDs, even unused), and our kinds."""
+    kmock.resources["v1/namespaces"] = km.ResourceInfo(kind="Namespace", namespaced=False, verbs=_VERBS)
+    kmock.resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = km.ResourceInfo(
+        kind="CustomResourceDefinition", namespaced=False, verbs=_VERBS
+    )
+    kmock.resources["v1/pods"] = km.ResourceInfo(
+        kind="Pod", namespaced=True, verbs=_VERBS, subresources={"status"}
+    )
+    kmock.resources["v1/secrets"] = km.ResourceInfo(kind="Secret", namespaced=True, verbs=_VERBS)
+    kmock.resources["v1/events"] = km.ResourceInfo(kind="Event", namespaced=True, verbs=_VERBS)
+    kmock.resources[SMEM] = km.ResourceInfo(
+        kind=KIND, namespaced=True, verbs=_VERBS, subresources={"status"}, shortnames={"smem"}
+    )
+
+
+async def eventually(probe: Callable[[], Any], *, timeout: float = 15.0, what: str = "condition") -> Any:
+    """Poll ``probe`` (sync or async) until it returns something truthy; fail with the last value.
+
+    A bounded wait for an end state, not a timing assertion: ``timeout`` only stops a broken test.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        last = probe()
+        if inspect.isawaitable(last):
+            last = await last
+        if last:
+            return last
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
+        await asyncio.sleep(0.05)
+
+
+def smem_body(
+    name: str,
+    *,
+    session_id: str = "sesn_011abc",
+    secret: str = "work-secret",  # noqa: S107 - a Secret name
+    **spec: Any,
+) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "sessionId": session_id,
+        "workItemSecretRef": {"name": secret, "key": "secret"},
+        "apiBaseUrl": "http://memsync-store.memsync-system.svc:8080",
+        "stores": [
+            {"memoryStoreId": "memstore_01aa", "name": "User Preferences", "access": "read_write"},
+            {"memoryStoreId": "memstore_02bb", "name": "Team Notes", "access": "read_only"},
+        ],
+        "sync": {"intervalSeconds": 15, "deletions": "enabled", "finalFlushSeconds": 30},
+        "sandbox": {"image": "example.com/agent-sandbox:1.0", "args": ["--task", "demo"]},
+    }
+    base.update(spec)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": base,
+    }
+
+
+@dataclass
+class Cluster:
+    """The emulated API server, seen as a test (and a kubelet) would use it."""
+
+    kmock: km.KubernetesEmulator
+    namespace: str = NAMESPACE
+
+    @property
+    def url(self) -> str:
+        return str(self.kmock.url).rstrip("/")
+
+    def _smem_path(self, name: str = "") -> str:
+        base = f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{PLURAL}"
+        return f"{base}/{name}" if name else base
+
+    def _pod_path(self, name: str = "") -> str:
+        base = f"/api/v1/namespaces/{self.namespace}/pods"
+        return f"{base}/{name}" if name else base
+
+    async def request_json(
+        self, method: str, path: str, body: Any = None, *, content_type: str | None = None
+    ) -> Any:
+        headers = {"Content-Type": content_type} if content_type else {}
+        async with self.kmock.request(method, path, json=body, headers=headers) as response:
+            payload = await response.json(content_type=None)
+            if response.status >= 400:
+                raise AssertionError(f"{method} {path} -> {response.status}: {payload}")
+            return payload
+
+    # --- objects ---------------------------------------------------------------------------------------
+
+    async def create_smem(self, body: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await self.request_json("POST", self._smem_path(), body)
+        return result
+
+    async def create_secret(self, name: str, data: dict[str, str]) -> None:
+        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": self.namespace}}
+        body["data"] = data
+        await self.request_json("POST", f"/api/v1/namespaces/{self.namespace}/secrets", body)
+
+    async def patch_smem_spec(self, name: str, spec: dict[str, Any]) -> None:
+        await self.request_json(
+            "PATCH", self._smem_path(name), {"spec": spec}, content_type="application/merge-patch+json"
+        )
+
+    async def delete_smem(self, name: str) -> None:
+        await self.request_json("DELETE", self._smem_path(name))
+
+    def smem(self, name: str) -> dict[str, Any] | None:
+        key = (SMEM_RES, self.namespace, name)
+        if key not in self.kmock.objects or self.kmock.objects[key].deleted:
+            return None
+        return copy.deepcopy(self.kmock.objects[key].raw)
+
+    def last_smem(self, name: str) -> dict[str, Any]:
+        """The last stored state of a SessionMemory, also after the API removed it."""
+        return copy.deepcopy(dict(self.kmock.objects[(SMEM_RES, self.namespace, name)].last.raw))
+
+    def smem_status(self, name: str) -> dict[str, Any]:
+        return (self.smem(name) or {}).get("status") or {}
+
+    def pod(self, name: str) -> dict[str, Any] | None:
+        key = (POD_RES, self.namespace, name)
+        if key not in self.kmock.objects or self.kmock.objects[key].deleted:
+            return None
+        return copy.deepcopy(self.kmock.objects[key].raw)
+
+    def pods(self) -> list[dict[str, Any]]:
+        out = []
+        for (resource, namespace, _name), obj in self.kmock.objects.items():
+            if resource == POD_RES and namespace == self.namespace and not obj.deleted:
+                out.append(copy.deepcopy(obj.raw))
+        return out
+
+    def pod_ever_created(self, name: str) -> int:
+        """How many distinct Pods of that name were ever created (uids across the object's history)."""
+        key = (POD_RES, self.namespace, name)
+        if key not in self.kmock.objects:
+            return 0
+        uids = set()
+        for version in self.kmock.objects[key].history:
+            if version is not None and (version.get("metadata") or {}).get("uid"):
+                uids.add(version["metadata"]["uid"])
+        return len(uids)
+
+    def events(self, involved: str | None = None) -> list[dict[str, Any]]:
+        out = []
+        for (resource, _ns, _name), obj in self.kmock.objects.items():
+            if resource != EVENT_RES or obj.deleted:
+                continue
+            raw = obj.raw
+            if involved is None or (raw.get("involvedObject") or {}).get("name") == involved:
+                out.append(copy.deepcopy(raw))
+        return out
+
+    def event_reasons(self, involved: str) -> list[str]:
+        return [str(e.get("reason")) for e in self.events(involved)]
+
+    # --- the kubelet's part ----------------------------------------------------------------------------
+
+    async def set_pod_status(self, name: str, status: dict[str, Any]) -> None:
+        await self.request_json(
+            "PATCH",
+            self._pod_path(name) + "/status",
+            {"status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    async def remove_pod(self, name: str) -> None:
+        """The kubelet confirms the Pod ended: drop the test finalizer so the API removes the object."""
+        await self.request_json(
+            "PATCH",
+            self._pod_path(name),
+            {"metadata": {"finalizers": None}},
+            content_type="application/merge-patch+json",
+        )
+
+
+FAST = ControllerConfig(
+    agent_image=AGENT_IMAGE,
+    recheck_interval=0.5,
+    delete_recheck_delay=0.2,
+    delete_extra_seconds=60.0,
+    report_settle_seconds=1.0,
+)
+
+
+def fast_settings() -> kopf.OperatorSettings:
+    settings = configure_settings(
+        kopf.OperatorSettings(),
+        timeouts=WatchTimeouts(
+            server_timeout=60, client_timeout=70, connect_timeout=5, reconnect_backoff=0.1
+        ),
+        namespaced_only=True,
+    )
+    settings.networking.error_backoffs = [0.1, 0.2, 0.5]
+    settings.posting.default_backoffs = [0.1, 0.2]
+    settings.queueing.exit_timeout = 1.0
+    settings.persistence.consistency_timeout = 1.0
+    settings.execution.default_backoff = 0.5
+    return settings
+
+
+@dataclass
+class RunningOperator:
+    thread: threading.Thread
+    stop_flag: threading.Event
+    kube: KubeApi
+    errors: list[BaseException] = field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def run_operator(cluster: Cluster, config: ControllerConfig = FAST) -> AsyncIterator[RunningOperator]:
+    """kopf in a thread with its own event loop (as ``kopf.testing.KopfRunner`` does), pointed at the
+    emulator, which keeps serving from the test's loop. Stopped, and checked for a crash, on exit."""
+    kube = KubeApi.for_host(cluster.url)
+
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kube.connection_info()
+
+    registry = build_registry(config, login=login)
+    stop_flag = threading.Event()
+    ready_flag = threading.Event()
+    errors: list[BaseException] = []
+
+    def main() -> None:
+        try:
+            asyncio.run(
+                kopf.operator(
+                    registry=registry,
+                    settings=fast_settings(),
+                    memo=build_memo(kube, config),
+                    standalone=True,
+                    namespaces=[cluster.namespace],
+                    stop_flag=stop_flag,
+                    ready_flag=ready_flag,
+                )
+            )
+        except BaseException as exc:  # reported to the test below
+            errors.append(exc)
+
+    thread = threading.Thread(target=main, name="kopf-operator", daemon=True)
+    thread.start()
+    running = RunningOperator(thread=thread, stop_flag=stop_flag, kube=kube, errors=errors)
+    try:
+        started = await asyncio.to_thread(ready_flag.wait, 10)
+        assert started, f"the operator did not start: {errors!r}"
+        yield running
+    finally:
+        stop_flag.set()
+        await asyncio.to_thread(thread.join, 20)
+        kube.close()
+    assert not thread.is_alive(), "the operator did not stop"
+    assert not errors, f"the operator crashed: {errors!r}"
+
+
+# --------------------------------------------------------------------------------------------------
+# The kubelet's side: container statuses as the kubelet reports them
+# --------------------------------------------------------------------------------------------------
+
+
+def waiting(name: str, reason: str = "PodInitializing", *, message: str | None = None) -> dict[str, Any]:
+    state: dict[str, Any] = {"reason": reason}
+    if message:
+        state["message"] = message
+    return {"name": name, "ready": False, "restartCount": 0, "started": False, "state": {"waiting": state}}
+
+
+def running(name: str, *, ready: bool = False) -> dict[str, Any]:
+    return {
+        "name": name,
+        "ready": ready,
+        "restartCount": 0,
+        "started": True,
+        "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
+    }
+
+
+def terminated(
+    name: str, exit_code: int, message: str | None = None, *, finished: str = "2026-01-01T00:10:00Z"
+) -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "exitCode": exit_code,
+        "reason": "Completed" if exit_code == 0 else "Error",
+        "startedAt": "2026-01-01T00:00:00Z",
+        "finishedAt": finished,
+    }
+    if message is not None:
+        state["message"] = message
+    return {"name": name, "ready": False, "restartCount": 0, "started": False, "state": {"terminated": state}}
+
+
+def pod_status(phase: str, init: list[dict[str, Any]], containers: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"phase": phase, "initContainerStatuses": init, "containerStatuses": containers}

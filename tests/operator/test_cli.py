@@ -1,0 +1,108 @@
+"""``memsync operator``: the command line, and the real process against the emulated API server."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from click.testing import CliRunner
+from smem_harness import NAMESPACE, Cluster, eventually, smem_body
+
+from memsync.cli import cli
+from memsync.controller.pod import pod_name_for
+from memsync.crd.schema import build_crd, render_crd_yaml
+
+
+def test_crd_prints_the_checked_in_crd() -> None:
+    result = CliRunner().invoke(cli, ["operator", "crd"])
+    assert result.exit_code == 0, result.output
+    assert result.output == render_crd_yaml()
+    assert yaml.safe_load(result.output) == build_crd()
+
+
+def test_run_requires_an_agent_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEMSYNC_AGENT_IMAGE", raising=False)
+    result = CliRunner().invoke(cli, ["operator", "run", "--namespace", "agents"])
+    assert result.exit_code == 2
+    assert "--agent-image" in result.output
+
+
+def test_namespace_and_all_namespaces_exclude_each_other() -> None:
+    result = CliRunner().invoke(cli, ["operator", "-n", "agents", "--all-namespaces", "--agent-image", "x"])
+    assert result.exit_code == 2
+    assert "exclude each other" in result.output
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_the_operator_process_runs_against_a_kubeconfig(cluster: Cluster, tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "emulated", "cluster": {"server": cluster.url}}],
+                "users": [{"name": "tester", "user": {"token": "test-token"}}],
+                "contexts": [{"name": "emulated", "context": {"cluster": "emulated", "user": "tester"}}],
+                "current-context": "emulated",
+            }
+        )
+    )
+    liveness_port, metrics_port = _free_port(), _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env.update(
+        KUBECONFIG=str(kubeconfig), MEMSYNC_AGENT_IMAGE="registry.test/memsync:cli", MEMSYNC_LOG_FORMAT="json"
+    )
+    await cluster.create_secret("work-secret", {"secret": base64.b64encode(b"opaque").decode()})
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "memsync",
+        "operator",
+        "--namespace",
+        NAMESPACE,
+        "--liveness",
+        f"http://127.0.0.1:{liveness_port}/healthz",
+        "--metrics-port",
+        str(metrics_port),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        await cluster.create_smem(smem_body("cli"))
+        pod = await eventually(lambda: cluster.pod(pod_name_for("cli")), timeout=60, what="the Pod")
+        images = {c["image"] for c in pod["spec"]["initContainers"]}
+        assert images == {"registry.test/memsync:cli"}
+        await eventually(lambda: cluster.smem_status("cli").get("phase") == "Pending", what="Pending")
+        async with httpx.AsyncClient() as client:
+            health = await client.get(f"http://127.0.0.1:{liveness_port}/healthz")
+            assert health.status_code == 200
+            metrics = await client.get(f"http://127.0.0.1:{metrics_port}/metrics")
+            assert "memsync_operator_pods_created_total 1.0" in metrics.text
+        # The token from the kubeconfig reached kopf's requests too (same credentials for both clients).
+        tokens = {
+            r.headers.get("Authorization")
+            for r in list(cluster.kmock)
+            if r.headers.get("User-Agent", "").startswith("kopf")
+        }
+        assert tokens == {"Bearer test-token"}
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        output = (await asyncio.wait_for(proc.communicate(), timeout=30))[0].decode()
+    assert proc.returncode == 0, output
+    assert "test-token" not in output

@@ -1,0 +1,179 @@
+"""The controller's pure helpers and its kopf settings."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import kopf
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from memsync.controller import handlers as h
+from memsync.controller import status as st
+from memsync.controller.kube import AlreadyExists, Conflict, KubeApi, KubeApiError, NotFound, _error
+from memsync.controller.settings import POD_SELECTOR, WatchTimeouts, configure_settings
+from memsync.crd.models import ANNOTATION_PREFIX, API_VERSION, FINALIZER, KIND
+
+
+def smem(name: str, session: str, created: str, uid: str | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "uid": uid or f"uid-{name}", "creationTimestamp": created},
+        "spec": {"sessionId": session},
+    }
+
+
+def owned_pod(
+    uid: str = "u1", *, controller: bool = True, kind: str = KIND, api: str = API_VERSION
+) -> dict[str, Any]:
+    ref = {"apiVersion": api, "kind": kind, "name": "s1", "uid": uid, "controller": controller}
+    return {"metadata": {"name": "s1-sandbox", "ownerReferences": [ref]}}
+
+
+def test_owner_reference_must_be_our_controller() -> None:
+    assert h.owner_uid(owned_pod()) == "u1"
+    assert h.owner_name(owned_pod()) == "s1"
+    assert h.owner_uid(owned_pod(controller=False)) is None
+    assert h.owner_uid(owned_pod(kind="ReplicaSet")) is None
+    assert h.owner_uid(owned_pod(api="other.example.com/v1")) is None
+    assert h.owner_uid({"metadata": {}}) is None
+    assert h.owner_uid({}) is None
+
+
+def test_the_oldest_session_memory_holds_the_session() -> None:
+    a = smem("a", "sesn_x", "2026-01-01T00:00:00Z")
+    b = smem("b", "sesn_x", "2026-01-01T00:00:05Z")
+    c = smem("c", "sesn_x", "2026-01-01T00:00:05Z")
+    other = smem("z", "sesn_y", "2025-01-01T00:00:00Z")
+    everyone = [c, other, b, a]
+    assert h.senior_duplicate(a, everyone) is None
+    assert h.senior_duplicate(b, everyone) == a
+    assert h.senior_duplicate(c, [b, c]) == b  # same second: ordered by name
+    assert h.senior_duplicate(b, [other]) is None  # the list may not include "me" yet
+    assert h.senior_duplicate(smem("n", "", "x"), everyone) is None
+
+
+def test_store_paths_from_a_valid_and_an_invalid_spec() -> None:
+    spec = {
+        "sessionId": "sesn_1",
+        "workItemSecretRef": {"name": "w", "key": "k"},
+        "stores": [
+            {"memoryStoreId": "memstore_a", "name": "User Preferences"},
+            {"memoryStoreId": "memstore_b", "name": "x", "mountPath": "/mnt/memory/custom"},
+        ],
+        "sandbox": {"image": "i"},
+    }
+    assert h.store_paths(spec) == {
+        "memstore_a": "/mnt/memory/user-preferences",
+        "memstore_b": "/mnt/memory/custom",
+    }
+    broken = {"stores": [{"memoryStoreId": "memstore_a"}, {"name": "no id"}, "junk"]}
+    assert h.store_paths(broken) == {"memstore_a": None}
+    assert h.store_paths({}) == {}
+
+
+def _status(phase: str, reason: str) -> dict[str, Any]:
+    return {
+        "phase": phase,
+        "message": f"{phase} because {reason}",
+        "conditions": [{"type": "Ready", "reason": reason}],
+    }
+
+
+def test_announcements_follow_phase_changes_and_failure_reasons() -> None:
+    assert h._announcement({}, _status("Pending", "PodPending")) == (
+        "Normal",
+        "Pending",
+        "Pending because PodPending",
+    )
+    assert h._announcement(_status("Pending", "PodPending"), _status("Pending", "PodPending")) is None
+    assert h._announcement(_status("Running", "SessionRunning"), _status("Running", "SyncNotReady")) is None
+    assert h._announcement(_status("Running", "x"), _status("Failed", "MountFailed"))[:2] == (
+        "Warning",
+        "MountFailed",
+    )  # type: ignore[index]
+    assert (
+        h._announcement(_status("Failed", "SecretNotFound"), _status("Failed", "SecretKeyNotFound"))[1]
+        == "SecretKeyNotFound"
+    )  # type: ignore[index]
+    assert h._announcement(_status("Failed", "SecretNotFound"), _status("Failed", "SecretNotFound")) is None
+    assert h._announcement(_status("Flushing", "x"), _status("Succeeded", "SessionSucceeded"))[:2] == (
+        "Normal",
+        "Succeeded",
+    )  # type: ignore[index]
+
+
+def test_grace_seconds() -> None:
+    assert (
+        h._grace_seconds(
+            {"metadata": {"deletionGracePeriodSeconds": 5}, "spec": {"terminationGracePeriodSeconds": 100}}, 1
+        )
+        == 5
+    )
+    assert h._grace_seconds({"spec": {"terminationGracePeriodSeconds": 100}}, 1) == 100
+    assert h._grace_seconds({"spec": {"terminationGracePeriodSeconds": True}}, 7) == 7
+    assert h._grace_seconds({}, 7) == 7
+
+
+def test_plain_copies_mapping_views() -> None:
+    body = kopf.Body({"metadata": {"name": "x"}, "spec": {"stores": [{"a": 1}]}})
+    copy = h.plain(body)
+    assert copy == {"metadata": {"name": "x"}, "spec": {"stores": [{"a": 1}]}}
+    assert type(copy) is dict and type(copy["spec"]["stores"]) is list
+
+
+def test_kopf_settings() -> None:
+    settings = configure_settings(
+        kopf.OperatorSettings(), timeouts=WatchTimeouts(server_timeout=111), reporting_instance="pod-1"
+    )
+    assert settings.persistence.finalizer == FINALIZER == "agents.memsync.dev/finalizer"
+    assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
+    assert settings.persistence.progress_storage.prefix == ANNOTATION_PREFIX
+    assert isinstance(settings.persistence.diffbase_storage, kopf.AnnotationsDiffBaseStorage)
+    assert settings.persistence.diffbase_storage.prefix == ANNOTATION_PREFIX
+    assert settings.watching.server_timeout == 111
+    assert settings.watching.client_timeout is not None and settings.watching.client_timeout > 111 - 1
+    assert settings.watching.inactivity_timeout > 0
+    assert list(settings.watching.label_selectors.values()) == [POD_SELECTOR]
+    assert POD_SELECTOR == "app.kubernetes.io/managed-by=memsync"
+    assert settings.posting.level == logging.INFO
+    assert settings.posting.reporting_instance == "pod-1"
+    assert settings.scanning.disabled is False
+    assert configure_settings(kopf.OperatorSettings(), namespaced_only=True).scanning.disabled is True
+
+
+def test_api_errors_are_classified_without_request_bodies() -> None:
+    def exc(status: int, reason: str, message: str = "m") -> ApiException:
+        e = ApiException(status=status, reason="HTTP reason")
+        e.body = json.dumps({"kind": "Status", "reason": reason, "message": message})
+        return e
+
+    assert isinstance(_error(exc(404, "NotFound")), NotFound)
+    assert isinstance(_error(exc(409, "AlreadyExists")), AlreadyExists)
+    assert isinstance(_error(exc(409, "Conflict")), Conflict)
+    other = _error(exc(500, "InternalError", "x" * 2000))
+    assert type(other) is KubeApiError and other.status == 500 and len(other.message) == 500
+    plain = ApiException(status=503, reason="Service Unavailable")
+    plain.body = "<html>"
+    assert str(_error(plain)) == "503 Service Unavailable: Service Unavailable"
+
+
+def test_connection_info_carries_the_clients_credentials() -> None:
+    api = KubeApi.for_host("https://k8s.example:6443/", token="t0ken")
+    try:
+        info = api.connection_info()
+        assert (info.server, info.scheme, info.token, info.insecure) == (
+            "https://k8s.example:6443",
+            "Bearer",
+            "t0ken",
+            False,
+        )
+    finally:
+        api.close()
+
+
+@pytest.mark.parametrize("reason", sorted(st.REFUSAL_REASONS))
+def test_refusal_reasons_are_recognised(reason: str) -> None:
+    status = st.refusal_status(None, reason=reason, message="m", stores={}, generation=1, now=st.now_utc())
+    assert st.is_refusal(status)

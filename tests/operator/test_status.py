@@ -1,0 +1,715 @@
+"""status.py: a SessionMemory's status from its Pod, as pure functions (no cluster, no clock)."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
+from smem_harness import _prune, pod_status, running, terminated, waiting
+
+from memsync.agent.messages import ALREADY_EXISTS, CANNOT_CREATE, MAKE_WRITABLE
+from memsync.api.secret import NO_SESSIONS_TOKEN
+from memsync.controller import status as st
+from memsync.crd.models import PHASES, SessionMemoryStatus
+from memsync.crd.schema import build_crd
+
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+T1 = T0 + timedelta(minutes=5)
+STORES = {"memstore_01aa": "/mnt/memory/user-preferences", "memstore_02bb": "/mnt/memory/team-notes"}
+MOUNTED = json.dumps(
+    {"phase": "mounted", "stores": {"memstore_01aa": {"memories": 12}, "memstore_02bb": {"memories": 3}}}
+)
+
+
+def flushed(complete: bool = True, **per_store: dict[str, int]) -> str:
+    stores = per_store or {
+        "memstore_01aa": {"uploaded": 4, "deleted": 1, "conflicts": 0, "refused": 0, "unsent": 0},
+        "memstore_02bb": {"uploaded": 0, "deleted": 0, "conflicts": 0, "refused": 0, "unsent": 0},
+    }
+    return json.dumps({"phase": "flushed", "complete": complete, "stores": stores})
+
+
+def mount_failed(error: str, store: str | None = "memstore_01aa") -> str:
+    return json.dumps({"phase": "mount_failed", "store": store, "error": error})
+
+
+def pod(
+    status: dict[str, Any] | None = None, *, deleting: bool = False, name: str = "s1-sandbox"
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "agents"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T12:04:00Z"
+    out: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {}}
+    if status is not None:
+        out["status"] = status
+    return out
+
+
+MOUNT_OK = terminated("memsync-mount", 0, MOUNTED, finished="2026-01-01T12:01:00Z")
+
+
+def running_pod(*, sync_ready: bool = True, deleting: bool = False) -> dict[str, Any]:
+    return pod(
+        pod_status(
+            "Running", [MOUNT_OK, running("memsync-sync", ready=sync_ready)], [running("sandbox", ready=True)]
+        ),
+        deleting=deleting,
+    )
+
+
+def ended_pod(
+    sandbox_code: int = 0,
+    sync_message: str | None = None,
+    *,
+    phase: str = "Succeeded",
+    deleting: bool = False,
+    sync_code: int = 0,
+) -> dict[str, Any]:
+    sync = terminated("memsync-sync", sync_code, sync_message, finished="2026-01-01T12:30:00Z")
+    return pod(pod_status(phase, [MOUNT_OK, sync], [terminated("sandbox", sandbox_code)]), deleting=deleting)
+
+
+def derive(p: dict[str, Any], previous: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    kw.setdefault("stores", STORES)
+    kw.setdefault("generation", 1)
+    kw.setdefault("now", T0)
+    return st.derive_status(previous, p, **kw)
+
+
+def cond(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    found = st.condition(status, type_)
+    assert found is not None, f"no {type_} condition in {status}"
+    return found
+
+
+def summary(status: dict[str, Any]) -> tuple[str, str, str, str, str]:
+    return (
+        status["phase"],
+        cond(status, "Ready")["reason"],
+        cond(status, "StoresMounted")["status"],
+        cond(status, "Flushed")["status"],
+        cond(status, "Flushed")["reason"],
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Termination messages
+# --------------------------------------------------------------------------------------------------
+
+
+def test_parse_mount_report() -> None:
+    assert st.parse_termination_message(MOUNTED) == st.MountReport({"memstore_01aa": 12, "memstore_02bb": 3})
+
+
+def test_parse_mount_report_ignores_malformed_entries() -> None:
+    text = json.dumps(
+        {
+            "phase": "mounted",
+            "stores": {
+                "memstore_ok": {"memories": 0},
+                "memstore_neg": {"memories": -1},
+                "memstore_bool": {"memories": True},
+                "memstore_str": {"memories": "12"},
+                "memstore_list": [1],
+                "memstore_missing": {},
+            },
+        }
+    )
+    assert st.parse_termination_message(text) == st.MountReport({"memstore_ok": 0})
+    assert st.parse_termination_message('{"phase":"mounted"}') == st.MountReport({})
+    assert st.parse_termination_message('{"phase":"mounted","stores":[1,2]}') == st.MountReport({})
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        f"{ALREADY_EXISTS}: /mnt/memory/user-preferences",
+        f"{NO_SESSIONS_TOKEN}: ANTHROPIC_WORK_SECRET is empty or not set",
+        f"{CANNOT_CREATE} /mnt/memory/x: Permission denied; {MAKE_WRITABLE}",
+        "failed to download memory store memory_store_id=memstore_01aa: 503 api_error",
+    ],
+)
+def test_parse_mount_failure_keeps_the_documented_message(error: str) -> None:
+    assert st.parse_termination_message(mount_failed(error)) == st.MountFailure("memstore_01aa", error)
+
+
+def test_parse_mount_failure_tolerates_odd_fields() -> None:
+    assert st.parse_termination_message(mount_failed("boom", store=None)) == st.MountFailure(None, "boom")
+    missing = st.parse_termination_message('{"phase":"mount_failed","store":7}')
+    assert missing == st.MountFailure(None, "memsync mount failed without saying why")
+    long = st.parse_termination_message(mount_failed("x" * 10_000))
+    assert isinstance(long, st.MountFailure) and len(long.error) == st.MESSAGE_LIMIT
+
+
+def test_parse_flush_report() -> None:
+    report = st.parse_termination_message(flushed())
+    assert report == st.FlushReport(
+        complete=True,
+        stores={"memstore_01aa": st.StoreFlush(4, 1, 0, 0, 0), "memstore_02bb": st.StoreFlush()},
+    )
+
+
+@pytest.mark.parametrize("complete", ["true", 1, None, "yes"])
+def test_a_flush_is_complete_only_when_it_says_true(complete: Any) -> None:
+    report = st.parse_termination_message(
+        json.dumps({"phase": "flushed", "complete": complete, "stores": {}})
+    )
+    assert report == st.FlushReport(complete=False)
+
+
+def test_parse_flush_report_defaults_bad_counts_to_zero() -> None:
+    text = json.dumps(
+        {
+            "phase": "flushed",
+            "complete": False,
+            "stores": {
+                "memstore_a": {"uploaded": "3", "unsent": 2, "refused": -4, "conflicts": None},
+                "memstore_b": 5,
+            },
+        }
+    )
+    assert st.parse_termination_message(text) == st.FlushReport(
+        False, {"memstore_a": st.StoreFlush(unsent=2)}
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        None,
+        "",
+        "   ",
+        42,
+        "not json",
+        "[1,2,3]",
+        '"a string"',
+        '{"phase":"unknown"}',
+        '{"stores":{}}',
+        '{"phase":"mounted"',
+    ],
+)
+def test_unreadable_messages_are_not_reports(text: Any) -> None:
+    assert st.parse_termination_message(text) is None
+
+
+def test_the_json_line_is_found_in_a_log_tail() -> None:
+    # FallbackToLogsOnError hands over the tail of the log when the message file is empty.
+    tail = "\n".join(["2026-01-01 INFO starting", mount_failed("boom"), "Traceback: ...", "{not json"])
+    assert st.parse_termination_message(tail) == st.MountFailure("memstore_01aa", "boom")
+    assert st.parse_termination_message(MOUNTED + "\n") == st.MountReport(
+        {"memstore_01aa": 12, "memstore_02bb": 3}
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Pod views
+# --------------------------------------------------------------------------------------------------
+
+
+def test_pod_view_tolerates_missing_and_odd_fields() -> None:
+    for odd in (
+        {},
+        {"metadata": None, "status": None},
+        {"status": {"initContainerStatuses": "x", "containerStatuses": [None, 3, {"name": "sandbox"}]}},
+        {"status": {"containerStatuses": [{"name": "sandbox", "state": {"terminated": {"exitCode": True}}}]}},
+    ):
+        view = st.pod_view(odd)
+        assert view.phase == "Pending"
+        assert view.mount.state == "absent"
+    sandbox = st.pod_view(
+        {"status": {"containerStatuses": [{"name": "sandbox", "state": {"terminated": {"exitCode": True}}}]}}
+    ).sandbox
+    assert sandbox.state == "terminated" and sandbox.exit_code is None
+    assert st.pod_view({"status": {"containerStatuses": [{"name": "sandbox"}]}}).sandbox.state == "waiting"
+
+
+def test_pod_view_reads_states() -> None:
+    view = st.pod_view(ended_pod(3, flushed(), deleting=True))
+    assert view.deleting and view.phase == "Succeeded"
+    assert view.sandbox == st.ContainerView(
+        state="terminated", exit_code=3, reason="Error", finished_at="2026-01-01T00:10:00Z"
+    )
+    assert view.sync.message == flushed()
+    assert view.mount.finished_at == "2026-01-01T12:01:00Z"
+
+
+# --------------------------------------------------------------------------------------------------
+# Phases
+# --------------------------------------------------------------------------------------------------
+
+
+def test_a_new_pod_is_pending() -> None:
+    status = derive(pod())
+    assert summary(status) == ("Pending", "PodPending", "False", "Unknown", "SessionActive")
+    assert status["podName"] == "s1-sandbox"
+    assert status["observedGeneration"] == 1
+    assert status["stores"] == [
+        {"memoryStoreId": "memstore_01aa", "mountPath": "/mnt/memory/user-preferences"},
+        {"memoryStoreId": "memstore_02bb", "mountPath": "/mnt/memory/team-notes"},
+    ]
+    assert "lastSyncTime" not in status
+    assert cond(status, "Ready")["lastTransitionTime"] == "2026-01-01T12:00:00Z"
+
+
+def test_a_stuck_init_container_says_why() -> None:
+    p = pod(
+        pod_status(
+            "Pending",
+            [
+                waiting("memsync-mount", "ImagePullBackOff", message="back-off pulling image"),
+                waiting("memsync-sync"),
+            ],
+            [waiting("sandbox")],
+        )
+    )
+    status = derive(p)
+    assert status["phase"] == "Pending"
+    assert "ImagePullBackOff: back-off pulling image" in cond(status, "StoresMounted")["message"]
+    assert "ImagePullBackOff" in status["message"]
+
+
+def test_mount_running_is_mounting() -> None:
+    p = pod(pod_status("Pending", [running("memsync-mount"), waiting("memsync-sync")], [waiting("sandbox")]))
+    status = derive(p)
+    assert summary(status) == ("Mounting", "Mounting", "False", "Unknown", "SessionActive")
+    assert cond(status, "StoresMounted")["reason"] == "Mounting"
+
+
+def test_mounted_but_not_running_yet_is_still_mounting() -> None:
+    p = pod(pod_status("Pending", [MOUNT_OK, running("memsync-sync")], [waiting("sandbox")]))
+    status = derive(p)
+    assert summary(status) == ("Mounting", "Mounting", "True", "Unknown", "SessionActive")
+    assert cond(status, "StoresMounted")["message"] == "memsync-mount materialised 15 memories from 2 stores"
+    assert [s["memoriesMounted"] for s in status["stores"]] == [12, 3]
+    assert status["lastSyncTime"] == "2026-01-01T12:01:00Z"
+
+
+def test_a_sandbox_that_cannot_start_is_named() -> None:
+    p = pod(
+        pod_status(
+            "Pending",
+            [MOUNT_OK, running("memsync-sync", ready=True)],
+            [waiting("sandbox", "ErrImagePull", message="not found")],
+        )
+    )
+    status = derive(p)
+    assert status["phase"] == "Mounting"
+    assert status["message"] == "sandbox is waiting: ErrImagePull: not found"
+
+
+def test_running_needs_the_sandbox_and_a_ready_sidecar() -> None:
+    status = derive(running_pod())
+    assert summary(status) == ("Running", "SessionRunning", "True", "Unknown", "SessionActive")
+    assert cond(status, "Ready")["status"] == "True"
+
+    not_ready = derive(running_pod(sync_ready=False))
+    assert summary(not_ready)[:2] == ("Mounting", "SyncNotReady")
+
+
+def test_running_stays_running_when_the_sidecar_turns_unready() -> None:
+    before = derive(running_pod())
+    after = derive(running_pod(sync_ready=False), before, now=T1)
+    assert after["phase"] == "Running"
+    ready = cond(after, "Ready")
+    assert (ready["status"], ready["reason"], ready["lastTransitionTime"]) == (
+        "False",
+        "SyncNotReady",
+        "2026-01-01T12:05:00Z",
+    )
+    # StoresMounted did not flip: its time stays.
+    assert (
+        cond(after, "StoresMounted")["lastTransitionTime"]
+        == cond(before, "StoresMounted")["lastTransitionTime"]
+    )
+
+
+def test_phases_never_move_backwards() -> None:
+    flushing = derive(running_pod(deleting=True))
+    assert flushing["phase"] == "Flushing"
+    # A stale event (an older Pod state) arrives afterwards.
+    again = derive(running_pod(), flushing, now=T1)
+    assert again["phase"] == "Flushing"
+
+
+def test_a_terminating_pod_is_flushing() -> None:
+    status = derive(running_pod(deleting=True))
+    assert summary(status) == ("Flushing", "Flushing", "True", "Unknown", "Flushing")
+    assert "terminating" in status["message"]
+
+
+def test_an_ended_sandbox_with_the_sidecar_still_running_is_flushing() -> None:
+    p = pod(
+        pod_status("Running", [MOUNT_OK, running("memsync-sync", ready=True)], [terminated("sandbox", 0)])
+    )
+    status = derive(p)
+    assert status["phase"] == "Flushing"
+    assert "the sandbox container has ended" in status["message"]
+
+
+def test_success_needs_a_clean_exit_and_a_complete_flush() -> None:
+    status = derive(ended_pod(0, flushed()))
+    assert summary(status) == ("Succeeded", "SessionSucceeded", "True", "True", "FlushComplete")
+    assert cond(status, "Flushed")["message"] == (
+        "the final flush completed: uploaded 4, deleted 1, conflicts 0, refused 0, unsent 0 across 2 stores"
+    )
+    assert status["stores"][0] == {
+        "memoryStoreId": "memstore_01aa",
+        "mountPath": "/mnt/memory/user-preferences",
+        "memoriesMounted": 12,
+        "uploaded": 4,
+        "deleted": 1,
+        "conflicts": 0,
+        "refused": 0,
+        "unsent": 0,
+    }
+    assert status["lastSyncTime"] == "2026-01-01T12:30:00Z"
+
+
+def test_an_incomplete_flush_fails_the_session_and_names_the_stores() -> None:
+    message = flushed(
+        False,
+        memstore_01aa={"uploaded": 1, "deleted": 0, "conflicts": 2, "refused": 1, "unsent": 3},
+        memstore_02bb={"uploaded": 0, "deleted": 0, "conflicts": 0, "refused": 0, "unsent": 0},
+    )
+    status = derive(ended_pod(0, message, sync_code=1))
+    assert summary(status) == ("Failed", "FlushIncomplete", "True", "False", "FlushIncomplete")
+    assert "unsent 3" in status["message"] and "(unsent in memstore_01aa)" in status["message"]
+    assert (
+        status["stores"][0]["unsent"],
+        status["stores"][0]["conflicts"],
+        status["stores"][0]["refused"],
+    ) == (3, 2, 1)
+
+
+@pytest.mark.parametrize(
+    "message", [None, "", "panic: runtime error", '{"phase":"flushed"', '{"phase":"mounted"}']
+)
+def test_a_missing_or_unreadable_flush_report_is_not_a_success(message: str | None) -> None:
+    status = derive(ended_pod(0, message))
+    assert summary(status) == ("Failed", "FlushNotReported", "True", "False", "FlushNotReported")
+    assert "edits made since its last sync may be lost" in status["message"]
+
+
+def test_a_failed_sandbox_fails_the_session_but_keeps_the_flush_result() -> None:
+    status = derive(ended_pod(2, flushed(), phase="Failed"))
+    assert summary(status) == ("Failed", "SandboxFailed", "True", "True", "FlushComplete")
+    assert status["message"] == "the sandbox container exited with code 2 (Error)"
+    both = derive(ended_pod(2, None, phase="Failed"))
+    assert cond(both, "Ready")["reason"] == "SandboxFailed"
+    assert "did not report a final flush" in both["message"]
+
+
+def test_a_sandbox_ended_by_deletion_is_not_a_failure() -> None:
+    status = derive(ended_pod(143, flushed(), phase="Failed", deleting=True))
+    assert summary(status) == ("Succeeded", "SessionSucceeded", "True", "True", "FlushComplete")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        f"{ALREADY_EXISTS}: /mnt/memory/user-preferences",
+        f"{NO_SESSIONS_TOKEN}: ANTHROPIC_WORK_SECRET is empty or not set",
+        f"{CANNOT_CREATE} /mnt/memory/user-preferences: [Errno 13] Permission denied; {MAKE_WRITABLE}",
+    ],
+)
+@pytest.mark.parametrize("pod_phase", ["Pending", "Failed"])
+def test_a_failed_mount_surfaces_its_own_message(error: str, pod_phase: str) -> None:
+    p = pod(
+        pod_status(
+            pod_phase,
+            [terminated("memsync-mount", 1, mount_failed(error)), waiting("memsync-sync")],
+            [waiting("sandbox")],
+        )
+    )
+    status = derive(p)
+    assert summary(status) == ("Failed", "MountFailed", "False", "True", "NothingToFlush")
+    assert cond(status, "Ready")["message"] == error
+    assert cond(status, "StoresMounted")["reason"] == "MountFailed"
+    assert cond(status, "StoresMounted")["message"] == error
+    assert status["message"] == error
+
+
+def test_a_failed_mount_without_a_report_still_fails_clearly() -> None:
+    p = pod(
+        pod_status("Failed", [terminated("memsync-mount", 2, "Traceback ..."), waiting("memsync-sync")], [])
+    )
+    status = derive(p)
+    assert status["phase"] == "Failed"
+    assert status["message"] == "memsync-mount exited with code 2 (Error) without a readable report"
+
+
+def test_a_pod_that_failed_before_any_container_ran() -> None:
+    p = pod({"phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory."})
+    status = derive(p)
+    assert summary(status) == ("Failed", "PodFailed", "False", "True", "NothingToFlush")
+    assert "The node was low on resource: memory." in status["message"]
+
+
+def test_a_pod_that_vanished_while_running_lost_its_final_flush() -> None:
+    status = derive(running_pod(), derive(running_pod()), pod_gone=True, now=T1)
+    assert summary(status) == ("Failed", "PodLost", "True", "False", "FlushNotReported")
+    assert "disappeared before its containers reported an end" in status["message"]
+
+
+def test_a_pod_that_vanished_before_mounting_had_nothing_to_flush() -> None:
+    status = derive(pod(), pod_gone=True)
+    assert summary(status) == ("Failed", "PodLost", "False", "True", "NothingToFlush")
+    assert "before the stores were mounted" in status["message"]
+
+
+def test_the_last_state_of_a_deleted_pod_decides() -> None:
+    status = derive(ended_pod(0, flushed(), deleting=True), derive(running_pod()), pod_gone=True)
+    assert status["phase"] == "Succeeded"
+
+
+# --------------------------------------------------------------------------------------------------
+# Transitions over time
+# --------------------------------------------------------------------------------------------------
+
+
+def test_an_outcome_is_final() -> None:
+    done = derive(ended_pod(0, flushed()))
+    assert derive(running_pod(), done, now=T1) == done
+    assert derive(pod(), done, now=T1) == done
+
+
+def test_a_late_flush_report_still_lands_on_a_final_outcome() -> None:
+    without = derive(ended_pod(0, None))
+    assert without["phase"] == "Failed"
+    late = derive(ended_pod(0, flushed()), without, now=T1)
+    assert late["phase"] == "Succeeded"
+    assert cond(late, "Flushed")["lastTransitionTime"] == "2026-01-01T12:05:00Z"
+
+
+def test_a_refusal_gives_way_to_the_pod() -> None:
+    refused = st.refusal_status(
+        None, reason=st.SECRET_NOT_FOUND, message="no secret", stores=STORES, generation=1, now=T0
+    )
+    status = derive(pod(), refused, now=T1)
+    assert status["phase"] == "Pending"
+    assert status["podName"] == "s1-sandbox"
+    ready = cond(status, "Ready")
+    assert (ready["reason"], ready["lastTransitionTime"]) == (
+        "PodPending",
+        "2026-01-01T12:00:00Z",
+    )  # still False
+
+
+def test_the_same_inputs_give_the_same_status() -> None:
+    for p in (pod(), running_pod(), running_pod(deleting=True), ended_pod(0, flushed()), ended_pod(1, None)):
+        first = derive(p)
+        second = derive(p, first, now=T1)
+        assert second == first
+        assert st.status_changes(first, second) == {}
+
+
+def test_transition_times_move_only_when_a_condition_flips() -> None:
+    a = derive(pod())
+    b = derive(running_pod(), a, now=T1)
+    times = {c["type"]: c["lastTransitionTime"] for c in b["conditions"]}
+    assert times == {
+        "Ready": "2026-01-01T12:05:00Z",
+        "StoresMounted": "2026-01-01T12:05:00Z",
+        "Flushed": "2026-01-01T12:00:00Z",
+    }
+    # Reason and message change without a flip; the time does not.
+    c = derive(running_pod(deleting=True), b, now=T1 + timedelta(minutes=1))
+    assert cond(c, "Flushed")["reason"] == "Flushing"
+    assert cond(c, "Flushed")["lastTransitionTime"] == "2026-01-01T12:00:00Z"
+
+
+def test_observed_generation_follows_the_object() -> None:
+    status = derive(running_pod(), generation=7)
+    assert status["observedGeneration"] == 7
+    assert {c["observedGeneration"] for c in status["conditions"]} == {7}
+    none = derive(running_pod(), generation=None)
+    assert "observedGeneration" not in none
+    assert all("observedGeneration" not in c for c in none["conditions"])
+
+
+def test_conditions_of_other_writers_are_kept() -> None:
+    foreign = {
+        "type": "example.com/Audited",
+        "status": "True",
+        "reason": "Done",
+        "message": "",
+        "lastTransitionTime": "x",
+    }
+    status = derive(running_pod(), {"conditions": [foreign, "junk", {"no": "type"}]})
+    assert status["conditions"][-1] == foreign
+    assert [c["type"] for c in status["conditions"]] == [
+        "Ready",
+        "StoresMounted",
+        "Flushed",
+        "example.com/Audited",
+    ]
+
+
+def test_store_results_survive_events_without_reports() -> None:
+    mounted = derive(pod(pod_status("Pending", [MOUNT_OK, running("memsync-sync")], [waiting("sandbox")])))
+    # A Pod state without the mount container (odd, but possible in a partial status) keeps the counts.
+    later = derive(pod(pod_status("Running", [], [running("sandbox")])), mounted, now=T1)
+    assert [s.get("memoriesMounted") for s in later["stores"]] == [12, 3]
+    assert later["lastSyncTime"] == mounted["lastSyncTime"]
+
+
+def test_a_store_only_the_pod_knows_is_listed_last() -> None:
+    status = derive(pod(pod_status("Pending", [MOUNT_OK], [])), stores={"memstore_02bb": None})
+    assert [s["memoryStoreId"] for s in status["stores"]] == ["memstore_02bb", "memstore_01aa"]
+    assert "mountPath" not in status["stores"][0]
+
+
+def test_messages_are_bounded() -> None:
+    p = pod(pod_status("Failed", [terminated("memsync-mount", 1, mount_failed("y" * 5000))], []))
+    status = derive(p)
+    assert len(status["message"]) == st.MESSAGE_LIMIT
+    assert all(len(c["message"]) <= st.MESSAGE_LIMIT for c in status["conditions"])
+
+
+# --------------------------------------------------------------------------------------------------
+# Refusals, lost Pods, patches
+# --------------------------------------------------------------------------------------------------
+
+
+def test_refusal_status() -> None:
+    previous = derive(pod())  # e.g. a stale podName from an older attempt
+    status = st.refusal_status(
+        previous, reason=st.DUPLICATE_SESSION, message="held by s0", stores=STORES, generation=2, now=T1
+    )
+    assert summary(status) == ("Failed", "DuplicateSession", "False", "True", "NothingToFlush")
+    assert status["message"] == "held by s0"
+    assert "podName" not in status
+    assert st.is_refusal(status)
+    assert not st.is_refusal(derive(ended_pod(1, None)))
+    assert not st.is_refusal({})
+
+
+def test_lost_pod_status() -> None:
+    run = derive(running_pod())
+    lost = st.lost_pod_status(run, pod_name="s1-sandbox", stores=STORES, generation=1, now=T1)
+    assert summary(lost) == ("Failed", "PodLost", "True", "False", "FlushNotReported")
+    assert [s["memoriesMounted"] for s in lost["stores"]] == [12, 3]
+    never = st.lost_pod_status(derive(pod()), pod_name="s1-sandbox", stores=STORES, generation=1, now=T1)
+    assert summary(never) == ("Failed", "PodLost", "False", "True", "NothingToFlush")
+    done = derive(ended_pod(0, flushed()))
+    assert st.lost_pod_status(done, pod_name="s1-sandbox", stores=STORES, generation=1, now=T1) == done
+    gave_up = st.lost_pod_status(
+        run,
+        pod_name="s1-sandbox",
+        stores=STORES,
+        generation=1,
+        now=T1,
+        reason=st.DELETION_TIMED_OUT,
+        why="gave up",
+    )
+    assert summary(gave_up) == ("Failed", "DeletionTimedOut", "True", "False", "FlushNotReported")
+    assert gave_up["message"].startswith("gave up; memsync-sync did not report a final flush")
+
+
+def test_with_generation() -> None:
+    status = derive(running_pod())
+    bumped = st.with_generation(status, 3)
+    assert bumped["observedGeneration"] == 3
+    assert {c["observedGeneration"] for c in bumped["conditions"]} == {3}
+    assert bumped["phase"] == status["phase"]
+    assert st.with_generation(status, None) == status
+
+
+def test_status_changes_is_a_top_level_merge_patch() -> None:
+    old = {"phase": "Running", "message": "a", "kopf": {"x": 1}, "lastSyncTime": "t"}
+    new = {"phase": "Flushing", "message": "a"}
+    assert st.status_changes(old, new) == {"phase": "Flushing", "lastSyncTime": None}
+    assert st.status_changes(None, new) == new
+
+
+# --------------------------------------------------------------------------------------------------
+# Conformance with the CRD (nothing the controller writes is pruned) and robustness
+# --------------------------------------------------------------------------------------------------
+
+_STATUS_SCHEMA = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+_REASON = re.compile(_STATUS_SCHEMA["properties"]["conditions"]["items"]["properties"]["reason"]["pattern"])
+
+
+def _conforms(status: dict[str, Any]) -> None:
+    assert _prune(status, _STATUS_SCHEMA) == status, "the CRD would prune part of this status"
+    SessionMemoryStatus.model_validate(status)
+    assert status["phase"] in PHASES
+    assert [c["type"] for c in status["conditions"]][:3] == ["Ready", "StoresMounted", "Flushed"]
+    for c in status["conditions"]:
+        assert _REASON.fullmatch(c["reason"]), c["reason"]
+        assert c["status"] in ("True", "False", "Unknown")
+        assert set(c) >= {"type", "status", "reason", "message", "lastTransitionTime"}
+
+
+@pytest.mark.parametrize(
+    "p",
+    [
+        pod(),
+        running_pod(),
+        running_pod(deleting=True),
+        ended_pod(0, flushed()),
+        ended_pod(1, flushed(False), phase="Failed"),
+    ],
+)
+def test_statuses_fit_the_crd(p: dict[str, Any]) -> None:
+    _conforms(derive(p))
+    _conforms(
+        st.refusal_status(None, reason=st.INVALID_SPEC, message="m", stores=STORES, generation=1, now=T0)
+    )
+    _conforms(st.lost_pod_status(None, pod_name="x", stores=STORES, generation=1, now=T0))
+
+
+_messages = hs.one_of(
+    hs.none(),
+    hs.text(max_size=40),
+    hs.sampled_from([MOUNTED, flushed(), flushed(False), mount_failed("boom"), '{"phase":"flushed"}', "[]"]),
+)
+
+
+@hs.composite
+def _container(draw: hs.DrawFn, name: str) -> dict[str, Any]:
+    kind = draw(hs.sampled_from(["waiting", "running", "terminated", "absent", "junk"]))
+    if kind == "waiting":
+        return waiting(name, draw(hs.sampled_from(["PodInitializing", "ErrImagePull", "CrashLoopBackOff"])))
+    if kind == "running":
+        return running(name, ready=draw(hs.booleans()))
+    if kind == "terminated":
+        return terminated(name, draw(hs.sampled_from([0, 1, 2, 137, 143])), draw(_messages))
+    if kind == "junk":
+        return {
+            "name": name,
+            "state": draw(hs.sampled_from([None, [], {"terminated": "x"}, {"running": None}])),
+        }
+    return {}
+
+
+@hs.composite
+def _pods(draw: hs.DrawFn) -> dict[str, Any]:
+    init = [c for c in (draw(_container("memsync-mount")), draw(_container("memsync-sync"))) if c]
+    main = [c for c in (draw(_container("sandbox")),) if c]
+    phase = draw(hs.sampled_from(["Pending", "Running", "Succeeded", "Failed", "Unknown"]))
+    return pod(pod_status(phase, init, main), deleting=draw(hs.booleans()))
+
+
+@settings(max_examples=300, deadline=None)
+@given(first=_pods(), second=_pods(), gone=hs.booleans())
+def test_any_pod_sequence_gives_a_valid_stable_status(
+    first: dict[str, Any], second: dict[str, Any], gone: bool
+) -> None:
+    a = derive(first)
+    b = derive(second, a, now=T1, pod_gone=gone)
+    for status in (a, b):
+        _conforms(status)
+    # Deriving again from the same Pod changes nothing (no status churn, no repeated events).
+    assert derive(second, b, now=T1 + timedelta(hours=1), pod_gone=gone) == b
+    # Outcomes are final; non-final phases never go backwards.
+    if a["phase"] in st.TERMINAL_PHASES:
+        assert b["phase"] in st.TERMINAL_PHASES
+    elif b["phase"] not in st.TERMINAL_PHASES:
+        order = ["Pending", "Mounting", "Running", "Flushing"]
+        assert order.index(b["phase"]) >= order.index(a["phase"])
