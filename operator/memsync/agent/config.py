@@ -1,0 +1,298 @@
+"""The sync agent's configuration (design §5): one validated model built from environment variables or flags.
+
+Every error names the field and what is allowed. The work-item secret is kept as a ``SecretStr`` so it never
+shows up in ``repr()``, logs or error messages; it is decoded only where a client is built.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from memsync.agent import messages
+from memsync.api.constants import MAX_STORES_PER_SESSION
+from memsync.api.paths import default_mount_path, is_clean_absolute_path
+
+Access = Literal["read_write", "read_only"]
+Deletions = Literal["enabled", "log_only", "disabled"]
+
+MIN_INTERVAL_S = 5.0
+DEFAULT_INTERVAL_S = 15.0
+DEFAULT_FLUSH_TIMEOUT_S = 30.0
+DEFAULT_DELETE_WINDOW_S = 30.0  # reference §5.5 step 5: DELETE_CORROBORATION
+DEFAULT_STATE_DIR = "/var/lib/memsync"
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+
+# Store ids end up in state file names: keep them to a conservative alphabet.
+_STORE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the field and what is allowed."""
+
+
+class StoreConfig(BaseModel):
+    """One attached store, as the operator lists it in ``MEMSYNC_STORES``."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    memory_store_id: str
+    name: str = ""
+    mount_path: str = ""
+    access: Access = "read_write"
+
+    @field_validator("memory_store_id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        if not _STORE_ID.match(value):
+            raise ValueError("must be 1-128 characters of letters, digits, '_' or '-' (e.g. memstore_01abc)")
+        return value
+
+    @model_validator(mode="after")
+    def _mount_path(self) -> StoreConfig:
+        if not self.mount_path:
+            object.__setattr__(self, "mount_path", default_mount_path(self.name, self.memory_store_id))
+        if not is_clean_absolute_path(self.mount_path):
+            raise ValueError(
+                f"{messages.NOT_CLEAN_PATH}: {self.mount_path!r} (it must start with '/' and have no empty, "
+                "'.' or '..' segment, no trailing '/', no NUL or backslash)"
+            )
+        return self
+
+    @property
+    def read_only(self) -> bool:
+        return self.access == "read_only"
+
+
+def _finite(name: str, value: float) -> float:
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError(f"{name} must be a finite number of seconds, got {value!r}")
+    return value
+
+
+class AgentConfig(BaseModel):
+    """Everything ``memsync mount|sync|flush`` takes from the environment (design §5, Contract 3)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stores: Annotated[list[StoreConfig], Field(min_length=1, max_length=MAX_STORES_PER_SESSION)]
+    interval: float = DEFAULT_INTERVAL_S
+    deletions: Deletions = "enabled"
+    flush_timeout: float = DEFAULT_FLUSH_TIMEOUT_S
+    state_dir: str = DEFAULT_STATE_DIR
+    base_url: str | None = None
+    work_secret: SecretStr | None = None
+    termination_log: str = DEFAULT_TERMINATION_LOG
+    metrics_port: int | None = None
+    session_id: str | None = None
+    # Test-only (documented as such): remap every absolute path under this directory; shorten the window.
+    test_root: str | None = None
+    delete_window: float = DEFAULT_DELETE_WINDOW_S
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, value: float) -> float:
+        _finite("interval", value)
+        if value < MIN_INTERVAL_S:
+            raise ValueError(f"must be at least {MIN_INTERVAL_S:g} seconds, got {value!r}")
+        return value
+
+    @field_validator("flush_timeout")
+    @classmethod
+    def _flush_timeout(cls, value: float) -> float:
+        _finite("flush_timeout", value)
+        if not 0 < value <= 3600:
+            raise ValueError(f"must be more than 0 and at most 3600 seconds, got {value!r}")
+        return value
+
+    @field_validator("delete_window")
+    @classmethod
+    def _delete_window(cls, value: float) -> float:
+        _finite("delete_window", value)
+        if value < 0:
+            raise ValueError(f"must be 0 or more seconds, got {value!r}")
+        return value
+
+    @field_validator("metrics_port")
+    @classmethod
+    def _port(cls, value: int | None) -> int | None:
+        if value is not None and not 0 <= value <= 65535:
+            raise ValueError(f"must be a TCP port 0-65535 (0 picks a free one), got {value!r}")
+        return value
+
+    @field_validator("state_dir", "termination_log")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or "\x00" in value:
+            raise ValueError(f"must be an absolute path, got {value!r}")
+        return value
+
+    @field_validator("test_root")
+    @classmethod
+    def _test_root(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or "\x00" in value):
+            raise ValueError(f"must be an absolute path, got {value!r}")
+        return value or None
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        if value is not None and value and not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError(f"must be an absolute http(s) URL, got {value!r}")
+        return value or None
+
+    @model_validator(mode="after")
+    def _unique(self) -> AgentConfig:
+        ids = [s.memory_store_id for s in self.stores]
+        dup_ids = sorted({i for i in ids if ids.count(i) > 1})
+        if dup_ids:
+            raise ValueError(f"stores: each memory_store_id may appear once; repeated: {', '.join(dup_ids)}")
+        paths = [s.mount_path for s in self.stores]
+        for i, a in enumerate(paths):
+            for b in paths[i + 1 :]:
+                if a == b:
+                    raise ValueError(f"stores: each mount_path may appear once; repeated: {a}")
+                if b.startswith(a + "/") or a.startswith(b + "/"):
+                    raise ValueError(f"stores: mount paths must not nest inside each other: {a} and {b}")
+        return self
+
+    # --- filesystem paths (with the test-only remapping) ------------------------------------------------
+
+    def local(self, absolute: str) -> Path:
+        """Where an absolute path of the configuration lives on this machine (``MEMSYNC_TEST_ROOT``)."""
+        if self.test_root is None:
+            return Path(absolute)
+        return Path(self.test_root) / PurePosixPath(absolute).relative_to("/")
+
+    def mount_dir(self, store: StoreConfig) -> Path:
+        return self.local(store.mount_path)
+
+    @property
+    def state_path(self) -> Path:
+        return self.local(self.state_dir)
+
+    @property
+    def termination_path(self) -> Path:
+        return self.local(self.termination_log)
+
+    def secret_value(self) -> str | None:
+        return self.work_secret.get_secret_value() if self.work_secret is not None else None
+
+
+def _describe(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors():
+        loc = ".".join(str(x) for x in item["loc"]) or "configuration"
+        head = str(item["loc"][0]) if item["loc"] else ""
+        if head in _ENV_NAMES:
+            loc = f"{loc} ({_ENV_NAMES[head]})"
+        msg = item["msg"].removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)
+
+
+_ENV_NAMES = {
+    "stores": "MEMSYNC_STORES",
+    "interval": "MEMSYNC_SYNC_INTERVAL",
+    "deletions": "MEMSYNC_SYNC_DELETIONS",
+    "flush_timeout": "MEMSYNC_FLUSH_TIMEOUT",
+    "state_dir": "MEMSYNC_STATE_DIR",
+    "base_url": "ANTHROPIC_BASE_URL",
+    "termination_log": "MEMSYNC_TERMINATION_LOG",
+    "metrics_port": "MEMSYNC_METRICS_PORT",
+    "test_root": "MEMSYNC_TEST_ROOT",
+    "delete_window": "MEMSYNC_TEST_DELETE_WINDOW",
+}
+
+
+def _number(field: str, raw: str | float | None) -> float | None:
+    if raw is None or raw == "":
+        return None
+    if isinstance(raw, int | float):
+        return float(raw)
+    try:
+        return float(raw.strip())
+    except ValueError:
+        raise ConfigError(
+            f"{field} ({_ENV_NAMES[field]}): must be a number of seconds, got {raw!r}"
+        ) from None
+
+
+def load_config(
+    *,
+    stores: str | list[dict[str, Any]] | None,
+    interval: str | float | None = None,
+    deletions: str | None = None,
+    flush_timeout: str | float | None = None,
+    state_dir: str | None = None,
+    base_url: str | None = None,
+    work_secret: str | None = None,
+    termination_log: str | None = None,
+    metrics_port: str | int | None = None,
+    session_id: str | None = None,
+    test_root: str | None = None,
+    delete_window: str | float | None = None,
+) -> AgentConfig:
+    """Build and validate the configuration from raw values (strings from the environment or flags).
+
+    Raises ``ConfigError`` naming the field (and its environment variable) and what is allowed; never echoes
+    the secret.
+    """
+    if stores is None or (isinstance(stores, str) and not stores.strip()):
+        raise ConfigError("stores (MEMSYNC_STORES): required, a JSON array of 1-8 stores")
+    if isinstance(stores, str):
+        try:
+            parsed = json.loads(stores)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"stores (MEMSYNC_STORES): not valid JSON ({exc.msg} at {exc.pos})") from None
+    else:
+        parsed = stores
+    if not isinstance(parsed, list):
+        raise ConfigError("stores (MEMSYNC_STORES): must be a JSON array of store objects")
+    values: dict[str, Any] = {"stores": parsed}
+    for name, raw in (
+        ("interval", interval),
+        ("flush_timeout", flush_timeout),
+        ("delete_window", delete_window),
+    ):
+        number = _number(name, raw)
+        if number is not None:
+            values[name] = number
+    if deletions:
+        values["deletions"] = deletions.strip()
+    if state_dir:
+        values["state_dir"] = state_dir
+    if base_url:
+        values["base_url"] = base_url.strip()
+    if work_secret is not None and work_secret.strip():
+        values["work_secret"] = SecretStr(work_secret)
+    if termination_log:
+        values["termination_log"] = termination_log
+    if metrics_port is not None and metrics_port != "":
+        try:
+            values["metrics_port"] = int(metrics_port)
+        except ValueError:
+            raise ConfigError(
+                f"metrics_port (MEMSYNC_METRICS_PORT): must be an integer, got {metrics_port!r}"
+            ) from None
+    if session_id:
+        values["session_id"] = session_id
+    if test_root:
+        values["test_root"] = test_root
+    try:
+        return AgentConfig.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None

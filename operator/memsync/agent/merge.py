@@ -1,0 +1,311 @@
+"""The sync rules as pure decisions (reference §5.5 steps 1–5, §5.6, §5.7): plain data in, a plan out.
+
+No I/O happens here. The engine gathers the inputs (a local scan, a content-free listing, the saved state),
+asks these functions what to do, carries out the plan, and records what actually succeeded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+from typing import Literal
+
+from memsync.agent import messages
+
+Deletions = Literal["enabled", "log_only", "disabled"]
+Trust = Literal["sync", "recover", "leave"]
+RootStatus = Literal["ok", "missing", "replaced", "replaced_empty"]
+
+
+@dataclass(frozen=True)
+class Remote:
+    """One listed memory: its id and content hash."""
+
+    id: str
+    sha: str
+
+
+@dataclass(frozen=True)
+class Event:
+    """A log line the plan asks for. ``once`` is a key: the engine logs an event with the same key only once
+    per process (for conditions that would otherwise repeat every pass)."""
+
+    level: int
+    message: str
+    rel: str | None = None
+    once: tuple[str, ...] | None = None
+    extra: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Pull:
+    rel: str
+    id: str
+    sha: str
+    local_sha: str | None  # what the scan saw locally; the engine re-checks it right before writing
+
+
+@dataclass(frozen=True)
+class Upload:
+    rel: str
+    local_sha: str
+    remote_id: str | None  # None -> create
+    expected_sha: str | None  # precondition of an update
+    base_sha: str | None  # the baseline at decision time (used to settle a path conflict)
+
+
+@dataclass(frozen=True)
+class RemoteDelete:
+    rel: str
+    id: str
+    expected_sha: str
+
+
+@dataclass(frozen=True)
+class LocalRemove:
+    rel: str
+    expected_sha: str
+
+
+@dataclass(frozen=True)
+class SyncInput:
+    remote: Mapping[str, Remote]
+    local: Mapping[str, str]
+    baseline: Mapping[str, str]
+    blocked: Set[str] = frozenset()
+    refused: Mapping[str, str] = field(default_factory=dict)
+    pending: Mapping[str, float] = field(default_factory=dict)
+    sent: Mapping[str, str] = field(default_factory=dict)
+    read_only: bool = False
+    deletions: Deletions = "enabled"
+    now: float = 0.0
+    final: bool = False
+    delete_window: float = 30.0
+
+
+@dataclass
+class SyncPlan:
+    baseline: dict[str, str]
+    remote_ids: dict[str, str]
+    refused: dict[str, str]
+    pending: dict[str, float]
+    sent: dict[str, str]
+    pulls: list[Pull] = field(default_factory=list)
+    uploads: list[Upload] = field(default_factory=list)
+    deletes: list[RemoteDelete] = field(default_factory=list)
+    local_removals: list[LocalRemove] = field(default_factory=list)
+    adopted: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)  # local edits that lost to a remote change
+    events: list[Event] = field(default_factory=list)
+    waiting_deletes: int = 0
+    held_deletes: int = 0
+    suppressed_deletes: int = 0
+    log_only_deletes: list[str] = field(default_factory=list)
+
+    @property
+    def is_noop(self) -> bool:
+        return not (self.pulls or self.uploads or self.deletes or self.local_removals)
+
+
+def delete_cap(baseline_size: int) -> int:
+    """Per-pass delete cap (reference §5.5 step 5): max(8, min(50, floor(len(baseline)/4)))."""
+    return max(8, min(50, baseline_size // 4))
+
+
+def trust(root: RootStatus, marker_ok: bool, entries: int, baseline_size: int) -> Trust:
+    """Step 1 and 3: whether the folder can be synced, must be recovered, or must be left as found.
+
+    - the folder is gone (or replaced by another, empty directory) -> recover;
+    - the folder was replaced by a symlink or by a non-empty directory -> leave as found;
+    - marker bad and files present -> leave as found; marker bad and no files -> recover;
+    - marker intact, no files, and the baseline had more than one entry (a wipe) -> recover;
+    - otherwise -> sync (a single missing file with the marker intact is an ordinary deletion).
+    """
+    if root in ("missing", "replaced_empty"):
+        return "recover"
+    if root == "replaced":
+        return "leave"
+    if not marker_ok:
+        return "leave" if entries > 0 else "recover"
+    if entries == 0 and baseline_size > 1:
+        return "recover"
+    return "sync"
+
+
+def _under_blocked(rel: str, blocked: Set[str]) -> bool:
+    if rel in blocked:
+        return True
+    parts = rel.split("/")
+    return any("/".join(parts[:i]) in blocked for i in range(1, len(parts)))
+
+
+def plan_sync(inp: SyncInput) -> SyncPlan:
+    """Steps 2, 4 and 5 of the periodic sync for one store whose folder passed the trust check."""
+    baseline = dict(inp.baseline)
+    # Step 2: settle unknown-outcome sends. A remote memory holding exactly the bytes we sent is our own
+    # upload whose response was lost: it enters the baseline. Every sent entry is then cleared.
+    for rel, sha in inp.sent.items():
+        listed = inp.remote.get(rel)
+        if listed is not None and listed.sha == sha:
+            baseline[rel] = sha
+    plan = SyncPlan(
+        baseline=baseline,
+        remote_ids={rel: r.id for rel, r in inp.remote.items()},
+        refused=dict(inp.refused),
+        pending=dict(inp.pending),
+        sent={},
+    )
+    candidates: list[str] = []
+    paths = set(inp.remote) | set(inp.local) | set(baseline)
+    for rel in sorted(paths):
+        if _under_blocked(rel, inp.blocked):
+            # A symlink, FIFO... (or something below one) sits here: never pull over it, never push it,
+            # never take it for a deletion. The scan's caller warns about it.
+            plan.pending.pop(rel, None)
+            continue
+        _merge_path(inp, plan, rel, candidates)
+    _corroborated_deletes(inp, plan, candidates)
+    return plan
+
+
+def _merge_path(inp: SyncInput, plan: SyncPlan, rel: str, candidates: list[str]) -> None:
+    remote = inp.remote.get(rel)
+    local = inp.local.get(rel)
+    base = plan.baseline.get(rel)
+    if local is not None:
+        plan.pending.pop(rel, None)
+    refused = plan.refused.get(rel)
+    if refused is not None and refused != local:
+        del plan.refused[rel]  # the file changed (or went away): it may be tried again
+        refused = None
+
+    if remote is None:
+        plan.pending.pop(rel, None)
+        if local is None:
+            plan.baseline.pop(rel, None)
+            return
+        if base is not None and local == base:
+            # Deleted remotely, unchanged locally: remove it (the engine re-hashes first).
+            plan.local_removals.append(LocalRemove(rel, base))
+            return
+        # An un-pushed local edit (or a new file) whose memory is not in the store.
+        if inp.read_only:
+            plan.events.append(
+                Event(logging.WARNING, messages.READ_ONLY_LOCAL_EDIT, rel, once=("read_only", rel, local))
+            )
+            return
+        if refused == local:
+            return
+        if base is not None:
+            plan.events.append(Event(logging.WARNING, messages.RECREATING, rel))
+        plan.uploads.append(Upload(rel, local, None, None, base))
+        return
+
+    remote_changed = remote.sha != base
+    locally_edited = local is not None and local not in (base, remote.sha)
+
+    if local is None and base is not None:
+        if not remote_changed:
+            if not inp.read_only:
+                candidates.append(rel)
+            return
+        plan.events.append(Event(logging.WARNING, messages.RESTORING, rel))
+        plan.pulls.append(Pull(rel, remote.id, remote.sha, None))
+        return
+    if remote_changed:
+        if local == remote.sha:
+            plan.baseline[rel] = remote.sha  # both sides already agree: adopt without fetching
+            plan.adopted.append(rel)
+            return
+        if locally_edited:
+            plan.events.append(Event(logging.WARNING, messages.BOTH_CHANGED, rel))
+            plan.conflicts.append(rel)
+        plan.pulls.append(Pull(rel, remote.id, remote.sha, local))
+        return
+    if local is not None and local != base:
+        if inp.read_only:
+            plan.events.append(
+                Event(logging.WARNING, messages.READ_ONLY_LOCAL_EDIT, rel, once=("read_only", rel, local))
+            )
+            return
+        if refused == local:
+            return
+        plan.uploads.append(Upload(rel, local, remote.id, remote.sha, base))
+        return
+    plan.baseline[rel] = remote.sha
+
+
+def _corroborated_deletes(inp: SyncInput, plan: SyncPlan, candidates: list[str]) -> None:
+    """Step 5: a local deletion goes out only once confirmed, after the window, within the cap."""
+    candidate_set = set(candidates)
+    for rel in [r for r in plan.pending if r not in candidate_set]:
+        del plan.pending[rel]
+    if not candidates:
+        return
+    if inp.deletions == "disabled":
+        plan.suppressed_deletes = len(candidates)
+        plan.events.append(
+            Event(
+                logging.DEBUG,
+                f"{messages.DELETES_DISABLED}; {len(candidates)} local deletion(s) not propagated",
+                extra={"suppressed": len(candidates)},
+            )
+        )
+        plan.pending.clear()
+        return
+    confirmed: list[str] = []
+    for rel in candidates:
+        first = plan.pending.get(rel)
+        if first is None or first > inp.now:  # first seen now (or the wall clock went backwards)
+            first = inp.now
+            plan.pending[rel] = first
+        if not inp.final and inp.now - first < inp.delete_window:
+            plan.waiting_deletes += 1
+            continue
+        confirmed.append(rel)
+    cap = delete_cap(len(inp.baseline))
+    send, held = confirmed[:cap], confirmed[cap:]
+    plan.held_deletes = len(held)
+    if held:
+        verb = "would send" if inp.deletions == "log_only" else "sent"
+        plan.events.append(
+            Event(
+                logging.WARNING,
+                f"{messages.DELETE_CAP}: {verb} {len(send)} deletes, held {len(held)} for later syncs",
+                extra={"cap": cap},
+            )
+        )
+    for rel in send:
+        if inp.deletions == "log_only":
+            plan.log_only_deletes.append(rel)
+            plan.events.append(Event(logging.WARNING, messages.LOG_ONLY_DELETE, rel))
+        else:
+            plan.deletes.append(RemoteDelete(rel, inp.remote[rel].id, plan.baseline[rel]))
+
+
+def plan_flush(
+    *,
+    local: Mapping[str, str],
+    baseline: Mapping[str, str],
+    refused: Mapping[str, str],
+    remote_ids: Mapping[str, str],
+    read_only: bool,
+) -> list[Upload]:
+    """The push-only flush (reference §5.7 step 4): upload every file whose content differs from the baseline.
+
+    No listing: an update is conditional on the *baseline* sha, so a remote that changed since is left alone
+    (409), and a remote that already holds these bytes answers 200 without a new version (it is adopted).
+    Read-only stores and refused content are skipped; nothing is deleted or pulled.
+    """
+    if read_only:
+        return []
+    uploads = []
+    for rel in sorted(local):
+        sha = local[rel]
+        base = baseline.get(rel)
+        if sha == base or refused.get(rel) == sha:
+            continue
+        remote_id = remote_ids.get(rel) if base is not None else None
+        uploads.append(Upload(rel, sha, remote_id, base if remote_id else None, base))
+    return uploads

@@ -1,0 +1,58 @@
+"""The log wordings operators grep for (reference §4.8, §5.5–§5.7), in one place.
+
+Each constant is a literal fragment from the reference; the sync agent's log messages contain them verbatim
+and tests assert on these same constants, so a reworded message fails a test instead of an operator's alert.
+"""
+
+from typing import Final
+
+from memsync.api.secret import NO_SESSIONS_TOKEN
+
+__all__ = ["NO_SESSIONS_TOKEN"]
+
+# --- mount (reference §4.8) -----------------------------------------------------------------------------
+ALREADY_EXISTS: Final = "something already exists at the memory store's path"
+CANNOT_CREATE: Final = "cannot create the memory store's folder"
+MAKE_WRITABLE: Final = "the worker host must make this mount path writable"
+NOT_CLEAN_PATH: Final = "memory store mount_path is not a clean absolute path"
+DOWNLOAD_FAILED: Final = "failed to download memory store memory_store_id="
+
+# --- periodic sync (reference §5.5) ---------------------------------------------------------------------
+SYNC_FAILED: Final = "memory sync failed"
+LEFT_AS_FOUND: Final = "leaving the memory store folder as found and not syncing"
+RECREATING: Final = "memory deleted remotely but edited locally; re-creating it from the file"
+RESTORING: Final = "memory deleted locally but changed remotely; restoring the remote version"
+BOTH_CHANGED: Final = "memory changed both locally and remotely; keeping the remote version"
+DELETE_CAP: Final = "delete cap reached"
+LOG_ONLY_DELETE: Final = "log-only: sync would delete this memory on the server"
+PROPAGATED_DELETE: Final = "propagated local deletion"
+DELETE_LOST: Final = "memory deleted locally but changed remotely; keeping the remote version"
+DELETES_DISABLED: Final = "remote deletes are disabled"
+
+# --- uploads (reference §5.6) ---------------------------------------------------------------------------
+UPLOAD_LOST: Final = (
+    "memory changed both locally and remotely; the upload was refused and the local edit loses"
+)
+REFUSED: Final = "the server rejected this memory file, so it stays un-synced until its content changes"
+UPLOAD_FAILED: Final = "failed to upload memory"
+
+# --- shutdown (reference §5.7) --------------------------------------------------------------------------
+FINAL_CUT_OFF: Final = (
+    "final memory sync cut off after {ms}ms; the flush that follows still uploads changed files"
+)
+FLUSH_CUT_OFF: Final = (
+    "memory flush cut off after {ms}ms; changed files it had not uploaded yet are not saved"
+)
+FLUSH_UNSENT: Final = "{unsent} of {changed} changed files had not finished uploading"
+
+# --- memsync's own (beyond the reference) ---------------------------------------------------------------
+READ_ONLY_LOCAL_EDIT: Final = (
+    "local change in a read-only memory store is never uploaded; the next remote change overwrites it"
+)
+NOT_REGULAR: Final = (
+    "not a regular file (symlink, FIFO, device or socket); leaving it alone and not syncing it"
+)
+UNSAFE_REMOTE_PATH: Final = "memory path cannot be mapped safely into the store folder; skipping it"
+PATH_TAKEN: Final = "the memory's path is held by another memory in the store; the next sync reconciles it"
+ROOT_REPLACED: Final = "the memory store folder was replaced (now a symlink or another directory)"
+MARKER_BAD: Final = "the memory store folder's marker file is missing or does not match this store"

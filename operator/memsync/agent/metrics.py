@@ -1,0 +1,126 @@
+"""Prometheus metrics of the sync agent and its small HTTP endpoint (``/metrics``, ``/readyz``, ``/healthz``).
+
+Each ``Metrics`` has its own registry, so several engines in one test process never collide.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+if TYPE_CHECKING:  # aiohttp is imported only when the endpoint starts: mount and flush start faster
+    from aiohttp import web
+
+logger = logging.getLogger("memsync.agent.metrics")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.passes = Counter(
+            "memsync_sync_passes", "Store sync passes, by outcome", ["store", "outcome"], registry=r
+        )
+        self.pass_seconds = Histogram(
+            "memsync_sync_pass_duration_seconds",
+            "Duration of one store sync pass",
+            ["store"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.uploads = Counter(
+            "memsync_uploads", "Memories uploaded (created or updated)", ["store"], registry=r
+        )
+        self.downloads = Counter(
+            "memsync_downloads", "Memories written to disk from the store", ["store"], registry=r
+        )
+        self.deletes = Counter(
+            "memsync_remote_deletes", "Local deletions propagated to the store", ["store"], registry=r
+        )
+        self.conflicts = Counter(
+            "memsync_conflicts", "Local edits that lost to a remote change", ["store"], registry=r
+        )
+        self.refused = Counter(
+            "memsync_refused_files", "Files the server (or local checks) refused", ["store"], registry=r
+        )
+        self.pending_deletes = Gauge(
+            "memsync_pending_deletes", "Local deletions waiting for confirmation", ["store"], registry=r
+        )
+        self.last_success = Gauge(
+            "memsync_last_successful_pass_timestamp_seconds",
+            "Unix time of the last successful pass",
+            ["store"],
+            registry=r,
+        )
+        self.requests = Gauge("memsync_http_requests", "HTTP requests sent to the store API", registry=r)
+        self.ready: dict[str, bool] = {}
+
+    def set_ready(self, store: str, ok: bool) -> None:
+        self.ready[store] = ok
+
+    @property
+    def all_ready(self) -> bool:
+        return bool(self.ready) and all(self.ready.values())
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MetricsServer:
+    """``/metrics`` (Prometheus text), ``/readyz`` (200 once every store is mounted and verified),
+    ``/healthz`` (the process is alive)."""
+
+    def __init__(self, metrics: Metrics, host: str = "0.0.0.0", port: int = 9477) -> None:
+        self.metrics = metrics
+        self.host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> int:
+        from aiohttp import web  # noqa: PLC0415 (lazy: only sync serves HTTP)
+
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/healthz", self._healthz)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []
+        if self.port == 0 and sockets:
+            self.port = int(sockets[0].getsockname()[1])
+        logger.info("metrics endpoint listening", extra={"host": self.host, "port": self.port})
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        from aiohttp import web  # noqa: PLC0415
+
+        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        from aiohttp import web  # noqa: PLC0415
+
+        if self.metrics.all_ready:
+            return web.Response(text="ready\n")
+        waiting = sorted(s for s, ok in self.metrics.ready.items() if not ok)
+        return web.Response(status=503, text=f"not ready: {', '.join(waiting) or 'starting'}\n")
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        from aiohttp import web  # noqa: PLC0415
+
+        return web.Response(text="ok\n")

@@ -1,0 +1,138 @@
+"""Local change detection (reference §5.3) without re-reading every file.
+
+A recursive scan of the store folder through directory descriptors (never following a symlink) yields
+``{relpath: sha256}`` for regular files. Hashes are cached by (mtime_ns, ctime_ns, size, inode): a file whose
+key is unchanged is not read again, except that a file modified within the last 2 seconds is always re-hashed
+(filesystem clocks are coarse: an edit in the same tick as the previous one keeps the same mtime). The marker
+is checked in the same scan, so a folder wiped mid-sync cannot pass the check and then look empty.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass, field
+
+from memsync.agent.localfs import TEMP_NAME, NotRegularFile, StoreRoot, path_problem
+from memsync.api.constants import MARKER_FILENAME
+from memsync.api.hashing import marker_text, sha256_bytes
+
+RECENT_NS = 2_000_000_000  # files changed within the last 2 s are always re-hashed
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+CacheKey = tuple[int, int, int, int]  # (mtime_ns, ctime_ns, size, inode)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "special file"
+
+
+@dataclass
+class HashCache:
+    """rel -> (key, sha). ``hashes`` counts every file actually read and hashed (tests and benches use it)."""
+
+    entries: dict[str, tuple[CacheKey, str]] = field(default_factory=dict)
+    hashes: int = 0
+
+
+@dataclass
+class ScanResult:
+    files: dict[str, str] = field(default_factory=dict)  # regular files: rel -> sha256
+    sizes: dict[str, int] = field(default_factory=dict)  # rel -> size in bytes
+    # Entries that exist but are never synced: rel -> why (symlink, FIFO, unsyncable name...). A path here is
+    # neither uploaded, nor overwritten, nor treated as deleted.
+    blocked: dict[str, str] = field(default_factory=dict)
+    marker_ok: bool = False
+    hashed: int = 0
+
+    @property
+    def entry_count(self) -> int:
+        """Everything in the folder other than the marker (and our temp files)."""
+        return len(self.files) + len(self.blocked)
+
+
+def scan(root: StoreRoot, memory_store_id: str, cache: HashCache, *, now_ns: int | None = None) -> ScanResult:
+    """Scan the open store folder. Never follows a symlink; never descends into a directory symlink."""
+    now = time.time_ns() if now_ns is None else now_ns
+    result = ScanResult()
+    expected_marker = sha256_bytes(marker_text(memory_store_id).encode("utf-8"))
+    seen: set[str] = set()
+    stack: list[tuple[int, str]] = [(root.dup(), "")]
+    try:
+        while stack:
+            dir_fd, prefix = stack.pop()
+            try:
+                with os.scandir(dir_fd) as it:
+                    entries = list(it)
+                for entry in entries:
+                    name = entry.name
+                    rel = prefix + name
+                    if not prefix and name == MARKER_FILENAME:
+                        result.marker_ok = _marker_matches(root, dir_fd, expected_marker)
+                        continue
+                    if TEMP_NAME.match(name):
+                        continue
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue
+                    if stat.S_ISDIR(st.st_mode):
+                        try:
+                            sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+                        except OSError:
+                            result.blocked[rel] = "directory that cannot be opened safely"
+                            continue
+                        stack.append((sub, rel + "/"))
+                        continue
+                    if not stat.S_ISREG(st.st_mode):
+                        result.blocked[rel] = _kind(st.st_mode)
+                        continue
+                    problem = path_problem(rel)
+                    if problem is not None:
+                        result.blocked[rel] = f"file name that cannot be a memory path ({problem})"
+                        continue
+                    key: CacheKey = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+                    cached = cache.entries.get(rel)
+                    recent = now - max(st.st_mtime_ns, st.st_ctime_ns) < RECENT_NS
+                    if cached is not None and cached[0] == key and not recent:
+                        sha = cached[1]
+                    else:
+                        try:
+                            sha, fst = root.hash_at(dir_fd, name)
+                        except FileNotFoundError:
+                            continue
+                        except NotRegularFile as exc:
+                            result.blocked[rel] = exc.strerror or "not a regular file"
+                            continue
+                        cache.hashes += 1
+                        result.hashed += 1
+                        key = (fst.st_mtime_ns, fst.st_ctime_ns, fst.st_size, fst.st_ino)
+                        cache.entries[rel] = (key, sha)
+                    result.files[rel] = sha
+                    result.sizes[rel] = st.st_size
+                    seen.add(rel)
+            finally:
+                os.close(dir_fd)
+    finally:
+        for dir_fd, _ in stack:
+            os.close(dir_fd)
+    for rel in [r for r in cache.entries if r not in seen]:
+        del cache.entries[rel]
+    return result
+
+
+def _marker_matches(root: StoreRoot, dir_fd: int, expected_sha: str) -> bool:
+    try:
+        sha, _ = root.hash_at(dir_fd, MARKER_FILENAME)
+    except OSError:
+        return False
+    return sha == expected_sha

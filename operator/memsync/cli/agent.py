@@ -1,0 +1,175 @@
+"""``memsync mount``, ``memsync sync`` and ``memsync flush``: the sync agent in every sandbox Pod.
+
+Every setting is an environment variable (design §5) and an equal flag. The work-item secret is read from
+``ANTHROPIC_WORK_SECRET`` (or a file named by ``--work-secret-file``), never from a plain flag, so it cannot
+show up in a process listing. Exit codes: 0 success; 1 mount failed / final flush left files unsent / the
+secret yields no sessions token; 2 bad configuration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from memsync.agent.commands import (
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    AgentFailure,
+    run_flush,
+    run_mount,
+    run_sync,
+    write_termination_log,
+)
+from memsync.agent.config import AgentConfig, ConfigError, load_config
+
+F = TypeVar("F", bound=Callable[..., Any])
+logger = logging.getLogger("memsync.agent")
+
+
+def _common(func: F) -> F:
+    options = [
+        click.option(
+            "--stores",
+            envvar="MEMSYNC_STORES",
+            help="JSON array of {memory_store_id, name, mount_path, access} (1-8 stores).",
+        ),
+        click.option(
+            "--interval", envvar="MEMSYNC_SYNC_INTERVAL", help="Seconds between syncs (>= 5, default 15)."
+        ),
+        click.option(
+            "--deletions",
+            envvar="MEMSYNC_SYNC_DELETIONS",
+            help="enabled (default) | log_only | disabled: what a confirmed local deletion does.",
+        ),
+        click.option(
+            "--flush-timeout",
+            envvar="MEMSYNC_FLUSH_TIMEOUT",
+            help="Seconds for each shutdown pass (default 30).",
+        ),
+        click.option(
+            "--state-dir",
+            envvar="MEMSYNC_STATE_DIR",
+            help="Where the baseline is kept (default /var/lib/memsync).",
+        ),
+        click.option(
+            "--base-url", envvar="ANTHROPIC_BASE_URL", help="The memory store API (default: hosted API)."
+        ),
+        click.option(
+            "--work-secret-file",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Read the work-item secret from this file (else from ANTHROPIC_WORK_SECRET).",
+        ),
+        click.option(
+            "--termination-log",
+            envvar="MEMSYNC_TERMINATION_LOG",
+            help="One-line JSON outcome, written only if its folder exists (default /dev/termination-log).",
+        ),
+        click.option(
+            "--session-id", envvar="MEMSYNC_SESSION_ID", help="The session (informational, logged)."
+        ),
+        click.option("--test-root", envvar="MEMSYNC_TEST_ROOT", hidden=True),
+        click.option("--test-delete-window", envvar="MEMSYNC_TEST_DELETE_WINDOW", hidden=True),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _config(params: dict[str, Any], *, command: str, metrics_port: str | None = None) -> AgentConfig:
+    secret_file: Path | None = params.pop("work_secret_file", None)
+    secret = os.environ.get("ANTHROPIC_WORK_SECRET")
+    if secret_file is not None:
+        try:
+            secret = secret_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            _fail_config(f"work_secret_file: cannot read {secret_file}: {exc.strerror}", command, params)
+    try:
+        return load_config(
+            stores=params.get("stores"),
+            interval=params.get("interval"),
+            deletions=params.get("deletions"),
+            flush_timeout=params.get("flush_timeout"),
+            state_dir=params.get("state_dir"),
+            base_url=params.get("base_url"),
+            work_secret=secret,
+            termination_log=params.get("termination_log"),
+            metrics_port=metrics_port,
+            session_id=params.get("session_id"),
+            test_root=params.get("test_root"),
+            delete_window=params.get("test_delete_window"),
+        )
+    except ConfigError as exc:
+        _fail_config(str(exc), command, params)
+
+
+def _fail_config(message: str, command: str, params: dict[str, Any]) -> NoReturn:
+    click.echo(f"memsync {command}: invalid configuration: {message}", err=True)
+    if command == "mount":
+        _termination_log_best_effort(params, {"phase": "mount_failed", "store": None, "error": message})
+    sys.exit(EXIT_CONFIG)
+
+
+def _termination_log_best_effort(params: dict[str, Any], payload: dict[str, Any]) -> None:
+    """Even with a bad configuration, tell the operator why (if the termination log path is usable)."""
+    raw = params.get("termination_log") or "/dev/termination-log"
+    if not raw.startswith("/"):
+        return
+    root = params.get("test_root")
+    path = Path(root) / raw.lstrip("/") if root else Path(raw)
+    write_termination_log(None, payload, path)
+
+
+def _run(coro_fn: Callable[[], Any]) -> int:
+    result: int = asyncio.run(coro_fn())
+    return result
+
+
+@click.command()
+@_common
+def mount(**params: Any) -> None:
+    """Materialise every attached store under its mount path (the Pod's init container)."""
+    config = _config(params, command="mount")
+    sys.exit(_run(functools.partial(run_mount, config)))
+
+
+@click.command()
+@_common
+@click.option("--once", is_flag=True, help="Run exactly one pass and exit (tests and debugging).")
+@click.option(
+    "--metrics-port",
+    envvar="MEMSYNC_METRICS_PORT",
+    help="Serve /metrics, /readyz and /healthz on this port (the Pod uses 9477).",
+)
+def sync(once: bool, metrics_port: str | None, **params: Any) -> None:
+    """Keep every store in two-way sync until SIGTERM, then run the final sync and flush (the sidecar)."""
+    config = _config(params, command="sync", metrics_port=metrics_port)
+    try:
+        code = _run(functools.partial(run_sync, config, once=once))
+    except AgentFailure as exc:
+        logger.error(exc.message)
+        sys.exit(EXIT_FAILED)
+    sys.exit(code)
+
+
+@click.command()
+@_common
+@click.option(
+    "--final", is_flag=True, help="The final sync (delete window waived), then the push-only flush."
+)
+def flush(final: bool, **params: Any) -> None:
+    """Push what changed now, bounded by the flush timeout (the preStop hook)."""
+    config = _config(params, command="flush")
+    try:
+        code = _run(functools.partial(run_flush, config, final=final))
+    except AgentFailure as exc:
+        logger.error(exc.message)
+        sys.exit(EXIT_FAILED)
+    sys.exit(code)

@@ -1,0 +1,128 @@
+"""The agent's configuration: every rule refuses with a message naming the field and what is allowed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memsync.agent import messages
+from memsync.agent.config import ConfigError, load_config
+
+STORE = {
+    "memory_store_id": "memstore_01",
+    "name": "Notes",
+    "mount_path": "/mnt/memory/notes",
+    "access": "read_write",
+}
+
+
+def cfg(**kw):
+    kw.setdefault("stores", json.dumps([STORE]))
+    return load_config(**kw)
+
+
+def refused(**kw) -> str:
+    with pytest.raises(ConfigError) as info:
+        cfg(**kw)
+    return str(info.value)
+
+
+def test_defaults() -> None:
+    c = cfg()
+    assert (c.interval, c.deletions, c.flush_timeout, c.state_dir) == (
+        15.0,
+        "enabled",
+        30.0,
+        "/var/lib/memsync",
+    )
+    assert c.delete_window == 30.0 and c.work_secret is None and c.stores[0].access == "read_write"
+
+
+@pytest.mark.parametrize("value", ["4.9", "nan", "NaN", "inf", "-inf", "-5", "0"])
+def test_interval_below_five_or_not_finite_is_refused(value: str) -> None:
+    assert "MEMSYNC_SYNC_INTERVAL" in refused(interval=value)
+
+
+def test_interval_not_a_number() -> None:
+    assert "must be a number of seconds" in refused(interval="soon")
+
+
+def test_interval_five_is_fine() -> None:
+    assert cfg(interval="5").interval == 5.0
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "3601"])
+def test_flush_timeout(value: str) -> None:
+    assert "MEMSYNC_FLUSH_TIMEOUT" in refused(flush_timeout=value)
+
+
+def test_deletions_enum() -> None:
+    message = refused(deletions="sometimes")
+    assert "MEMSYNC_SYNC_DELETIONS" in message and "log_only" in message
+
+
+def test_stores_required_and_json() -> None:
+    assert "MEMSYNC_STORES" in refused(stores="")
+    assert "not valid JSON" in refused(stores="[{")
+    assert "JSON array" in refused(stores='{"a": 1}')
+
+
+def test_one_to_eight_stores() -> None:
+    assert "at least 1" in refused(stores="[]")
+    many = [
+        {**STORE, "memory_store_id": f"memstore_{i}", "mount_path": f"/mnt/memory/s{i}"} for i in range(9)
+    ]
+    assert "at most 8" in refused(stores=json.dumps(many))
+
+
+def test_unique_ids_and_mount_paths() -> None:
+    other = {**STORE, "mount_path": "/mnt/memory/other"}
+    assert "memory_store_id may appear once" in refused(stores=json.dumps([STORE, other]))
+    twin = {**STORE, "memory_store_id": "memstore_02"}
+    assert "mount_path may appear once" in refused(stores=json.dumps([STORE, twin]))
+    nested = {**STORE, "memory_store_id": "memstore_02", "mount_path": "/mnt/memory/notes/inner"}
+    assert "must not nest" in refused(stores=json.dumps([STORE, nested]))
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["relative/x", "/mnt/memory/../etc", "/mnt/memory/x/", "/mnt//memory", "/", "/mnt/a\\b", "/mnt/./x"],
+)
+def test_mount_path_must_be_clean_absolute(path: str) -> None:
+    assert messages.NOT_CLEAN_PATH in refused(stores=json.dumps([{**STORE, "mount_path": path}]))
+
+
+def test_mount_path_defaults_from_the_name() -> None:
+    c = cfg(stores=json.dumps([{"memory_store_id": "memstore_01", "name": "User Preferences"}]))
+    assert c.stores[0].mount_path == "/mnt/memory/user-preferences"
+
+
+def test_access_enum_and_id_alphabet() -> None:
+    assert "read_only" in refused(stores=json.dumps([{**STORE, "access": "write"}]))
+    assert "memory_store_id" in refused(stores=json.dumps([{**STORE, "memory_store_id": "../../etc"}]))
+
+
+def test_secret_is_never_shown() -> None:
+    c = cfg(work_secret="super-secret-value")
+    assert "super-secret-value" not in repr(c) and "super-secret-value" not in str(c)
+    assert c.secret_value() == "super-secret-value"
+
+
+def test_test_root_remaps_every_configured_path(tmp_path: Path) -> None:
+    c = cfg(test_root=str(tmp_path))
+    assert c.mount_dir(c.stores[0]) == tmp_path / "mnt/memory/notes"
+    assert c.state_path == tmp_path / "var/lib/memsync"
+    assert c.termination_path == tmp_path / "dev/termination-log"
+
+
+def test_test_delete_window() -> None:
+    assert cfg(delete_window="0").delete_window == 0
+    assert "MEMSYNC_TEST_DELETE_WINDOW" in refused(delete_window="-1")
+    assert "MEMSYNC_TEST_DELETE_WINDOW" in refused(delete_window="nan")
+
+
+def test_metrics_port() -> None:
+    assert cfg(metrics_port="9477").metrics_port == 9477
+    assert "MEMSYNC_METRICS_PORT" in refused(metrics_port="70000")

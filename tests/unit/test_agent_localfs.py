@@ -1,0 +1,254 @@
+"""The safe filesystem layer, the scan and its hash cache, and the persisted state (real files, tmp_path)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from memsync.agent.localfs import (
+    NotRegularFile,
+    RootMissing,
+    RootReplaced,
+    UnsafePath,
+    make_root,
+    open_root,
+    path_problem,
+    remote_to_rel,
+)
+from memsync.agent.scan import HashCache, scan
+from memsync.agent.state import LockTimeout, StoreState, load_state, save_state, store_lock
+from memsync.api.hashing import sha256_bytes
+
+SID = "memstore_unit"
+
+
+@pytest.fixture
+def root(tmp_path: Path):
+    r, _ = make_root(tmp_path / "mnt" / "store")
+    r.write_marker(SID)
+    yield r
+    r.close()
+
+
+# --- mapping remote paths -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/../etc/passwd",
+        "/a/../../x",
+        "relative",
+        "//abs",
+        "/a\x00b",
+        "/a\\..\\b",
+        "/.anthropic-memory-store",
+        "/a/./b",
+        "/a/",
+        "/x/.fs-0123456789abcdef.tmp",
+        "/" + "n" * 256,
+        "/a\u202eb",
+        "/caf\u0065\u0301",
+    ],
+)
+def test_hostile_remote_paths_are_refused(path: str) -> None:
+    with pytest.raises(UnsafePath):
+        remote_to_rel(path)
+
+
+@pytest.mark.parametrize(
+    "path", ["/a.md", "/notes/todo.md", "/Notes/Todo.md", "/ünï/cödé.md", "/a b/c-d_e.md"]
+)
+def test_ordinary_paths_map(path: str) -> None:
+    assert remote_to_rel(path) == path[1:]
+    assert path_problem(path[1:]) is None
+
+
+# --- writes, reads, removal ---------------------------------------------------------------------------------
+
+
+def test_atomic_write_creates_dirs_0700_and_files_0600(root, tmp_path: Path) -> None:
+    root.write_bytes("a/b/c.md", b"hello")
+    base = tmp_path / "mnt" / "store"
+    assert (base / "a/b/c.md").read_bytes() == b"hello"
+    assert (base / "a").stat().st_mode & 0o777 == 0o700
+    assert (base / "a/b/c.md").stat().st_mode & 0o777 == 0o600
+    assert not [p for p in base.rglob(".fs-*")]  # no temp file left behind
+
+
+def test_write_through_a_symlinked_directory_is_refused(root, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, tmp_path / "mnt/store/linked")
+    with pytest.raises(OSError):
+        root.write_bytes("linked/x.md", b"escape")
+    assert list(outside.iterdir()) == []
+
+
+def test_write_over_a_symlinked_file_is_refused(root, tmp_path: Path) -> None:
+    target = tmp_path / "target.txt"
+    target.write_text("keep")
+    os.symlink(target, tmp_path / "mnt/store/f.md")
+    with pytest.raises(NotRegularFile):
+        root.write_bytes("f.md", b"overwrite")
+    assert target.read_text() == "keep"
+    assert (tmp_path / "mnt/store/f.md").is_symlink()
+
+
+def test_reads_never_follow_symlinks(root, tmp_path: Path) -> None:
+    target = tmp_path / "secret.txt"
+    target.write_text("secret")
+    os.symlink(target, tmp_path / "mnt/store/f.md")
+    with pytest.raises(NotRegularFile):
+        root.read_bytes("f.md")
+    with pytest.raises(NotRegularFile):
+        root.sha_of("f.md")
+
+
+def test_remove_if_rehashes_first(root) -> None:
+    root.write_bytes("d/x.md", b"one")
+    assert root.remove_if("d/x.md", sha256_bytes(b"other")) is False
+    assert root.read_bytes("d/x.md") == b"one"
+    assert root.remove_if("d/x.md", sha256_bytes(b"one")) is True
+    assert not root.exists("d/x.md") and not root.exists("d")  # empty parent pruned
+
+
+def test_marker_check(root, tmp_path: Path) -> None:
+    assert root.marker_ok(SID)
+    assert not root.marker_ok("memstore_other")
+    marker = tmp_path / "mnt/store/.anthropic-memory-store"
+    real = tmp_path / "real-marker"
+    real.write_text(f"version 1\n{SID}")
+    marker.unlink()
+    os.symlink(real, marker)  # a symlink to a correct marker is still a bad marker
+    assert not root.marker_ok(SID)
+    assert not scan(root, SID, HashCache()).marker_ok
+
+
+def test_make_root_refuses_anything_there(tmp_path: Path) -> None:
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    with pytest.raises(FileExistsError):
+        make_root(tmp_path / "dangling")
+
+
+def test_root_replaced_by_symlink_or_another_directory(root, tmp_path: Path) -> None:
+    identity = root.identity
+    path = tmp_path / "mnt/store"
+    path.rename(tmp_path / "moved")
+    with pytest.raises(RootMissing):
+        open_root(path, identity)
+    other = tmp_path / "other"
+    other.mkdir()
+    os.symlink(other, path)
+    with pytest.raises(RootReplaced):
+        open_root(path, identity)
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(RootReplaced):
+        open_root(path, identity)
+
+
+# --- the scan -----------------------------------------------------------------------------------------------
+
+
+def test_scan_skips_symlinks_fifos_and_marker_and_never_descends_links(root, tmp_path: Path) -> None:
+    base = tmp_path / "mnt/store"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "o.md").write_text("outside")
+    root.write_bytes("ok.md", b"fine")
+    os.symlink(outside / "o.md", base / "filelink.md")
+    os.symlink(outside, base / "dirlink")
+    os.symlink(base / "ok.md", base / "inside-link.md")
+    os.mkfifo(base / "pipe")
+    (base / "bad\\name.md").write_text("x")
+    result = scan(root, SID, HashCache())
+    assert result.files == {"ok.md": sha256_bytes(b"fine")}
+    assert set(result.blocked) == {"filelink.md", "dirlink", "inside-link.md", "pipe", "bad\\name.md"}
+    assert result.blocked["pipe"] == "FIFO" and result.blocked["dirlink"] == "symlink"
+    assert result.marker_ok
+
+
+def test_scan_cache_hashes_nothing_when_nothing_changed(root, tmp_path: Path) -> None:
+    for i in range(20):
+        root.write_bytes(f"d/f{i}.md", f"file {i}".encode())
+    cache = HashCache()
+    future = time.time_ns() + 10_000_000_000  # pretend the files are old enough
+    first = scan(root, SID, cache, now_ns=future)
+    assert first.hashed == 20
+    second = scan(root, SID, cache, now_ns=future)
+    assert second.hashed == 0 and second.files == first.files
+    root.write_bytes("d/f3.md", b"changed")
+    third = scan(root, SID, cache, now_ns=time.time_ns() + 10_000_000_000)
+    assert third.hashed == 1 and third.files["d/f3.md"] == sha256_bytes(b"changed")
+
+
+def test_scan_always_rehashes_files_changed_within_two_seconds(root) -> None:
+    root.write_bytes("f.md", b"x")
+    cache = HashCache()
+    now = time.time_ns()
+    scan(root, SID, cache, now_ns=now)
+    assert scan(root, SID, cache, now_ns=now + 1_000_000_000).hashed == 1  # 1 s later: still recent
+    assert scan(root, SID, cache, now_ns=now + 5_000_000_000).hashed == 0
+
+
+def test_scan_detects_same_size_same_mtime_edit_by_inode_or_ctime(root, tmp_path: Path) -> None:
+    root.write_bytes("f.md", b"aaaa")
+    path = tmp_path / "mnt/store/f.md"
+    st = path.stat()
+    cache = HashCache()
+    later = time.time_ns() + 10_000_000_000
+    scan(root, SID, cache, now_ns=later)
+    root.write_bytes("f.md", b"bbbb")  # atomic replace: new inode
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert scan(root, SID, cache, now_ns=later).files["f.md"] == sha256_bytes(b"bbbb")
+
+
+# --- state --------------------------------------------------------------------------------------------------
+
+
+def test_state_round_trip(tmp_path: Path) -> None:
+    state = StoreState(
+        memory_store_id=SID,
+        baseline={"a.md": "a" * 64},
+        remote_ids={"a.md": "mem_1"},
+        refused_shas={"b.md": "b" * 64},
+        pending_deletes={"c.md": 123.5},
+        sent_shas={"d.md": "d" * 64},
+        root_dev=1,
+        root_ino=2,
+    )
+    save_state(tmp_path / "state", state)
+    loaded = load_state(tmp_path / "state", SID)
+    assert loaded == state
+    assert ((tmp_path / "state" / f"store-{SID}.json").stat().st_mode & 0o777) == 0o600
+    assert load_state(tmp_path / "state", "memstore_none") is None
+
+
+async def test_store_lock_excludes_a_second_holder(tmp_path: Path) -> None:
+    async with store_lock(tmp_path, SID, wait_s=None):
+        with pytest.raises(LockTimeout):
+            async with store_lock(tmp_path, SID, wait_s=0.1):
+                pass
+    async with store_lock(tmp_path, SID, wait_s=0.1):  # released
+        pass
+
+    order: list[str] = []
+
+    async def holder() -> None:
+        async with store_lock(tmp_path, SID, wait_s=None):
+            order.append("first in")
+            await asyncio.sleep(0.2)
+            order.append("first out")
+
+    async def waiter() -> None:
+        await asyncio.sleep(0.05)
+        async with store_lock(tmp_path, SID, wait_s=5):
+            order.append("second in")
+
+    await asyncio.gather(holder(), waiter())
+    assert order == ["first in", "first out", "second in"]
