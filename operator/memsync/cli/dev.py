@@ -1,0 +1,481 @@
+"""``memsync dev``: the whole lifecycle on one machine (``make dev``).
+
+It starts an embedded store server (uvicorn on a background thread, SQLite under ``--dir``), makes sure a demo
+store exists (found by name, so every run reuses it), mints a session for it, mounts the store into
+``<dir>/mnt/memory/<slug>/`` with the sync agent's own ``mount``, and runs the agent's own ``sync`` loop with
+a short interval and a status line on stderr. Ctrl-C (SIGINT) or SIGTERM runs the agent's final shutdown
+(final sync, then the push-only flush), removes the folders this command created, stops the server, and
+prints where the store lives and how to look at it.
+
+Nothing here is a second implementation of the agent: ``memsync.agent.commands.mount`` and ``run_sync`` do the
+work, with an ordinary configuration whose mount path and state directory sit under ``--dir`` (no test-only
+path remapping). A run that was killed (SIGKILL) leaves its folder and state behind; the next run resumes
+from them instead of refusing, so edits made before the kill are still pushed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import click
+import uvicorn
+
+from memsync.agent.commands import EXIT_OK, AgentFailure, mount, run_sync
+from memsync.agent.config import AgentConfig, ConfigError, load_config
+from memsync.agent.state import load_state, lock_file, remove_state
+from memsync.api.constants import MARKER_FILENAME
+from memsync.api.hashing import marker_text, sha256_bytes
+from memsync.api.models import Memory, MemoryStore, MemoryStoreResource
+from memsync.cli.store import load_or_create_key_file
+from memsync.client import StoreClient
+from memsync.client import errors as store_errors
+from memsync.server import create_app
+
+logger = logging.getLogger("memsync.dev")
+
+DEMO_STORE_NAME = "Demo Memory"
+DEMO_DESCRIPTION = "memsync dev: a demo store; edit the files in the mounted folder and watch them sync."
+DEMO_MEMORIES: dict[str, str] = {
+    "/README.md": (
+        "# Demo Memory\n\nThis store was created by `memsync dev`. Every file in this folder is a memory:\n"
+        "edit, create or delete files here and the next sync pass sends the change to the store.\n"
+    ),
+    "/preferences/style.md": "- Answer briefly.\n- Prefer plain words over jargon.\n",
+    "/projects/memsync.md": "memsync keeps /mnt/memory/<slug>/ in two-way sync with a memory store.\n",
+    "/notes/todo.md": "- [ ] try editing this file while `memsync dev` runs\n",
+}
+DB_NAME = "store.db"
+STARTUP_TIMEOUT_S = 20.0
+STATUS_REFRESH_S = 0.5
+
+
+# --- the embedded store server ---------------------------------------------------------------------------
+
+
+class _ThreadServer(uvicorn.Server):
+    """uvicorn without its own signal handlers: this command owns SIGINT/SIGTERM (they start the flush)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@dataclass
+class EmbeddedServer:
+    """The store server on a background thread with its own event loop."""
+
+    db_path: Path
+    admin_key: str
+    host: str
+    port: int
+
+    def __post_init__(self) -> None:
+        self.url = f"http://{self.host}:{self.port}"
+        app = create_app(self.db_path, self.admin_key, self.url)
+        config = uvicorn.Config(
+            app, host=self.host, port=self.port, log_config=None, access_log=False, log_level="warning"
+        )
+        self._server = _ThreadServer(config)
+        self._thread = threading.Thread(target=self._server.run, name="memsync-dev-store", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise click.ClickException(
+                    f"the embedded store server could not listen on {self.host}:{self.port} "
+                    "(is the port taken? choose another with --port)"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise click.ClickException(
+                    f"the embedded store server did not start within {STARTUP_TIMEOUT_S}s"
+                )
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+# --- the status line ---------------------------------------------------------------------------------------
+
+
+class StatusLine:
+    """One line on stderr, redrawn in place on a terminal; elsewhere a plain line whenever it changes."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self._shown = False
+        self._last = ""
+        self._lock = threading.Lock()
+
+    def show(self, text: str) -> None:
+        with self._lock:
+            if self.tty:
+                self.stream.write("\r\x1b[K" + text)
+                self.stream.flush()
+                self._shown = True
+            elif text != self._last:
+                self.stream.write(text + "\n")
+                self.stream.flush()
+            self._last = text
+
+    def clear(self) -> None:
+        with self._lock:
+            if self.tty and self._shown:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+                self._shown = False
+
+
+class _ClearStatusFirst(logging.Filter):
+    """Wipe the status line before a log record is printed, so the two never share a line."""
+
+    def __init__(self, status: StatusLine) -> None:
+        super().__init__()
+        self.status = status
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.status.clear()
+        return True
+
+
+@dataclass
+class Counts:
+    passes: int = 0
+    last_sync: float | None = None
+    uploads: int = 0
+    downloads: int = 0
+    conflicts: int = 0
+    deletes: int = 0
+
+
+def read_counts(agent: Any, store_id: str) -> Counts:
+    """The running agent's numbers, from its Prometheus registry (passes exclude the mount)."""
+    registry = agent.metrics.registry
+
+    def value(name: str, **labels: str) -> float:
+        return float(registry.get_sample_value(name, {"store": store_id, **labels}) or 0.0)
+
+    passes = sum(int(value("memsync_sync_passes_total", outcome=o)) for o in _OUTCOMES)
+    last = value("memsync_last_successful_pass_timestamp_seconds")
+    return Counts(
+        passes=passes,
+        last_sync=last or None,
+        uploads=int(value("memsync_uploads_total")),
+        downloads=int(value("memsync_downloads_total")),
+        conflicts=int(value("memsync_conflicts_total")),
+        deletes=int(value("memsync_remote_deletes_total")),
+    )
+
+
+_OUTCOMES = ("synced", "recovered", "left", "failed", "skipped")
+
+
+def format_status(name: str, counts: Counts, now: float, tty: bool) -> str:
+    if counts.last_sync is None:
+        last = "not yet"
+    else:
+        ago = max(0, int(now - counts.last_sync))
+        last = time.strftime("%H:%M:%S", time.localtime(counts.last_sync)) + (f" ({ago}s ago)" if tty else "")
+    text = (
+        f"memsync dev: {name}: passes {counts.passes}, last sync {last}, uploads {counts.uploads}, "
+        f"downloads {counts.downloads}, deletes {counts.deletes}, conflicts {counts.conflicts}"
+    )
+    return text + (" | Ctrl-C to stop" if tty else "")
+
+
+# --- the demo store and the session ---------------------------------------------------------------------
+
+
+async def ensure_demo_store(admin: StoreClient) -> tuple[MemoryStore, bool]:
+    """The store named ``DEMO_STORE_NAME`` (the first listed, if several); created with a few memories."""
+    async for existing in admin.list_stores():
+        if existing.name == DEMO_STORE_NAME:
+            return existing, False
+    created = await admin.create_store(DEMO_STORE_NAME, description=DEMO_DESCRIPTION)
+    for path, content in DEMO_MEMORIES.items():
+        await admin.create_memory(created.id, path, content)
+    return created, True
+
+
+async def count_memories(admin: StoreClient, store_id: str) -> int:
+    return sum([1 async for item in admin.list_memories(store_id, limit=100) if isinstance(item, Memory)])
+
+
+def _marker_ok(folder: Path, store_id: str) -> bool:
+    try:
+        data = (folder / MARKER_FILENAME).read_bytes()
+    except OSError:
+        return False
+    return sha256_bytes(data) == sha256_bytes(marker_text(store_id).encode("utf-8"))
+
+
+def _has_files(folder: Path) -> bool:
+    return any(any(f != MARKER_FILENAME for f in files) for _, _, files in os.walk(folder))
+
+
+# --- the command -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class DevRun:
+    base: Path
+    port: int
+    interval: float
+    flush_timeout: float
+
+    @property
+    def db_path(self) -> Path:
+        return self.base / DB_NAME
+
+    @property
+    def key_path(self) -> Path:
+        return self.base / (DB_NAME + ".admin-key")
+
+    @property
+    def state_dir(self) -> Path:
+        return self.base / "state"
+
+
+def _agent_config(run: DevRun, store: MemoryStore, slug: str, secret: str, base_url: str) -> AgentConfig:
+    try:
+        return load_config(
+            stores=[
+                {
+                    "memory_store_id": store.id,
+                    "name": store.name,
+                    "mount_path": str(run.base / "mnt" / "memory" / slug),
+                    "access": "read_write",
+                }
+            ],
+            interval=run.interval,
+            flush_timeout=run.flush_timeout,
+            state_dir=str(run.state_dir),
+            base_url=base_url,
+            work_secret=secret,
+            # The agent writes the termination log only when its folder exists: point it at one that does not.
+            termination_log=str(run.base / "no-termination-log" / "termination-log"),
+        )
+    except ConfigError as exc:
+        raise click.ClickException(f"cannot build the sync agent's configuration: {exc}") from None
+
+
+async def _main(run: DevRun, status: StatusLine) -> int:
+    run.base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    admin_key, _ = load_or_create_key_file(run.key_path)
+    server = EmbeddedServer(run.db_path, admin_key, "127.0.0.1", run.port)
+    await asyncio.to_thread(server.start)
+    logger.info("embedded store server listening", extra={"url": server.url, "db": str(run.db_path)})
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals_seen = 0
+
+    def on_signal(sig: signal.Signals) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen == 1:
+            logger.info(f"{sig.name} received: running the final sync and flush, then cleaning up")
+        else:
+            logger.warning(
+                "already shutting down: the final sync and flush are bounded by the flush timeout",
+                extra={"flush_timeout": run.flush_timeout},
+            )
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    config: AgentConfig | None = None
+    store: MemoryStore | None = None
+    code = 1
+    try:
+        async with StoreClient(server.url, api_key=admin_key) as admin:
+            store, created = await ensure_demo_store(admin)
+            memories = await count_memories(admin, store.id)
+            logger.info(
+                "created the demo store" if created else "using the existing demo store",
+                extra={"memory_store_id": store.id, "store_name": store.name, "memories": memories},
+            )
+            session, secret = await admin.mint_session(
+                [MemoryStoreResource(memory_store_id=store.id, access="read_write")]
+            )
+        slug = Path(session.resources[0].mount_path or f"/mnt/memory/{store.id}").name
+        config = _agent_config(run, store, slug, secret, server.url)
+        folder = config.mount_dir(config.stores[0])
+        if stop.is_set():
+            return 0
+        await _mount_or_resume(config, folder, store.id)
+        click.echo(f"memsync dev: {store.name!r} ({store.id}) is mounted at {folder}", err=True)
+        click.echo("memsync dev: edit the files there; Ctrl-C runs the final sync and cleans up", err=True)
+        code = await _sync_with_status(config, store, stop, status)
+        status.clear()
+        _cleanup(config, folder, store.id, code)
+        return code
+    except AgentFailure as exc:
+        status.clear()
+        logger.error(exc.message)
+        return 1
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        await asyncio.to_thread(server.stop)
+        status.clear()
+        _print_where(run, store, code)
+
+
+def _leftover(config: AgentConfig, folder: Path, store_id: str) -> str:
+    """``none`` (mount it), ``resume`` (our own folder and state from a killed run) or ``foreign``."""
+    if not os.path.lexists(folder):
+        return "none"
+    state = load_state(config.state_path, store_id)
+    if state is not None and folder.is_dir() and not folder.is_symlink() and _marker_ok(folder, store_id):
+        return "resume"
+    return "foreign"
+
+
+async def _mount_or_resume(config: AgentConfig, folder: Path, store_id: str) -> None:
+    found = await asyncio.to_thread(_leftover, config, folder, store_id)
+    if found == "none":
+        await mount(config)
+        return
+    # A folder left behind by a run that was killed: resume from its saved state (nothing unsynced is lost).
+    if found == "resume":
+        logger.warning(
+            "resuming the store folder left by an earlier memsync dev run (it was not shut down cleanly)",
+            extra={"path": str(folder)},
+        )
+        return
+    raise AgentFailure(
+        f"something already exists at the memory store's path: {folder} "
+        "(not from an earlier memsync dev run this command can resume; move it away and run again)"
+    )
+
+
+async def _sync_with_status(
+    config: AgentConfig, store: MemoryStore, stop: asyncio.Event, status: StatusLine
+) -> int:
+    agents: list[Any] = []
+
+    def on_ready(agent: Any, _server: Any) -> None:
+        agents.append(agent)
+
+    async def refresh() -> None:
+        while True:
+            if agents:
+                counts = read_counts(agents[0], store.id)
+                status.show(format_status(store.name, counts, time.time(), status.tty))
+            await asyncio.sleep(STATUS_REFRESH_S)
+
+    ticker = asyncio.create_task(refresh())
+    try:
+        return await run_sync(config, stop=stop, install_signals=False, on_ready=on_ready)
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
+        if agents:  # the last numbers, final shutdown included
+            status.show(format_status(store.name, read_counts(agents[0], store.id), time.time(), status.tty))
+
+
+def _cleanup(config: AgentConfig, folder: Path, store_id: str, code: int) -> None:
+    """Remove the folders this command created, unless something would be lost by doing so."""
+    if code != EXIT_OK:
+        logger.warning(
+            "the final flush left changed files unsent; keeping the store folder and its state so the next "
+            "memsync dev run resumes and pushes them",
+            extra={"path": str(folder)},
+        )
+        return
+    if not _marker_ok(folder, store_id) and _has_files(folder):
+        logger.warning(
+            "the store folder's marker file is missing or does not match; keeping the folder as found",
+            extra={"path": str(folder)},
+        )
+        return
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(folder)  # fd-based on Linux: never follows a symlink inside
+    remove_state(config.state_path, store_id)
+    with contextlib.suppress(FileNotFoundError):
+        lock_file(config.state_path, store_id).unlink()
+    for empty in (folder.parent, folder.parent.parent, config.state_path):
+        with contextlib.suppress(OSError):
+            empty.rmdir()  # only if empty
+
+
+def _print_where(run: DevRun, store: MemoryStore | None, code: int) -> None:
+    lines = [
+        "",
+        f"memsync dev stopped (exit {code}). The store lives on in {run.db_path}",
+        f"  admin key file: {run.key_path}",
+        f"  API (while a server runs): http://127.0.0.1:{run.port}",
+        "  serve it again:   memsync store serve --db "
+        f"{run.db_path} --port {run.port} --admin-key-file {run.key_path}",
+    ]
+    if store is not None:
+        lines.append(
+            f"  export it:        memsync store export {store.id} ./demo-export "
+            f"--url http://127.0.0.1:{run.port} --admin-key-file {run.key_path}"
+        )
+    lines.append("  or run `memsync dev` again: it reuses the same store")
+    click.echo("\n".join(lines), err=True)
+
+
+@click.command()
+@click.option(
+    "--dir",
+    "base",
+    default="./.memsync",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where the store database, the admin key, the mounted folder and the agent's state live.",
+)
+@click.option(
+    "--port",
+    default=8700,
+    show_default=True,
+    type=click.IntRange(1, 65535),
+    help="Loopback port of the embedded store server.",
+)
+@click.option(
+    "--interval",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(min=5.0),
+    help="Seconds between sync passes (>= 5).",
+)
+@click.option(
+    "--flush-timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0.0, min_open=True, max=3600.0),
+    help="Seconds for each shutdown pass (final sync, then flush).",
+)
+def dev(base: Path, port: int, interval: float, flush_timeout: float) -> None:
+    """Run the whole lifecycle on this machine: an embedded store server, a demo store, a folder under
+    DIR/mnt/memory/ kept in two-way sync. Ctrl-C runs the final sync and flush, then removes the folder."""
+    run = DevRun(base=base.resolve(), port=port, interval=interval, flush_timeout=flush_timeout)
+    status = StatusLine(sys.stderr)
+    if status.tty:
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_ClearStatusFirst(status))
+    try:
+        code = asyncio.run(_main(run, status))
+    except store_errors.StoreError as exc:
+        raise click.ClickException(f"the embedded store server refused a request: {exc}") from None
+    sys.exit(code)

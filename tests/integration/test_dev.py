@@ -1,0 +1,221 @@
+"""``memsync dev`` as a real process: embedded server, demo store, a synced folder, Ctrl-C (SIGINT) flushes.
+
+The test edits, creates and deletes files in the mounted folder, checks through the API (with the admin key
+file ``memsync dev`` wrote) that a periodic pass sent them, makes a last-moment edit right before SIGINT, and
+checks on a second run (which must reuse the same store) that the final shutdown saved it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import free_port
+from memsync.api.models import Memory, MemoryStore
+from memsync.client import StoreClient
+
+pytestmark = pytest.mark.timeout(120)
+
+WAIT_S = 30.0
+MARKER = ".anthropic-memory-store"
+
+
+class DevProcess:
+    def __init__(self, cwd: Path, port: int) -> None:
+        self.cwd = cwd
+        self.port = port
+        self.log = cwd / f"dev-{time.monotonic_ns()}.log"
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "memsync", "dev", "--port", str(port), "--interval", "5"],
+                cwd=cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            )
+
+    @property
+    def base(self) -> Path:
+        return self.cwd / ".memsync"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = WAIT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"memsync dev exited ({self.proc.returncode}) before {what}:\n{self.output()}"
+                )
+            time.sleep(0.1)
+        raise AssertionError(f"timed out waiting for {what}:\n{self.output()}")
+
+    def wait_mounted(self) -> None:
+        """``memsync dev`` prints this line once the agent's mount finished (every file written)."""
+        self.wait_for("the demo store to be mounted", lambda: "is mounted at" in self.output())
+
+    def interrupt(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"memsync dev did not stop after SIGINT:\n{self.output()}") from None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def dev_runs(tmp_path: Path) -> Iterator[list[DevProcess]]:
+    runs: list[DevProcess] = []
+    yield runs
+    for run in runs:
+        run.stop()
+
+
+def admin_key(base: Path) -> str:
+    return (base / "store.db.admin-key").read_text().strip()
+
+
+async def _snapshot(url: str, key: str) -> tuple[list[MemoryStore], dict[str, str]]:
+    async with StoreClient(url, api_key=key) as admin:
+        stores = [s async for s in admin.list_stores()]
+        demo = [s for s in stores if s.name == "Demo Memory"]
+        files: dict[str, str] = {}
+        if demo:
+            async for item in admin.list_memories(demo[0].id, view="full", limit=20):
+                if isinstance(item, Memory):
+                    files[item.path.lstrip("/")] = item.content or ""
+        return demo, files
+
+
+def snapshot(run: DevProcess) -> tuple[list[MemoryStore], dict[str, str]]:
+    return asyncio.run(_snapshot(run.url, admin_key(run.base)))
+
+
+def local_files(folder: Path) -> dict[str, str]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_text()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MARKER
+    }
+
+
+def test_dev_lifecycle_syncs_flushes_on_sigint_and_reuses_the_store(
+    tmp_path: Path, dev_runs: list[DevProcess]
+) -> None:
+    port = free_port()
+    first = DevProcess(tmp_path, port)
+    dev_runs.append(first)
+    folder = first.base / "mnt" / "memory" / "demo-memory"
+    first.wait_mounted()
+    first.wait_for("the first pass", lambda: "passes 1," in first.output())
+
+    stores, remote = snapshot(first)
+    assert len(stores) == 1
+    store_id = stores[0].id
+    assert remote, "the demo store starts with a few memories"
+    assert local_files(folder) == remote
+
+    # Edit, create (in a new folder) and delete.
+    edited, deleted = sorted(remote)[0], sorted(remote)[-1]
+    (folder / edited).write_text("edited while memsync dev runs\n")
+    (folder / "ideas").mkdir()
+    (folder / "ideas" / "new.md").write_text("a brand-new memory\n")
+    (folder / deleted).unlink()
+
+    def landed() -> bool:
+        _, now = snapshot(first)
+        return now.get(edited) == "edited while memsync dev runs\n" and "ideas/new.md" in now
+
+    first.wait_for("a pass to upload the edit and the new file", landed)
+    _, remote = snapshot(first)
+    assert remote["ideas/new.md"] == "a brand-new memory\n"
+    # The deletion waits for its confirmation window (30 s); the final shutdown waives it.
+
+    (folder / "last-moment.md").write_text("written right before Ctrl-C\n")
+    assert first.interrupt() == 0, first.output()
+    out = first.output()
+    assert "memory flush outcome" in out
+    assert not folder.exists(), "the mounted folder is removed after the final flush"
+    assert not (first.base / "mnt").exists()
+    assert (first.base / "store.db").is_file()
+    assert "memsync store export" in out and str(first.base / "store.db") in out
+    assert "passes " in out and "uploads " in out  # the status line (plain lines: stderr is not a TTY)
+
+    # A second run reuses the same store, and shows what the first run's final shutdown saved.
+    second = DevProcess(tmp_path, port)
+    dev_runs.append(second)
+    second.wait_mounted()
+    stores, remote = snapshot(second)
+    assert [s.id for s in stores] == [store_id], "the second run found the demo store by name"
+    assert remote["last-moment.md"] == "written right before Ctrl-C\n", "the final flush saved the last edit"
+    assert deleted not in remote, "the final sync propagated the deletion"
+    assert remote[edited] == "edited while memsync dev runs\n"
+    assert local_files(folder) == remote
+    assert "using the existing demo store" in second.output()
+    assert second.interrupt() == 0, second.output()
+    assert not folder.exists()
+
+
+def test_dev_sigterm_also_flushes_and_cleans_up(tmp_path: Path, dev_runs: list[DevProcess]) -> None:
+    run = DevProcess(tmp_path, free_port())
+    dev_runs.append(run)
+    folder = run.base / "mnt" / "memory" / "demo-memory"
+    run.wait_mounted()
+    (folder / "from-sigterm.md").write_text("saved by the final shutdown\n")
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.proc.wait(timeout=WAIT_S) == 0, run.output()
+    assert not folder.exists()
+    # Check the store directly: serve the same database again with the admin key file.
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memsync",
+            "store",
+            "serve",
+            "--port",
+            str(run.port),
+            "--db",
+            str(run.base / "store.db"),
+            "--admin-key-file",
+            str(run.base / "store.db.admin-key"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                _, remote = snapshot(run)
+                break
+            except Exception:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        assert remote["from-sigterm.md"] == "saved by the final shutdown\n"
+    finally:
+        server.terminate()
+        server.wait(timeout=WAIT_S)
