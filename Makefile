@@ -53,8 +53,11 @@ kind-up:
 kind-load: image
 	kind load docker-image $(IMAGE):$(TAG) --name $(KIND_CLUSTER)
 
+# Applies to the kind cluster's context only (never whatever context is current), with the image that
+# kind-load loaded in place of the overlay's memsync:kind.
 deploy:
-	cd manifests/overlays/kind && kubectl kustomize . | sed 's#memsync:kind#$(IMAGE):$(TAG)#g' | kubectl apply --server-side -f -
+	kubectl kustomize manifests/overlays/kind | sed 's#memsync:kind#$(IMAGE):$(TAG)#g' \
+	  | kubectl --context kind-$(KIND_CLUSTER) apply --server-side -f -
 
 # Creates the cluster, builds and loads the image, deploys overlays/kind, runs the kind scenarios,
 # and deletes the cluster unless KEEP_CLUSTER=1.

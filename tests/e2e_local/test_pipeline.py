@@ -140,15 +140,25 @@ def smem(
     }
 
 
+async def store_and_work_secret(
+    cluster: op.Cluster, server: RunningStoreServer, prefix: str, memories: dict[str, str] | None = None
+) -> tuple[str, str]:
+    """A new read-write store holding ``memories``, a session id, and the Secret ``work`` (key
+    ``SECRET_KEY``) with that session's minted work-item secret: (store id, session id)."""
+    async with server.admin_client() as admin:
+        store = (await admin.create_store(f"{prefix}-{session_id()[-6:]}")).id
+        for path, content in (memories or {}).items():
+            await admin.create_memory(store, path, content)
+    sid = session_id()
+    work = await server.mint_secret([(store, "read_write")], session_id=sid)
+    await cluster.create_secret("work", {SECRET_KEY: base64.b64encode(work.encode()).decode()})
+    return store, sid
+
+
 async def test_operator_runner_and_store_end_to_end(
     tmp_path: Path, cluster: op.Cluster, store_server: RunningStoreServer
 ) -> None:
-    async with store_server.admin_client() as admin:
-        store = (await admin.create_store(f"pipeline-{session_id()[-6:]}")).id
-        await admin.create_memory(store, "/hello.md", "hello\n")
-    sid = session_id()
-    work = await store_server.mint_secret([(store, "read_write")], session_id=sid)
-    await cluster.create_secret("work", {SECRET_KEY: base64.b64encode(work.encode()).decode()})
+    store, sid = await store_and_work_secret(cluster, store_server, "pipeline", {"/hello.md": "hello\n"})
     body = smem(
         "pipeline",
         sid,
@@ -200,11 +210,7 @@ async def test_operator_runner_and_store_end_to_end(
 async def test_deleting_a_running_session_flushes_through_the_operator(
     tmp_path: Path, cluster: op.Cluster, store_server: RunningStoreServer
 ) -> None:
-    async with store_server.admin_client() as admin:
-        store = (await admin.create_store(f"pipeline-del-{session_id()[-6:]}")).id
-    sid = session_id()
-    work = await store_server.mint_secret([(store, "read_write")], session_id=sid)
-    await cluster.create_secret("work", {SECRET_KEY: base64.b64encode(work.encode()).decode()})
+    store, sid = await store_and_work_secret(cluster, store_server, "pipeline-del")
     body = smem(
         "doomed",
         sid,

@@ -25,6 +25,7 @@ import contextlib
 import copy
 import inspect
 import itertools
+import json
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -100,7 +101,13 @@ _STATUS_SCHEMA = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 
 class MemsyncEmulator(km.KubernetesEmulator):
-    """kmock's KubernetesEmulator plus the API-server behaviours listed in the module docstring."""
+    """kmock's KubernetesEmulator plus the API-server behaviours listed in the module docstring.
+
+    ``refuse_status_writes``: the next N writes of a SessionMemory's status subresource fail with a 500
+    (an API server or etcd hiccup), so tests can show what a lost status write costs.
+    """
+
+    refuse_status_writes: int = 0
 
     async def _handle(self, request: rendering.Request) -> Any:
         if request.resource is not None:
@@ -155,6 +162,9 @@ class MemsyncEmulator(km.KubernetesEmulator):
             current = self._current(request)
             if current is None:
                 return  # kmock answers 404
+            if resource == SMEM_RES and request.subresource == "status" and self.refuse_status_writes > 0:
+                self.refuse_status_writes -= 1
+                raise km.KubernetesError(status=500, reason="InternalError", message="injected: etcd timeout")
             self._patch(request, resource, current, data)
         elif request.action == enums.action.DELETE and request.name is not None:
             current = self._current(request)
@@ -529,3 +539,41 @@ def terminated(
 
 def pod_status(phase: str, init: list[dict[str, Any]], containers: list[dict[str, Any]]) -> dict[str, Any]:
     return {"phase": phase, "initContainerStatuses": init, "containerStatuses": containers}
+
+
+# --------------------------------------------------------------------------------------------------
+# The sync agent's side: termination messages of the two stores of ``smem_body``
+# --------------------------------------------------------------------------------------------------
+
+MOUNTED = json.dumps(
+    {"phase": "mounted", "stores": {"memstore_01aa": {"memories": 12}, "memstore_02bb": {"memories": 3}}}
+)
+
+
+def flushed(complete: bool = True, **per_store: dict[str, int]) -> str:
+    """A final flush report; by default a complete one: 4 uploads and 1 delete in memstore_01aa."""
+    stores = per_store or {
+        "memstore_01aa": {"uploaded": 4, "deleted": 1, "conflicts": 0, "refused": 0, "unsent": 0},
+        "memstore_02bb": {"uploaded": 0, "deleted": 0, "conflicts": 0, "refused": 0, "unsent": 0},
+    }
+    return json.dumps({"phase": "flushed", "complete": complete, "stores": stores})
+
+
+#: ``status.stores[0]`` after ``MOUNTED`` and the default ``flushed()``.
+FIRST_STORE_RESULT = {
+    "memoryStoreId": "memstore_01aa",
+    "mountPath": "/mnt/memory/user-preferences",
+    "memoriesMounted": 12,
+    "uploaded": 4,
+    "deleted": 1,
+    "conflicts": 0,
+    "refused": 0,
+    "unsent": 0,
+}
+
+#: memsync-mount done, the sidecar ready, the sandbox running.
+RUNNING_POD = pod_status(
+    "Running",
+    [terminated("memsync-mount", 0, MOUNTED), running("memsync-sync", ready=True)],
+    [running("sandbox", ready=True)],
+)

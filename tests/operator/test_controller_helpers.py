@@ -177,3 +177,15 @@ def test_connection_info_carries_the_clients_credentials() -> None:
 def test_refusal_reasons_are_recognised(reason: str) -> None:
     status = st.refusal_status(None, reason=reason, message="m", stores={}, generation=1, now=st.now_utc())
     assert st.is_refusal(status)
+
+
+def test_what_the_periodic_recheck_covers() -> None:
+    refused = st.refusal_status(
+        None, reason=st.SECRET_NOT_FOUND, message="m", stores={}, generation=1, now=st.now_utc()
+    )
+    assert h.needs_recheck(refused)
+    for phase in ("Pending", "Mounting", "Running", "Flushing"):
+        assert h.needs_recheck({"phase": phase, "podName": "s1-sandbox"}), phase
+    for phase in ("Succeeded", "Failed"):
+        assert not h.needs_recheck({"phase": phase, "podName": "s1-sandbox"}), phase
+    assert not h.needs_recheck({})  # nothing created yet: the create handler owns it

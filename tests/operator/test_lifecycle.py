@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from typing import Any
 
+import pytest
 from smem_harness import (
     AGENT_IMAGE,
     FAST,
+    FIRST_STORE_RESULT,
+    MOUNTED,
     NAMESPACE,
+    RUNNING_POD,
     Cluster,
     eventually,
+    flushed,
     pod_status,
     run_operator,
     running,
@@ -29,19 +35,7 @@ from memsync.controller.settings import ControllerConfig
 from memsync.crd.models import FINALIZER, validate_spec
 
 SECRET_VALUE = "eyJzZXNzaW9uc190b2tlbiI6InNrLWFudC1yZXEtc2VjcmV0LWRvLW5vdC1sZWFrIn0"
-MOUNTED = json.dumps(
-    {"phase": "mounted", "stores": {"memstore_01aa": {"memories": 12}, "memstore_02bb": {"memories": 3}}}
-)
-FLUSHED = json.dumps(
-    {
-        "phase": "flushed",
-        "complete": True,
-        "stores": {
-            "memstore_01aa": {"uploaded": 4, "deleted": 1, "conflicts": 0, "refused": 0, "unsent": 0},
-            "memstore_02bb": {"uploaded": 0, "deleted": 0, "conflicts": 0, "refused": 0, "unsent": 0},
-        },
-    }
-)
+FLUSHED = flushed()
 ALREADY_EXISTS = "something already exists at the memory store's path: /mnt/memory/user-preferences"
 
 
@@ -204,16 +198,7 @@ async def test_full_lifecycle_create_run_delete(cluster: Cluster) -> None:
     assert final["phase"] == "Succeeded", final
     assert cond(final, "Flushed")["status"] == "True"
     assert cond(final, "Flushed")["reason"] == "FlushComplete"
-    assert final["stores"][0] == {
-        "memoryStoreId": "memstore_01aa",
-        "mountPath": "/mnt/memory/user-preferences",
-        "memoriesMounted": 12,
-        "uploaded": 4,
-        "deleted": 1,
-        "conflicts": 0,
-        "refused": 0,
-        "unsent": 0,
-    }
+    assert final["stores"][0] == FIRST_STORE_RESULT
     assert final["lastSyncTime"] == "2026-01-01T00:30:00Z"
     assert cluster.pods() == []
     for event in cluster.events():
@@ -228,14 +213,8 @@ async def test_pod_that_ends_by_itself_succeeds_or_fails(cluster: Cluster) -> No
         for name in ("ok", "bad"):
             await eventually(lambda n=name: cluster.pod(pod_name_for(n)), what=f"Pod of {name}")
         mount = terminated("memsync-mount", 0, MOUNTED)
-        incomplete = json.dumps(
-            {
-                "phase": "flushed",
-                "complete": False,
-                "stores": {
-                    "memstore_01aa": {"uploaded": 1, "deleted": 0, "conflicts": 1, "refused": 1, "unsent": 2}
-                },
-            }
+        incomplete = flushed(
+            False, memstore_01aa={"uploaded": 1, "deleted": 0, "conflicts": 1, "refused": 1, "unsent": 2}
         )
         await cluster.set_pod_status(
             pod_name_for("ok"),
@@ -354,14 +333,7 @@ async def test_operator_restart_adopts_the_existing_pod(cluster: Cluster) -> Non
     first_uid = (cluster.pod(pod_name) or {})["metadata"]["uid"]
 
     # While the operator is down, the Pod moves on.
-    await cluster.set_pod_status(
-        pod_name,
-        pod_status(
-            "Running",
-            [terminated("memsync-mount", 0, MOUNTED), running("memsync-sync", ready=True)],
-            [running("sandbox", ready=True)],
-        ),
-    )
+    await cluster.set_pod_status(pod_name, RUNNING_POD)
     async with run_operator(cluster):
         status = await eventually(phase_is(cluster, "s1", "Running"), what="Running after the restart")
         assert status["podName"] == pod_name
@@ -446,14 +418,7 @@ async def test_a_pod_deleted_behind_the_operators_back_ends_the_session(cluster:
     async with run_operator(cluster):
         await cluster.create_smem(smem_body("s1"))
         await eventually(lambda: cluster.pod(pod_name), what="the Pod")
-        await cluster.set_pod_status(
-            pod_name,
-            pod_status(
-                "Running",
-                [terminated("memsync-mount", 0, MOUNTED), running("memsync-sync", ready=True)],
-                [running("sandbox", ready=True)],
-            ),
-        )
+        await cluster.set_pod_status(pod_name, RUNNING_POD)
         await eventually(phase_is(cluster, "s1", "Running"), what="Running")
         # Force-deleted: no final statuses ever reported.
         await cluster.request_json(
@@ -507,14 +472,7 @@ async def test_a_pod_that_vanishes_during_deletion_is_recorded_as_unconfirmed(cl
     async with run_operator(cluster):
         await cluster.create_smem(smem_body("s1"))
         await eventually(lambda: cluster.pod(pod_name), what="the Pod")
-        await cluster.set_pod_status(
-            pod_name,
-            pod_status(
-                "Running",
-                [terminated("memsync-mount", 0, MOUNTED), running("memsync-sync", ready=True)],
-                [running("sandbox", ready=True)],
-            ),
-        )
+        await cluster.set_pod_status(pod_name, RUNNING_POD)
         await eventually(phase_is(cluster, "s1", "Running"), what="Running")
         await cluster.delete_smem("s1")
         await eventually(phase_is(cluster, "s1", "Flushing"), what="Flushing")
@@ -546,3 +504,92 @@ async def test_an_existing_pod_is_adopted_not_duplicated(cluster: Cluster) -> No
         await eventually(lambda: "PodAdopted" in cluster.event_reasons("s1"), what="PodAdopted")
         assert "PodCreated" not in cluster.event_reasons("s1")
     assert cluster.pod_ever_created(pod_name_for("s1")) == 1
+
+
+async def test_a_lost_status_write_is_repaired_by_the_periodic_recheck(cluster: Cluster) -> None:
+    """The Pod watcher's write of a Pod's end fails once (events are not retried): the session must not
+    stay ``Running`` with no Pod; the periodic re-check of active sessions converges it."""
+    await with_secret(cluster)
+    pod_name = pod_name_for("s1")
+    async with run_operator(cluster):
+        await cluster.create_smem(smem_body("s1"))
+        await eventually(lambda: cluster.pod(pod_name), what="the Pod")
+        await cluster.set_pod_status(pod_name, RUNNING_POD)
+        await eventually(phase_is(cluster, "s1", "Running"), what="Running")
+        await cluster.request_json(
+            "DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{pod_name}", {"gracePeriodSeconds": 0}
+        )
+        await eventually(phase_is(cluster, "s1", "Flushing"), what="Flushing")
+        cluster.kmock.refuse_status_writes = 1  # type: ignore[attr-defined]
+        await cluster.remove_pod(pod_name)  # DELETED: the watcher's one write of the Pod's end fails
+        status = await eventually(phase_is(cluster, "s1", "Failed"), what="Failed after the lost write")
+        assert cluster.kmock.refuse_status_writes == 0  # type: ignore[attr-defined]
+        assert cond(status, "Ready")["reason"] == "PodLost"
+        assert has(cond(status, "Flushed"), {"status": "False", "reason": "FlushNotReported"})
+        assert cluster.pod_ever_created(pod_name) == 1
+
+
+async def test_the_secret_value_is_never_in_logs_status_events_or_the_pod(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The operator reads the Secret only to check its key: its value must reach no log record (memsync's
+    and kopf's, at DEBUG), no status, no Event and no Pod, on a whole session and on a refusal."""
+    caplog.set_level(logging.DEBUG)
+    await with_secret(cluster)
+    await cluster.create_secret("work-other", {"wrong-key": b64(SECRET_VALUE)})
+    pod_name = pod_name_for("s1")
+    async with run_operator(cluster):
+        await cluster.create_smem(smem_body("s1"))
+        await cluster.create_smem(smem_body("s2", session_id="sesn_two", secret="work-other"))
+        await eventually(lambda: cluster.pod(pod_name), what="the Pod")
+        await cluster.set_pod_status(pod_name, RUNNING_POD)
+        await eventually(phase_is(cluster, "s1", "Running"), what="Running")
+        refused = await eventually(phase_is(cluster, "s2", "Failed"), what="s2 refused")
+        assert cond(refused, "Ready")["reason"] == "SecretKeyNotFound"
+        pods = cluster.pods()
+        await cluster.delete_smem("s1")
+        await eventually(
+            lambda: (p := cluster.pod(pod_name)) and p["metadata"].get("deletionTimestamp"),
+            what="terminating",
+        )
+        await cluster.set_pod_status(
+            pod_name,
+            pod_status(
+                "Succeeded",
+                [terminated("memsync-mount", 0, MOUNTED), terminated("memsync-sync", 0, FLUSHED)],
+                [terminated("sandbox", 0)],
+            ),
+        )
+        await cluster.remove_pod(pod_name)
+        await eventually(lambda: cluster.smem("s1") is None, what="released")
+        await eventually(lambda: "Succeeded" in cluster.event_reasons("s1"), what="the Succeeded event")
+        events = cluster.events()
+
+    loggers = {r.name.split(".")[0] for r in caplog.records}
+    assert {"memsync", "kopf"} <= loggers, loggers  # both were captured, at DEBUG
+    assert any("work-other" in e.get("message", "") for e in events)  # the Secret was looked at
+    leaks = (SECRET_VALUE, b64(SECRET_VALUE))
+    for record in caplog.records:
+        text = record.getMessage() + json.dumps(record.__dict__, default=str)
+        assert not any(leak in text for leak in leaks), f"{record.name}: {record.getMessage()}"
+    for where, obj in (
+        ("events", events),
+        ("pods", pods),
+        ("s1", cluster.last_smem("s1")),
+        ("s2", cluster.smem("s2")),
+    ):
+        dumped = json.dumps(obj)
+        assert not any(leak in dumped for leak in leaks), where
+
+
+async def test_pods_are_listed_and_watched_by_label_only(cluster: Cluster) -> None:
+    await with_secret(cluster)
+    async with run_operator(cluster):
+        await cluster.create_smem(smem_body("s1"))
+        await eventually(phase_is(cluster, "s1", "Pending"), what="Pending")
+    pod_reads = [
+        r for r in list(cluster.kmock) if r.method == "GET" and r.url.path.endswith("/pods") and r.params
+    ]
+    assert any(r.params.get("watch") == "true" for r in pod_reads), pod_reads
+    for request in pod_reads:
+        assert request.params.get("labelSelector") == "app.kubernetes.io/managed-by=memsync", request.url

@@ -10,7 +10,16 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
-from smem_harness import _prune, pod_status, running, terminated, waiting
+from smem_harness import (
+    FIRST_STORE_RESULT,
+    MOUNTED,
+    _prune,
+    flushed,
+    pod_status,
+    running,
+    terminated,
+    waiting,
+)
 
 from memsync.agent.messages import ALREADY_EXISTS, CANNOT_CREATE, MAKE_WRITABLE
 from memsync.api.secret import NO_SESSIONS_TOKEN
@@ -21,17 +30,6 @@ from memsync.crd.schema import build_crd
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=5)
 STORES = {"memstore_01aa": "/mnt/memory/user-preferences", "memstore_02bb": "/mnt/memory/team-notes"}
-MOUNTED = json.dumps(
-    {"phase": "mounted", "stores": {"memstore_01aa": {"memories": 12}, "memstore_02bb": {"memories": 3}}}
-)
-
-
-def flushed(complete: bool = True, **per_store: dict[str, int]) -> str:
-    stores = per_store or {
-        "memstore_01aa": {"uploaded": 4, "deleted": 1, "conflicts": 0, "refused": 0, "unsent": 0},
-        "memstore_02bb": {"uploaded": 0, "deleted": 0, "conflicts": 0, "refused": 0, "unsent": 0},
-    }
-    return json.dumps({"phase": "flushed", "complete": complete, "stores": stores})
 
 
 def mount_failed(error: str, store: str | None = "memstore_01aa") -> str:
@@ -357,16 +355,7 @@ def test_success_needs_a_clean_exit_and_a_complete_flush() -> None:
     assert cond(status, "Flushed")["message"] == (
         "the final flush completed: uploaded 4, deleted 1, conflicts 0, refused 0, unsent 0 across 2 stores"
     )
-    assert status["stores"][0] == {
-        "memoryStoreId": "memstore_01aa",
-        "mountPath": "/mnt/memory/user-preferences",
-        "memoriesMounted": 12,
-        "uploaded": 4,
-        "deleted": 1,
-        "conflicts": 0,
-        "refused": 0,
-        "unsent": 0,
-    }
+    assert status["stores"][0] == FIRST_STORE_RESULT
     assert status["lastSyncTime"] == "2026-01-01T12:30:00Z"
 
 
@@ -393,6 +382,17 @@ def test_a_missing_or_unreadable_flush_report_is_not_a_success(message: str | No
     status = derive(ended_pod(0, message))
     assert summary(status) == ("Failed", "FlushNotReported", "True", "False", "FlushNotReported")
     assert "edits made since its last sync may be lost" in status["message"]
+
+
+@pytest.mark.parametrize("sync_code", [137, 143, 2])
+def test_a_complete_report_from_a_sidecar_that_did_not_exit_cleanly_is_not_trusted(sync_code: int) -> None:
+    """The preStop ``memsync flush`` writes the termination log too (complete, while the agent may still be
+    writing); if the sidecar is then killed (grace period over) its final flush never reported: the message
+    left is the earlier one. A complete final flush always exits 0, so anything else is unconfirmed."""
+    status = derive(ended_pod(0, flushed(), sync_code=sync_code))
+    assert summary(status) == ("Failed", "FlushNotReported", "True", "False", "FlushNotReported")
+    assert f"exit code {sync_code}" in cond(status, "Flushed")["message"]
+    assert "uploaded" not in status["stores"][0]  # counts of an earlier flush are not the final result
 
 
 def test_a_failed_sandbox_fails_the_session_but_keeps_the_flush_result() -> None:

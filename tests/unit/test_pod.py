@@ -11,6 +11,7 @@ import kubernetes_validate
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_crd import base_spec
 
 from memsync.controller.pod import (
     GRACE_MARGIN_SECONDS,
@@ -27,12 +28,8 @@ K8S_VERSION = "1.32"
 IMAGE = "memsync:0.1.0"
 UID = "5f1b7c2e-0d7a-4c53-9b1e-3f1f0b1d2a11"
 
-MINIMAL_SPEC: dict[str, Any] = {
-    "sessionId": "sesn_011abc",
-    "workItemSecretRef": {"name": "work-sesn-011abc", "key": "secret"},
-    "stores": [{"memoryStoreId": "memstore_01aa", "name": "User Preferences"}],
-    "sandbox": {"image": "example.com/agent-sandbox:1.0"},
-}
+#: The design's minimal SessionMemory spec (the same one the CRD tests start from).
+MINIMAL_SPEC: dict[str, Any] = base_spec()
 
 FULL_SPEC: dict[str, Any] = {
     "sessionId": "sesn_011full",

@@ -104,7 +104,7 @@ def _run_options(fn: F) -> F:
             default=30.0,
             show_default=True,
             help="Seconds between re-checks of a SessionMemory refused before its Pod (missing Secret or "
-            "key, duplicate session, invalid spec).",
+            "key, duplicate session, invalid spec), and of an active session against its Pod.",
         ),
     ]
     for option in reversed(options):

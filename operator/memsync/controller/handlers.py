@@ -16,9 +16,13 @@ world, decides with pure functions, and converges; running it twice changes noth
    and adopt it as in 1.
 
 The Pod watcher (by label, server-side selector) derives the status from every Pod event with
-``status.derive_status`` and patches it; nothing polls. Every status write is a read-modify-write with a
-resourceVersion precondition (retried on conflict) under a per-object lock, and posts a Kubernetes Event
-when the phase (or the reason of a failure) changes.
+``status.derive_status`` and patches it. Every status write is a read-modify-write with a resourceVersion
+precondition (retried on conflict) under a per-object lock, and posts a Kubernetes Event when the phase (or
+the reason of a failure) changes. kopf does not retry event handlers, so a watcher write that fails (an API
+hiccup) would be lost: the same re-check timer therefore also reconciles every session that has a Pod and
+no outcome yet (level-based: it repairs a lost write or a missed event), and the watcher remembers each
+Pod's last state it saw, so a Pod that is gone is judged by what it last reported (its termination
+messages), not as lost.
 
 Spec updates after a Pod exists cannot reach it (a Pod's containers and environment are immutable): the
 operator records the new generation as observed and posts a ``SpecChangeNotApplied`` warning; the change
@@ -27,8 +31,9 @@ applies only to a new SessionMemory. ``sessionId`` and ``stores`` are immutable 
 Deletion (memsync's own finalizer): the Pod is deleted with its own grace period so the sidecar's preStop
 and SIGTERM flushes run; the handler re-checks until it is gone (bounded by the Pod's grace period plus
 ``delete_extra_seconds``; past the bound it warns ``FlushNotConfirmed``, records ``DeletionTimedOut`` and
-releases), waits briefly for the watcher to record the Pod's last termination messages (else records the
-flush as not reported), and releases the object.
+releases), records the Pod's end from the last state the watcher saw (waiting briefly for the watcher's
+DELETED event when it has not arrived yet; with no state at all the flush is recorded as not reported), and
+releases the object.
 
 Events are posted for the SessionMemory on every phase change and for PodCreated, PodAdopted (once per
 operator process), DeletingPod, FlushNotConfirmed and SpecChangeNotApplied. Nothing here logs or posts a
@@ -80,6 +85,15 @@ LoginFn = Callable[..., Any]
 # --------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SeenPod:
+    """The last state of a SessionMemory's Pod that the Pod watcher saw (``gone``: its DELETED event)."""
+
+    owner_uid: str
+    pod: Mapping[str, Any]
+    gone: bool
+
+
 @dataclass
 class Runtime:
     kube: KubeApi
@@ -90,13 +104,23 @@ class Runtime:
     gone_since: dict[tuple[str, str], float] = field(default_factory=dict)
     # Pods (by uid) this operator process created or has already announced as adopted.
     known_pods: set[str] = field(default_factory=set)
+    # The last Pod state the watcher saw, per SessionMemory (namespace, name).
+    seen_pods: dict[tuple[str, str], SeenPod] = field(default_factory=dict)
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self.locks.setdefault((namespace, name), asyncio.Lock())
 
+    def seen_pod(self, namespace: str, name: str, uid: str, pod_name: str) -> SeenPod | None:
+        """The watcher's last view of Pod ``pod_name`` of SessionMemory ``uid``, if it saw one."""
+        seen = self.seen_pods.get((namespace, name))
+        if seen is None or seen.owner_uid != uid or (seen.pod.get("metadata") or {}).get("name") != pod_name:
+            return None
+        return seen
+
     def forget(self, namespace: str, name: str) -> None:
         self.locks.pop((namespace, name), None)
         self.gone_since.pop((namespace, name), None)
+        self.seen_pods.pop((namespace, name), None)
 
 
 def build_memo(kube: KubeApi, config: ControllerConfig) -> kopf.Memo:
@@ -183,6 +207,13 @@ def senior_duplicate(me: Mapping[str, Any], others: list[dict[str, Any]]) -> dic
     same.sort(key=_sort_key)
     first = same[0]
     return None if (first.get("metadata") or {}).get("uid") == my_uid else first
+
+
+def needs_recheck(status: Mapping[str, Any]) -> bool:
+    """Refused before its Pod (the cause may be fixed), or a Pod and no outcome yet (a write may be lost)."""
+    if st.is_refusal(status):
+        return True
+    return bool(status.get("podName")) and status.get("phase") not in st.TERMINAL_PHASES
 
 
 def _announcement(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, str, str] | None:
@@ -296,17 +327,40 @@ async def _refuse(runtime: Runtime, namespace: str, name: str, reason: str, mess
     await write_status(runtime, namespace, name, compute)
 
 
-async def _record_pod(runtime: Runtime, namespace: str, name: str, uid: str, pod: Mapping[str, Any]) -> None:
+async def _record_pod(
+    runtime: Runtime,
+    namespace: str,
+    name: str,
+    uid: str,
+    pod: Mapping[str, Any],
+    *,
+    pod_gone: bool = False,
+) -> Status | None:
+    """Derive the status of SessionMemory ``uid`` from ``pod`` (``pod_gone``: its last state) and write it."""
     now = runtime.clock()
 
     def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
         if (obj.get("metadata") or {}).get("uid") != uid:
-            return None
+            return None  # a newer SessionMemory of the same name; this Pod is not its own
         return st.derive_status(
-            previous, pod, stores=store_paths(obj.get("spec") or {}), generation=_generation(obj), now=now
+            previous,
+            pod,
+            stores=store_paths(obj.get("spec") or {}),
+            generation=_generation(obj),
+            now=now,
+            pod_gone=pod_gone,
         )
 
-    await write_status(runtime, namespace, name, compute)
+    return await write_status(runtime, namespace, name, compute)
+
+
+async def _record_gone_pod(runtime: Runtime, namespace: str, name: str, uid: str, pod_name: str) -> None:
+    """Pod ``pod_name`` is gone: judge it by the last state the watcher saw, else as lost."""
+    seen = runtime.seen_pod(namespace, name, uid, pod_name)
+    if seen is not None:
+        await _record_pod(runtime, namespace, name, uid, seen.pod, pod_gone=True)
+    else:
+        await _record_lost_pod(runtime, namespace, name, uid, pod_name)
 
 
 async def _record_lost_pod(
@@ -347,7 +401,7 @@ async def _adopt_or_refuse(
         status: Mapping[str, Any] = body.get("status") or {}
         if status.get("podName") and not st.is_refusal(status):
             # Our Pod is gone and another took its name: the session is over.
-            await _record_lost_pod(runtime, namespace, name, uid, str(status["podName"]))
+            await _record_gone_pod(runtime, namespace, name, uid, str(status["podName"]))
             return
         await _refuse(
             runtime,
@@ -396,7 +450,7 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
         return
     if status.get("podName") and not st.is_refusal(status):
         # The session had its Pod and the Pod is gone: it does not get a second one.
-        await _record_lost_pod(runtime, namespace, name, uid, str(status["podName"]))
+        await _record_gone_pod(runtime, namespace, name, uid, str(status["podName"]))
         return
 
     raw_spec: Mapping[str, Any] = body.get("spec") or {}
@@ -554,15 +608,17 @@ async def finalize(runtime: Runtime, body: Mapping[str, Any], elapsed: float) ->
     had_pod = bool(status.get("podName")) and not st.is_refusal(status)
     if had_pod:
         if status.get("phase") not in st.TERMINAL_PHASES:
-            # The Pod is gone but its outcome is not recorded yet.
-            gone_since = runtime.gone_since.setdefault((namespace, name), time.monotonic())
-            if time.monotonic() - gone_since < config.report_settle_seconds:
-                # The Pod watcher records the Pod's last termination messages; give it a moment.
-                raise kopf.TemporaryError(
-                    f"sandbox Pod {pod_name} is gone; waiting for its final report",
-                    delay=min(1.0, config.delete_recheck_delay),
-                )
-            await _record_lost_pod(runtime, namespace, name, uid, pod_name)
+            # The Pod is gone but its outcome is not recorded yet (the watcher's write may have failed,
+            # or its DELETED event is still on the way: then give it a moment).
+            seen = runtime.seen_pod(namespace, name, uid, pod_name)
+            if seen is None or not seen.gone:
+                gone_since = runtime.gone_since.setdefault((namespace, name), time.monotonic())
+                if time.monotonic() - gone_since < config.report_settle_seconds:
+                    raise kopf.TemporaryError(
+                        f"sandbox Pod {pod_name} is gone; waiting for its final report",
+                        delay=min(1.0, config.delete_recheck_delay),
+                    )
+            await _record_gone_pod(runtime, namespace, name, uid, pod_name)
         final = (await kube.get_session_memory(namespace, name) or {}).get("status") or {}
         flushed = st.condition(final, st.FLUSHED) or {}
         if flushed.get("status") != "True":
@@ -590,21 +646,11 @@ async def observe_pod(runtime: Runtime, event_type: str | None, pod: Mapping[str
     if uid is None or name is None or not namespace:
         return
     pod_gone = event_type == "DELETED"
-    now = runtime.clock()
-
-    def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
-        if (obj.get("metadata") or {}).get("uid") != uid:
-            return None  # a newer SessionMemory of the same name; this Pod is not its own
-        return st.derive_status(
-            previous,
-            pod,
-            stores=store_paths(obj.get("spec") or {}),
-            generation=_generation(obj),
-            now=now,
-            pod_gone=pod_gone,
-        )
-
-    await write_status(runtime, str(namespace), name, compute)
+    key = (str(namespace), name)
+    # Remembered before the write: if the write fails, the re-check and the delete handler still know.
+    runtime.seen_pods[key] = SeenPod(owner_uid=uid, pod=pod, gone=pod_gone)
+    if await _record_pod(runtime, str(namespace), name, uid, pod, pod_gone=pod_gone) is None:
+        runtime.seen_pods.pop(key, None)  # the SessionMemory is gone: nothing to remember it for
 
 
 async def note_spec_change(runtime: Runtime, body: Mapping[str, Any]) -> None:
@@ -662,24 +708,25 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
 
     async def recheck(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         obj = plain(body)
-        if not st.is_refusal(obj.get("status") or {}):
+        if not needs_recheck(obj.get("status") or {}):
             return
         runtime = _runtime(memo)
         await _guarded(runtime, obj, lambda: reconcile(runtime, obj))
 
-    def refused(status: kopf.Status, **_: Any) -> bool:
-        return st.is_refusal(plain(status))
+    def unsettled(status: kopf.Status, **_: Any) -> bool:
+        return needs_recheck(plain(status))
 
-    # Only refused SessionMemories carry a timer (kopf starts and stops it as the filter flips).
+    # Only refused or still active SessionMemories carry a timer (kopf starts and stops it as the filter
+    # flips); a session with its outcome recorded is never re-checked.
     kopf.timer(
         GROUP,
         VERSION,
         PLURAL,
         registry=registry,
-        id="recheck-refusal",
+        id="recheck",
         interval=config.recheck_interval,
         initial_delay=config.recheck_interval,
-        when=refused,
+        when=unsettled,
     )(recheck)
 
     async def on_delete(body: kopf.Body, memo: kopf.Memo, runtime: dt.timedelta, **_: Any) -> None:

@@ -32,7 +32,9 @@ class ControllerConfig:
     """What the handlers need besides the Kubernetes API.
 
     - ``recheck_interval``: how often a SessionMemory refused before any Pod existed (missing Secret or
-      key, duplicate session, invalid spec) is evaluated again, so it starts once the cause is fixed.
+      key, duplicate session, invalid spec) is evaluated again, so it starts once the cause is fixed; and
+      how often a session with a Pod and no outcome yet is reconciled against its Pod (a status write of
+      the Pod watcher that failed, or a missed watch event, is repaired by then).
     - ``delete_recheck_delay``: while deleting, how often the operator checks whether the Pod is gone.
     - ``delete_extra_seconds``: the deletion waits for the Pod at most its ``terminationGracePeriodSeconds``
       plus this, then gives up waiting, warns, and releases the SessionMemory (``delete_timeout_seconds``,

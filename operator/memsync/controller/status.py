@@ -23,7 +23,9 @@ Phases move forward only: Pending -> Mounting -> Running -> Flushing -> Succeede
 The sync agent reports through termination messages (one line of JSON, see the agent's contract):
 ``{"phase":"mounted",...}`` from ``memsync-mount``, ``{"phase":"mount_failed",...}`` when it fails, and
 ``{"phase":"flushed",...}`` from ``memsync-sync`` at shutdown. A missing, truncated or malformed message
-never breaks the derivation: it is reported as "not reported".
+never breaks the derivation: it is reported as "not reported". So is a complete report left by a sidecar
+that did not exit 0: the preStop ``memsync flush`` writes the termination log too, so that report is an
+earlier flush's whenever the final one was killed before it could report.
 """
 
 from __future__ import annotations
@@ -431,7 +433,20 @@ def _terminal_outcome(view: PodView, mounted: Cond, pod_gone: bool) -> Outcome |
     flush_report = parse_termination_message(sync.message) if sync.state == "terminated" else None
     flush = flush_report if isinstance(flush_report, FlushReport) else None
     ever_mounted = mounted.status == "True"
-    if flush is not None:
+    stale = flush is not None and flush.complete and sync.exit_code not in (0, None)
+    if stale:
+        # A complete final flush exits 0. A complete report with another exit code was written by an
+        # earlier flush (the preStop hook's, while the agent could still write); the sidecar was killed
+        # (or failed) before its final flush reported. Its counts are not the final result.
+        flush = None
+        flushed = Cond(
+            FLUSHED,
+            "False",
+            FLUSH_NOT_REPORTED,
+            f"memsync-sync ended with exit code {sync.exit_code} before its final flush reported (the "
+            "report it left is an earlier flush's); edits made since then may be lost",
+        )
+    elif flush is not None:
         if flush.complete:
             flushed = Cond(FLUSHED, "True", "FlushComplete", _flush_summary(flush))
         else:

@@ -140,8 +140,12 @@ CONDITION_STORES_MOUNTED: Final = "StoresMounted"
 CONDITION_FLUSHED: Final = "Flushed"
 
 
-def _full(pattern: str, value: str) -> bool:
-    return re.fullmatch(pattern, value) is not None
+def _matched(value: str, pattern: str, max_length: int, requirement: str) -> str:
+    """``value`` when it is at most ``max_length`` characters and matches ``pattern`` whole; else a
+    ValueError saying what is allowed (pydantic reports it with the field's path)."""
+    if len(value) > max_length or re.fullmatch(pattern, value) is None:
+        raise ValueError(requirement)
+    return value
 
 
 # --- spec --------------------------------------------------------------------------------------------------
@@ -165,23 +169,27 @@ class StoreSpec(_SpecModel):
     @field_validator("memory_store_id")
     @classmethod
     def _check_id(cls, value: str) -> str:
-        if len(value) > MEMORY_STORE_ID_MAX or not _full(MEMORY_STORE_ID_PATTERN, value):
-            raise ValueError(
-                "must look like memstore_<letters, digits, '_' or '-'>, at most "
-                f"{MEMORY_STORE_ID_MAX} characters"
-            )
-        return value
+        return _matched(
+            value,
+            MEMORY_STORE_ID_PATTERN,
+            MEMORY_STORE_ID_MAX,
+            "must look like memstore_<letters, digits, '_' or '-'>, at most "
+            f"{MEMORY_STORE_ID_MAX} characters",
+        )
 
     @field_validator("mount_path")
     @classmethod
     def _check_mount_path(cls, value: str | None) -> str | None:
-        if value is not None and (len(value) > MOUNT_PATH_MAX or not _full(MOUNT_PATH_PATTERN, value)):
-            raise ValueError(
-                f"must be a clean absolute path under {MOUNT_ROOT}/: segments of ASCII letters, digits, "
-                f"'.', '_' or '-' that do not start with '.', no trailing '/', at most {MOUNT_PATH_MAX} "
-                f"characters (for example {MOUNT_ROOT}/user-preferences)"
-            )
-        return value
+        if value is None:
+            return None
+        return _matched(
+            value,
+            MOUNT_PATH_PATTERN,
+            MOUNT_PATH_MAX,
+            f"must be a clean absolute path under {MOUNT_ROOT}/: segments of ASCII letters, digits, "
+            f"'.', '_' or '-' that do not start with '.', no trailing '/', at most {MOUNT_PATH_MAX} "
+            f"characters (for example {MOUNT_ROOT}/user-preferences)",
+        )
 
     @property
     def effective_mount_path(self) -> str:
@@ -204,21 +212,23 @@ class SecretKeyRef(_SpecModel):
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str) -> str:
-        if len(value) > SECRET_NAME_MAX or not _full(SECRET_NAME_PATTERN, value):
-            raise ValueError(
-                "must be a Secret name: lowercase letters, digits, '-' and '.', starting and ending with a "
-                f"letter or digit, at most {SECRET_NAME_MAX} characters"
-            )
-        return value
+        return _matched(
+            value,
+            SECRET_NAME_PATTERN,
+            SECRET_NAME_MAX,
+            "must be a Secret name: lowercase letters, digits, '-' and '.', starting and ending with a "
+            f"letter or digit, at most {SECRET_NAME_MAX} characters",
+        )
 
     @field_validator("key")
     @classmethod
     def _check_key(cls, value: str) -> str:
-        if len(value) > SECRET_KEY_MAX or not _full(SECRET_KEY_PATTERN, value):
-            raise ValueError(
-                f"must be a Secret key: letters, digits, '-', '_' or '.', 1-{SECRET_KEY_MAX} characters"
-            )
-        return value
+        return _matched(
+            value,
+            SECRET_KEY_PATTERN,
+            SECRET_KEY_MAX,
+            f"must be a Secret key: letters, digits, '-', '_' or '.', 1-{SECRET_KEY_MAX} characters",
+        )
 
 
 def _is_int(value: Any) -> bool:
@@ -340,22 +350,24 @@ class SessionMemorySpec(_SpecModel):
     @field_validator("session_id")
     @classmethod
     def _check_session_id(cls, value: str) -> str:
-        if len(value) > SESSION_ID_MAX or not _full(SESSION_ID_PATTERN, value):
-            raise ValueError(
-                "must look like sesn_<letters, digits, '_' or '-'>, ending with a letter or digit, at most "
-                f"{SESSION_ID_MAX} characters (it becomes a Pod label value)"
-            )
-        return value
+        return _matched(
+            value,
+            SESSION_ID_PATTERN,
+            SESSION_ID_MAX,
+            "must look like sesn_<letters, digits, '_' or '-'>, ending with a letter or digit, at most "
+            f"{SESSION_ID_MAX} characters (it becomes a Pod label value)",
+        )
 
     @field_validator("api_base_url")
     @classmethod
     def _check_api_base_url(cls, value: str) -> str:
-        if len(value) > API_BASE_URL_MAX or not _full(API_BASE_URL_PATTERN, value):
-            raise ValueError(
-                "must be an http:// or https:// URL with a host and no query or fragment "
-                "(for example https://api.anthropic.com or http://memsync-store.memsync-system.svc:8080)"
-            )
-        return value
+        return _matched(
+            value,
+            API_BASE_URL_PATTERN,
+            API_BASE_URL_MAX,
+            "must be an http:// or https:// URL with a host and no query or fragment "
+            "(for example https://api.anthropic.com or http://memsync-store.memsync-system.svc:8080)",
+        )
 
     @field_validator("stores")
     @classmethod
@@ -453,18 +465,22 @@ class Condition(_StatusModel):
     @field_validator("type")
     @classmethod
     def _check_type(cls, value: str) -> str:
-        if len(value) > CONDITION_TYPE_MAX or not _full(CONDITION_TYPE_PATTERN, value):
-            raise ValueError("must be CamelCase (optionally prefixed by a DNS subdomain and '/'), e.g. Ready")
-        return value
+        return _matched(
+            value,
+            CONDITION_TYPE_PATTERN,
+            CONDITION_TYPE_MAX,
+            "must be CamelCase (optionally prefixed by a DNS subdomain and '/'), e.g. Ready",
+        )
 
     @field_validator("reason")
     @classmethod
     def _check_reason(cls, value: str) -> str:
-        if len(value) > CONDITION_REASON_MAX or not _full(CONDITION_REASON_PATTERN, value):
-            raise ValueError(
-                "must be a CamelCase identifier (letters, digits, '_', ',' or ':'), e.g. MountFailed"
-            )
-        return value
+        return _matched(
+            value,
+            CONDITION_REASON_PATTERN,
+            CONDITION_REASON_MAX,
+            "must be a CamelCase identifier (letters, digits, '_', ',' or ':'), e.g. MountFailed",
+        )
 
     @field_validator("message")
     @classmethod
