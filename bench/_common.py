@@ -8,26 +8,17 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-import httpx
+from memsync.server.process import free_port, spawn_store_server, stop_process, wait_until_ready
+
+__all__ = ["API_HEADERS", "StoreServerProcess", "format_table", "free_port", "percentile"]
 
 API_HEADERS = {"anthropic-version": "2023-06-01", "anthropic-beta": "agent-memory-2026-07-22"}
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class StoreServerProcess:
@@ -42,53 +33,32 @@ class StoreServerProcess:
         self.admin_key = "sk-bench-" + secrets.token_urlsafe(24)
         self._tmp = tempfile.TemporaryDirectory(prefix="memsync-bench-")
         self.db_path = Path(self._tmp.name) / "store.db"
+        self.log_path = Path(self._tmp.name) / "server.log"
         self._extra = extra_args
         self._timeout = startup_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> StoreServerProcess:
         env = {**os.environ, "MEMSYNC_ADMIN_KEY": self.admin_key, "MEMSYNC_LOG_LEVEL": "WARNING"}
-        log = (Path(self._tmp.name) / "server.log").open("wb")
-        self._proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "memsync",
-                "store",
-                "serve",
-                "--port",
-                str(self.port),
-                "--db",
-                str(self.db_path),
-                *self._extra,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
+        self._proc = spawn_store_server(
+            port=self.port, db_path=self.db_path, log_path=self.log_path, env=env, extra_args=self._extra
         )
-        log.close()
-        deadline = time.monotonic() + self._timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"store server exited early ({self._proc.returncode})")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        self.__exit__(None, None, None)
-        raise RuntimeError("store server did not start")
+        try:
+            wait_until_ready(
+                self._proc,
+                self.url,
+                timeout_s=self._timeout,
+                log_text=lambda: self.log_path.read_text(errors="replace"),
+            )
+        except RuntimeError:
+            self.__exit__(None, None, None)
+            raise
+        return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGTERM)
-            try:
-                self._proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(timeout=10)
+        stop_process(self._proc)
         self._tmp.cleanup()
 
     def admin_headers(self) -> dict[str, str]:

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,21 +19,22 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from memsync.server.process import (
+    STARTUP_TIMEOUT_S,
+    free_port,
+    kill_process,
+    spawn_store_server,
+    stop_process,
+    wait_until_ready,
+)
+
 if TYPE_CHECKING:
     from memsync.client import StoreClient
 
+__all__ = ["STARTUP_TIMEOUT_S", "RunningStoreServer", "StoreApi", "free_port", "launch_store_server"]
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-STARTUP_TIMEOUT_S = 30.0
-SHUTDOWN_TIMEOUT_S = 10.0
 _API_HEADERS = {"anthropic-version": "2023-06-01", "anthropic-beta": "agent-memory-2026-07-22"}
-
-
-def free_port() -> int:
-    """A port the kernel just handed out on loopback (free at the time of the call)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -114,70 +111,27 @@ class RunningStoreServer:
             "PYTHONUNBUFFERED": "1",
         }
         env.pop("MEMSYNC_STORE_URL", None)
-        log = self.log_path.open("ab")
+        self.process = spawn_store_server(
+            port=self.port,
+            db_path=self.db_path,
+            log_path=self.log_path,
+            env=env,
+            extra_args=self.extra_args,
+            cwd=self.db_path.parent,
+        )
         try:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "memsync",
-                    "store",
-                    "serve",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(self.port),
-                    "--db",
-                    str(self.db_path),
-                    *self.extra_args,
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                cwd=str(self.db_path.parent),
-            )
-        finally:
-            log.close()
-        self._wait_ready()
-
-    def _wait_ready(self) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"store server exited with {self.process.returncode} before answering:\n{self.log_text()}"
-                )
-            try:
-                resp = httpx.get(f"{self.url}/healthz", timeout=1.0)
-                if resp.status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"store server did not answer within {STARTUP_TIMEOUT_S}s:\n{self.log_text()}")
+            wait_until_ready(self.process, self.url, log_text=self.log_text)
+        except RuntimeError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after a grace period. Idempotent."""
-        proc = self.process
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
+        stop_process(self.process)
 
     def kill(self) -> None:
         """SIGKILL at once (no graceful shutdown)."""
-        proc = self.process
-        if proc is None or proc.poll() is not None:
-            return
-        proc.kill()
-        proc.wait(timeout=SHUTDOWN_TIMEOUT_S)
+        kill_process(self.process)
 
 
 def launch_store_server(directory: Path, extra_args: tuple[str, ...] = ()) -> RunningStoreServer:

@@ -205,3 +205,29 @@ async def test_store_folder_replaced_by_another_directory_with_files(h: Harness,
     stats = await h.sync(final=True)
     assert stats.outcome == "left"
     assert (await h.remote())["a.md"] == "alpha"
+
+
+@pytest.mark.parametrize("outside_has_folder", [False, True])
+async def test_parent_of_the_store_folder_replaced_by_a_symlink_never_redirects_recovery(
+    h: Harness, tmp_path: Path, caplog_agent, outside_has_folder: bool
+) -> None:
+    # The folder's parent (here mnt/memory) is swapped for a symlink to a directory elsewhere, where the
+    # store folder is missing (or an empty directory): that looks like a vanished folder to recover, but
+    # recovering there would write the whole store outside the Pod's memory tree.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if outside_has_folder:
+        (elsewhere / h.root.name).mkdir()
+    parent = h.root.parent
+    parent.rename(parent.with_name("memory-moved"))
+    os.symlink(elsewhere, parent)
+    before = snapshot(elsewhere)
+    stats = await h.sync(final=True)
+    assert stats.outcome == "left"
+    assert logged(caplog_agent, messages.ROOT_REPLACED)
+    assert snapshot(elsewhere) == before  # nothing written through the symlink
+    assert await h.remote() == FILES  # and nothing deleted
+    out = await h.final()
+    assert snapshot(elsewhere) == before
+    assert await h.remote() == FILES
+    assert out.stores[h.store_id]["deleted"] == 0

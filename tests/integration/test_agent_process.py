@@ -386,3 +386,62 @@ def _secret_for(secret: str, url: str) -> str:
     from memsync.api.secret import decode_work_secret, encode_work_secret
 
     return encode_work_secret(decode_work_secret(secret).sessions_token, url)
+
+
+# --- secrets --------------------------------------------------------------------------------------------
+
+
+async def test_no_secret_or_token_in_any_output_at_debug(store_server, tmp_path: Path) -> None:
+    """mount, sync (loop + SIGTERM), flush, flush --final, a refused file and failing calls, all at DEBUG, in
+    text and JSON: neither the work secret nor the sessions token shows up in any output, termination message,
+    state file or metrics page."""
+    from memsync.api.secret import decode_work_secret, encode_work_secret
+
+    pod = await make_pod(
+        store_server, tmp_path, {"a.md": "alpha", "notes/b.md": "bravo"}, MEMSYNC_LOG_LEVEL="DEBUG"
+    )
+    try:
+        secret = pod.env["ANTHROPIC_WORK_SECRET"]
+        token = decode_work_secret(secret).sessions_token
+        outputs: list[str] = []
+
+        def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+            result = pod.run(*args, env=env)
+            outputs.extend([result.stdout, result.stderr, (pod.root / "dev/termination-log").read_text()])
+            return result
+
+        assert run("mount").returncode == 0
+        (pod.folder / "a.md").write_text("edited")
+        (pod.folder / "big.md").write_bytes(b"x" * 200_000)  # refused (over the limit)
+        (pod.folder / "bad.md").write_bytes(b"\xff\xfe")  # refused (not UTF-8)
+        assert run("sync", "--once", env={**pod.env, "MEMSYNC_LOG_FORMAT": "json"}).returncode == 0
+        port = free_port()
+        proc = pod.start("sync", MEMSYNC_METRICS_PORT=str(port))
+        try:
+            await wait_ready(port, proc)
+            async with httpx.AsyncClient() as http:
+                outputs.append((await http.get(f"http://127.0.0.1:{port}/metrics")).text)
+            (pod.folder / "new.md").write_text("new")
+            code, out = stop(proc)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        outputs.append(out)
+        assert code == 0, out
+        assert run("flush").returncode == 0
+        assert run("flush", "--final").returncode == 0
+        # Failing calls: a token the server does not know (401), and a server that is not there.
+        wrong = encode_work_secret(token + "-revoked", store_server.url)
+        assert run("sync", "--once", env={**pod.env, "ANTHROPIC_WORK_SECRET": wrong}).returncode == 1
+        gone = _secret_for(secret, f"http://127.0.0.1:{free_port()}")
+        assert run("sync", "--once", env={**pod.env, "ANTHROPIC_WORK_SECRET": gone}).returncode == 1
+        outputs.extend(p.read_text(errors="replace") for p in (pod.root / "var/lib/memsync").glob("*.json"))
+        blob = "\n".join(outputs)
+        assert messages.REFUSED in blob  # the runs did real work, logged at DEBUG...
+        assert '"level": "DEBUG"' in blob or " DEBUG " in blob
+        assert "authentication_error" in blob  # the 401 run was logged...
+        for credential in (secret, token, token + "-revoked", wrong, gone):
+            assert credential not in blob  # ...without any credential
+        assert (await pod.remote())["new.md"] == "new"
+    finally:
+        await pod.admin.aclose()

@@ -7,6 +7,7 @@ runs passes (the same code as ``memsync sync --once``), and asserts the store, t
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import shutil
 from collections.abc import AsyncIterator
@@ -151,6 +152,47 @@ async def test_single_missing_file_with_marker_is_an_ordinary_deletion(
         assert paths_of(logged(caplog_agent, messages.PROPAGATED_DELETE)) == ["/b.md"]
     finally:
         await h.aclose()
+
+
+async def test_edit_after_an_interrupted_recovery_is_uploaded_not_lost(h: Harness, caplog_agent) -> None:
+    # The folder is wiped; the recovery that follows fails half-way (the store is unreachable), so the
+    # baseline it cleared stays empty. The agent then writes a file the store still holds unchanged: that is
+    # an edit to upload (the store did not change), not a conflict the store wins.
+    for rel in FILES:
+        (h.root / rel).unlink()
+    shutil.rmtree(h.root / "notes")
+
+    async def unreachable(request: httpx.Request) -> None:
+        raise httpx.UnsupportedProtocol("the store is unreachable", request=request)
+
+    h.transport.once(lambda r: r.method == "GET", unreachable)
+    failed = await h.sync()
+    assert failed.outcome == "failed"
+    assert h.state().baseline == {}  # the wipe can never turn into deletions...
+    h.write("a.md", "written after the wipe")
+    await h.sync()
+    assert (await h.remote())["a.md"] == "written after the wipe"  # ...and the edit is not lost either
+    assert h.read("a.md") == "written after the wipe"
+    assert not logged(caplog_agent, messages.BOTH_CHANGED)
+    assert await h.remote() == {**FILES, "a.md": "written after the wipe"}
+    await h.sync()
+    assert h.local_files() == {**FILES, "a.md": "written after the wipe"}  # the rest came back down
+
+
+async def test_flush_after_an_interrupted_recovery_uploads_the_edit(h: Harness, caplog_agent) -> None:
+    for rel in FILES:
+        (h.root / rel).unlink()
+
+    async def unreachable(request: httpx.Request) -> None:
+        raise httpx.UnsupportedProtocol("the store is unreachable", request=request)
+
+    h.transport.once(lambda r: r.method == "GET", unreachable)
+    assert (await h.sync()).outcome == "failed"
+    h.write("a.md", "written after the wipe")
+    out = await h.flush()
+    assert (await h.remote())["a.md"] == "written after the wipe"
+    assert out.stores[h.store_id]["conflicts"] == 0 and out.complete
+    assert not logged(caplog_agent, messages.UPLOAD_LOST)
 
 
 # --- step 4: the per-path merge ---------------------------------------------------------------------------
@@ -458,6 +500,54 @@ async def test_create_racing_a_remote_create_of_the_same_content_is_adopted(h: H
     await h.sync()
     assert h.state().baseline["race.md"] == content_sha256("same bytes")
     assert await h.versions("race.md") == 1
+
+
+def _is_create(request: httpx.Request) -> bool:
+    return request.method == "POST" and request.url.path.endswith("/memories")
+
+
+async def _lose_response(request: httpx.Request, response: httpx.Response) -> httpx.Response:
+    raise httpx.ReadError("connection reset after the server answered", request=request)
+
+
+async def _anonymous_blocker(request: httpx.Request, response: httpx.Response) -> httpx.Response:
+    # The hosted API may answer a path conflict with conflicting_memory_id "" (it cannot name the blocker).
+    body = json.loads(response.content)
+    body["error"]["conflicting_memory_id"] = ""
+    return httpx.Response(response.status_code, headers={"content-type": "application/json"}, json=body)
+
+
+async def test_retried_create_whose_first_attempt_landed_is_adopted(h: Harness, caplog_agent) -> None:
+    # The create reaches the store but its response is lost; the client's retry gets 409 path conflict.
+    h.write("new.md", "v1")
+    h.transport.after_once(_is_create, _lose_response)
+    stats = await h.sync()
+    assert stats.outcome == "synced"
+    assert (await h.remote())["new.md"] == "v1"
+    assert await h.versions("new.md") == 1  # nothing duplicated
+    assert h.state().baseline["new.md"] == content_sha256("v1")
+    assert h.engine.tally.conflicts == 0
+    assert not logged(caplog_agent, messages.PATH_TAKEN)
+
+
+async def test_retried_create_with_an_unnamed_blocker_settles_by_the_next_listing(
+    h: Harness, caplog_agent
+) -> None:
+    # As above, but the 409 does not name the blocking memory: the send stays unsettled (sent_shas), so the
+    # next listing recognises our own bytes, and an edit made in between is uploaded, not overwritten.
+    h.write("new.md", "v1")
+    h.transport.after_once(_is_create, _lose_response)
+    h.transport.after_once(_is_create, _anonymous_blocker)
+    await h.sync()
+    assert (await h.remote())["new.md"] == "v1"
+    assert h.state().sent_shas.get("new.md") == content_sha256("v1")
+    h.write("new.md", "v2")
+    await h.sync()
+    assert (await h.remote())["new.md"] == "v2"
+    assert h.read("new.md") == "v2"
+    assert not logged(caplog_agent, messages.BOTH_CHANGED)
+    assert h.engine.tally.conflicts == 0
+    assert h.state().sent_shas == {}
 
 
 # --- teardown (reference §5.7) ----------------------------------------------------------------------------

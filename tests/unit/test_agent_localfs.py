@@ -14,9 +14,11 @@ from memsync.agent.localfs import (
     RootMissing,
     RootReplaced,
     UnsafePath,
+    dir_identity,
     make_root,
     open_root,
     path_problem,
+    recreate_root,
     remote_to_rel,
 )
 from memsync.agent.scan import HashCache, scan
@@ -117,6 +119,56 @@ def test_remove_if_rehashes_first(root) -> None:
     assert not root.exists("d/x.md") and not root.exists("d")  # empty parent pruned
 
 
+@pytest.mark.parametrize("how", ["in_place", "replaced_by_rename"])
+def test_remove_if_never_unlinks_an_edit_landing_right_after_its_hash(
+    root, tmp_path: Path, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root.write_bytes("d/x.md", b"one")
+    path = tmp_path / "mnt/store/d/x.md"
+    real_hash_at = root.hash_at
+    calls = []
+
+    def hash_then_edit(dir_fd: int, name: str):  # the agent edits the file right after memsync hashed it
+        result = real_hash_at(dir_fd, name)
+        calls.append(name)
+        if len(calls) == 1:
+            if how == "in_place":
+                path.write_bytes(b"edited")
+            else:
+                (path.parent / "editor.swp").write_bytes(b"edited")
+                (path.parent / "editor.swp").replace(path)
+        return result
+
+    monkeypatch.setattr(root, "hash_at", hash_then_edit)
+    assert root.remove_if("d/x.md", sha256_bytes(b"one")) is False
+    assert path.read_bytes() == b"edited"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["x.md"]  # no temp file left behind
+
+
+def test_remove_if_keeps_both_when_edited_twice_during_the_removal(
+    root, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root.write_bytes("x.md", b"one")
+    path = tmp_path / "mnt/store/x.md"
+    real_hash_at = root.hash_at
+    calls = []
+
+    def hash_then_edit(dir_fd: int, name: str):
+        result = real_hash_at(dir_fd, name)
+        calls.append(name)
+        if len(calls) == 1:
+            path.write_bytes(b"first edit")  # lands in the file about to be moved aside
+        elif len(calls) == 2:
+            path.write_bytes(b"second edit")  # a new file at the name, created after the move
+        return result
+
+    monkeypatch.setattr(root, "hash_at", hash_then_edit)
+    assert root.remove_if("x.md", sha256_bytes(b"one")) is False
+    assert path.read_bytes() == b"second edit"
+    kept = [p for p in path.parent.iterdir() if p.name.startswith("x.md.memsync-kept-")]
+    assert [p.read_bytes() for p in kept] == [b"first edit"]
+
+
 def test_marker_check(root, tmp_path: Path) -> None:
     assert root.marker_ok(SID)
     assert not root.marker_ok("memstore_other")
@@ -150,6 +202,35 @@ def test_root_replaced_by_symlink_or_another_directory(root, tmp_path: Path) -> 
     path.mkdir()
     with pytest.raises(RootReplaced):
         open_root(path, identity)
+
+
+def test_recreate_root_only_inside_the_recorded_parent(tmp_path: Path) -> None:
+    path = tmp_path / "mnt" / "store"
+    made, _ = make_root(path)
+    made.close()
+    parent = dir_identity(path.parent)
+    assert parent is not None
+    path.rmdir()
+    with recreate_root(path, parent) as again:  # gone: re-created, 0700, in the same parent
+        assert again.identity == dir_identity(path)
+    assert (path.stat().st_mode & 0o777) == 0o700
+    with recreate_root(path, parent):  # an (empty) directory there is reopened
+        pass
+    path.rmdir()
+    os.symlink(tmp_path, path)  # a symlink at the folder's own name is never followed
+    with pytest.raises(RootReplaced):
+        recreate_root(path, parent)
+    path.unlink()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    path.parent.rename(tmp_path / "mnt-moved")
+    os.symlink(elsewhere, tmp_path / "mnt")  # the parent swapped for a symlink to another directory
+    with pytest.raises(RootReplaced):
+        recreate_root(path, parent)
+    assert list(elsewhere.iterdir()) == []
+    (tmp_path / "mnt").unlink()
+    with pytest.raises(RootReplaced):  # the parent is gone altogether
+        recreate_root(path, parent)
 
 
 # --- the scan -----------------------------------------------------------------------------------------------

@@ -275,3 +275,43 @@ def test_flush_without_a_known_id_creates() -> None:
 
 def test_flush_skips_read_only_stores() -> None:
     assert plan_flush(local={"f": B}, baseline={}, refused={}, remote_ids={}, read_only=True) == []
+
+
+# --- after an unfinished recovery: the prior baseline ------------------------------------------------------
+
+
+def test_prior_baseline_tells_an_edit_from_a_conflict_and_never_deletes() -> None:
+    plan = plan_sync(
+        SyncInput(
+            remote={"edited": Remote("m1", A), "moved_on": Remote("m2", B), "gone": Remote("m3", A)},
+            local={"edited": C, "moved_on": C},
+            baseline={},
+            prior={"edited": A, "moved_on": A, "gone": A},
+            final=True,
+        )
+    )
+    # the store still holds what we last agreed on: the local file is an edit, uploaded on that sha
+    assert plan.uploads == [Upload("edited", C, "m1", A, A)]
+    # the store changed since: a conflict as usual (the store wins, with the warning)
+    assert plan.conflicts == ["moved_on"]
+    assert (messages.BOTH_CHANGED, "moved_on") in msgs(plan)
+    # a prior entry is never a deletion candidate, even in the final sync: the missing file is restored
+    assert not plan.deletes and not plan.log_only_deletes
+    assert [p.rel for p in plan.pulls] == ["gone", "moved_on"]
+    # prior entries last while the store keeps those bytes and the path is not back in the baseline
+    assert plan.prior == {"edited": A, "gone": A}
+
+
+def test_prior_baseline_read_only_keeps_the_edit_without_pushing() -> None:
+    plan = plan_sync(
+        SyncInput(remote={"f": Remote("m1", A)}, local={"f": C}, baseline={}, prior={"f": A}, read_only=True)
+    )
+    assert not plan.uploads and not plan.pulls and not plan.conflicts
+    assert msgs(plan) == [(messages.READ_ONLY_LOCAL_EDIT, "f")]
+
+
+def test_flush_settles_a_create_against_the_prior_baseline() -> None:
+    uploads = plan_flush(
+        local={"f": C}, baseline={}, refused={}, remote_ids={}, read_only=False, prior={"f": A}
+    )
+    assert uploads == [Upload("f", C, None, None, A)]

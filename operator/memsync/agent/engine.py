@@ -26,8 +26,10 @@ from memsync.agent.localfs import (
     RootReplaced,
     StoreRoot,
     UnsafePath,
+    dir_identity,
     make_root,
     open_root,
+    recreate_root,
     rel_to_remote,
     remote_to_rel,
     root_is_empty,
@@ -329,6 +331,7 @@ class StoreSync:
         with root:
             state = StoreState(memory_store_id=self.id, mount_path=self.store.mount_path)
             state.set_root(root.identity)
+            state.set_parent(await asyncio.to_thread(dir_identity, self.path.parent))
             await asyncio.to_thread(root.write_marker, self.id)
             count = await self.download(root, state, strict=True)
         state.mounted_at = state.last_success_at = self.shared.clock()
@@ -358,18 +361,35 @@ class StoreSync:
         for rel, why in sorted(result.blocked.items()):
             self._warn_once(messages.NOT_REGULAR, rel, why, kind=why)
 
-    async def _recover(self, state: StoreState, status: RootStatus) -> int:
-        """Re-create the folder, re-stamp the marker, download again. Never deletes or uploads."""
+    async def _recover(self, state: StoreState, status: RootStatus) -> PassOutcome:
+        """Re-create the folder, re-stamp the marker, download again. Never deletes or uploads.
+
+        The folder is re-created only inside the directory it was mounted into: if that parent was replaced
+        (by a symlink to somewhere else, say), the store is left as found rather than written elsewhere.
+        """
+        parent = state.parent_id
+        try:
+            if parent is not None:
+                root = await asyncio.to_thread(recreate_root, self.path, parent)
+            elif status == "missing":  # a state saved before parents were recorded
+                root, _ = await asyncio.to_thread(make_root, self.path)
+            else:
+                root = await asyncio.to_thread(open_root, self.path)
+        except RootReplaced as exc:
+            logger.warning(
+                f"{messages.ROOT_REPLACED}; {messages.LEFT_AS_FOUND}",
+                extra=self._extra(root=status, reason=exc.strerror or ""),
+            )
+            return "left"
         logger.warning(
             "the memory store folder is gone or was emptied; re-creating it and downloading the store again",
             extra=self._extra(root=status),
         )
-        if status == "missing":
-            root, _ = await asyncio.to_thread(make_root, self.path)
-        else:
-            root = await asyncio.to_thread(open_root, self.path)
         with root:
             state.set_root(root.identity)
+            # What we last agreed on stays known (never as a reason to delete) until paths are back in the
+            # baseline: if the download is cut short, an edit made after the wipe is not taken for a conflict.
+            state.prior_baseline = {**state.prior_baseline, **state.baseline}
             state.baseline.clear()
             state.remote_ids.clear()
             state.pending_deletes.clear()
@@ -377,7 +397,9 @@ class StoreSync:
             state.refused_shas.clear()
             await asyncio.to_thread(root.write_marker, self.id)
             self.cache = HashCache()
-            return await self.download(root, state, strict=False)
+            await self.download(root, state, strict=False)
+        self.shared.metrics.set_ready(self.id, True)
+        return "recovered"
 
     # --- the periodic pass (reference §5.5) ---------------------------------------------------------------
 
@@ -407,9 +429,7 @@ class StoreSync:
         if root is None or result is None:
             verdict = trust(status, False, 0, len(state.baseline))
             if verdict == "recover":
-                await self._recover(state, status)
-                self.shared.metrics.set_ready(self.id, True)
-                return "recovered"
+                return await self._recover(state, status)
             logger.warning(f"{messages.ROOT_REPLACED}; {messages.LEFT_AS_FOUND}", extra=self._extra())
             return "left"
         with root:
@@ -422,9 +442,7 @@ class StoreSync:
                 return "left"
             if verdict == "recover":
                 root.close()
-                await self._recover(state, status)
-                self.shared.metrics.set_ready(self.id, True)
-                return "recovered"
+                return await self._recover(state, status)
             self._warn_blocked(result)
             counts = self._prefix_counts(state.baseline) if len(state.baseline) > FANOUT_MIN else None
             listed = self._map_remote(
@@ -445,6 +463,7 @@ class StoreSync:
                     refused=state.refused_shas,
                     pending=state.pending_deletes,
                     sent=state.sent_shas,
+                    prior=state.prior_baseline,
                     read_only=self.store.read_only,
                     deletions=self.config.deletions,
                     now=self.shared.clock(),
@@ -462,6 +481,7 @@ class StoreSync:
         state.refused_shas = plan.refused
         state.pending_deletes = plan.pending
         state.sent_shas = plan.sent
+        state.prior_baseline = plan.prior
         for event in plan.events:
             self._log(event)
         self.tally.conflicts += len(plan.conflicts)
@@ -629,13 +649,26 @@ class StoreSync:
     async def _path_conflict(
         self, state: StoreState, upload: Upload, content: str, sha: str, exc: store_errors.PathConflict
     ) -> UploadOutcome:
-        """Create refused because the path is taken: adopt our own bytes, retry on our baseline, or lose."""
+        """Create refused because the path is taken: adopt our own bytes, retry on our baseline, or lose.
+
+        The blocker may be this very upload: a create whose first attempt landed but whose response was lost
+        is retried by the client and answered 409. When the blocker at our path cannot be read (the server
+        did not name it, or fetching it failed), the send stays unsettled in ``sent_shas``: the next listing
+        recognises our own bytes, and an edit made meanwhile is then uploaded rather than lost to them.
+        """
         rel = upload.rel
         holder: Memory | None = None
         if exc.conflicting_memory_id:
             holder_id = exc.conflicting_memory_id
             with contextlib.suppress(store_errors.StoreError):
                 holder = await self._api(lambda: self.client.get_memory(self.id, holder_id, view="basic"))
+        if holder is None and exc.conflicting_path in (None, rel_to_remote(rel)):
+            logger.info(
+                "create refused: the path is already held (possibly by this upload's own earlier attempt); "
+                "the next listing settles it",
+                extra=self._extra(rel),
+            )
+            return "failed"
         if holder is None or holder.path != rel_to_remote(rel):
             state.sent_shas.pop(rel, None)
             self._warn_once(messages.PATH_TAKEN, rel, sha, blocker=exc.conflicting_path or "")
@@ -773,6 +806,7 @@ class StoreSync:
                     refused=state.refused_shas,
                     remote_ids=state.remote_ids,
                     read_only=False,
+                    prior=state.prior_baseline,
                 )
                 self.progress.changed = self.last.changed = len(uploads)
                 try:

@@ -113,11 +113,17 @@ def _split(rel: str) -> tuple[list[str], str]:
 
 
 class StoreRoot:
-    """An open store folder. Use ``with open_root(path) as root:``; all methods take relative paths."""
+    """An open store folder. Use ``with open_root(path) as root:``; all methods take relative paths.
 
-    def __init__(self, fd: int, path: Path) -> None:
+    ``dir_mode`` and ``file_mode`` are the modes of the directories and files it creates (0700 and 0600 for a
+    store folder; ``memsync store export`` writes an ordinary tree through the same code with 0755/0644).
+    """
+
+    def __init__(self, fd: int, path: Path, *, dir_mode: int = 0o700, file_mode: int = 0o600) -> None:
         self.fd = fd
         self.path = path
+        self.dir_mode = dir_mode
+        self.file_mode = file_mode
         st = os.fstat(fd)
         self.identity = RootId(st.st_dev, st.st_ino)
         # Worker threads may still be using the root when a cancelled pass closes it: every use starts with a
@@ -137,7 +143,7 @@ class StoreRoot:
     def walk(self, dirs: list[str], *, create: bool = False) -> Iterator[int]:
         """An fd of the directory ``dirs`` below the root, each component opened with O_NOFOLLOW.
 
-        Missing components are created (mode 0700) when ``create``; a symlink anywhere raises OSError ELOOP.
+        Missing components are created (``dir_mode``) when ``create``; a symlink anywhere raises ELOOP.
         """
         fd = self.dup()
         try:
@@ -148,7 +154,7 @@ class StoreRoot:
                     if not create:
                         raise
                     try:
-                        os.mkdir(name, 0o700, dir_fd=fd)
+                        os.mkdir(name, self.dir_mode, dir_fd=fd)
                     except FileExistsError:
                         pass
                     nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
@@ -242,7 +248,7 @@ class StoreRoot:
             raise
 
     def write_bytes(self, rel: str, data: bytes, *, fsync: bool = False) -> None:
-        """Write atomically: temp file (O_EXCL|O_NOFOLLOW, 0600) in the same directory, then rename.
+        """Write atomically: temp file (O_EXCL|O_NOFOLLOW, ``file_mode``) in the same directory, then rename.
 
         Readers never see a partial file (the rename is atomic). Durability is batched: instead of an fsync
         per file (2 ms each on a disk, most of a 2,000-memory mount), the engine calls ``sync_filesystem``
@@ -257,7 +263,7 @@ class StoreRoot:
             if existing is not None and not stat.S_ISREG(existing.st_mode):
                 raise NotRegularFile(errno.EEXIST, "something other than a regular file is in the way", rel)
             tmp = f".fs-{secrets.token_hex(8)}.tmp"
-            fd = os.open(tmp, _TEMP_FLAGS, 0o600, dir_fd=dir_fd)
+            fd = os.open(tmp, _TEMP_FLAGS, self.file_mode, dir_fd=dir_fd)
             try:
                 try:
                     view = memoryview(data)
@@ -281,6 +287,10 @@ class StoreRoot:
 
         Returns True when removed (or already gone), False when the file changed in the meantime. Empty parent
         directories left behind are removed too (never the root).
+
+        An edit that lands between the hash and the removal (an editor replacing the file by rename, say) must
+        not be unlinked: the file is first moved aside atomically to a temp name, what was moved is hashed
+        again, and only bytes that still match are unlinked; anything else is put back.
         """
         dirs, name = _split(rel)
         try:
@@ -288,13 +298,38 @@ class StoreRoot:
                 sha, _ = self.hash_at(dir_fd, name)
                 if sha != expected_sha:
                     return False
-                os.unlink(name, dir_fd=dir_fd)
+                aside = f".fs-{secrets.token_hex(8)}.tmp"
+                os.rename(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                try:
+                    moved_sha: str | None = self.hash_at(dir_fd, aside)[0]
+                except OSError:
+                    moved_sha = None  # not a regular file any more: put it back untouched
+                if moved_sha != expected_sha:
+                    self._put_back(dir_fd, aside, name)
+                    return False
+                os.unlink(aside, dir_fd=dir_fd)
         except FileNotFoundError:
             return True
         except NotADirectoryError:
             return True
         self._prune(dirs)
         return True
+
+    @staticmethod
+    def _put_back(dir_fd: int, aside: str, name: str) -> None:
+        """Return a file moved aside to ``name`` without clobbering anything created there meanwhile."""
+        try:
+            os.link(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        except FileExistsError:
+            # Written again meanwhile: keep the newest at its name, and this one beside it (never lost).
+            os.rename(
+                aside, f"{name}.memsync-kept-{secrets.token_hex(4)}", src_dir_fd=dir_fd, dst_dir_fd=dir_fd
+            )
+            return
+        except OSError:
+            os.rename(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # no hard links on this filesystem
+            return
+        os.unlink(aside, dir_fd=dir_fd)
 
     def _prune(self, dirs: list[str]) -> None:
         while dirs:
@@ -354,14 +389,12 @@ def sync_filesystem(path: Path) -> None:
         os.close(fd)
 
 
-def open_root(path: Path, expected: RootId | None = None) -> StoreRoot:
-    """Open the store folder without following a symlink at its last component.
-
-    Raises RootMissing when nothing is there, RootReplaced when it is a symlink, not a directory, or (when
-    ``expected`` is given) a different directory from the one we created.
-    """
+def _open_root_fd(path: Path, parent_fd: int | None = None) -> int:
+    """Open the store folder (relative to ``parent_fd`` when given), never following a symlink at its name."""
     try:
-        fd = os.open(path, _DIR_FLAGS)
+        if parent_fd is None:
+            return os.open(path, _DIR_FLAGS)
+        return os.open(path.name, _DIR_FLAGS, dir_fd=parent_fd)
     except FileNotFoundError:
         raise RootMissing(errno.ENOENT, "the memory store folder does not exist", str(path)) from None
     except OSError as exc:
@@ -370,7 +403,15 @@ def open_root(path: Path, expected: RootId | None = None) -> StoreRoot:
                 exc.errno, "the memory store folder is a symlink or not a directory", str(path)
             ) from None
         raise
-    root = StoreRoot(fd, path)
+
+
+def open_root(path: Path, expected: RootId | None = None) -> StoreRoot:
+    """Open the store folder without following a symlink at its last component.
+
+    Raises RootMissing when nothing is there, RootReplaced when it is a symlink, not a directory, or (when
+    ``expected`` is given) a different directory from the one we created.
+    """
+    root = StoreRoot(_open_root_fd(path), path)
     if expected is not None and root.identity != expected:
         root.close()
         raise RootReplaced(
@@ -390,6 +431,49 @@ def root_is_empty(path: Path) -> bool:
             return next(iter(it), None) is None
     finally:
         os.close(fd)
+
+
+def dir_identity(path: Path) -> RootId | None:
+    """The (dev, ino) of the directory at ``path`` (symlinks followed), or None when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        return RootId(st.st_dev, st.st_ino)
+    finally:
+        os.close(fd)
+
+
+def recreate_root(path: Path, parent: RootId) -> StoreRoot:
+    """Re-create the store folder (or re-open the empty directory now there) for a recovery.
+
+    Only inside the very parent directory recorded at mount: the parent is opened once and checked against
+    ``parent``, then the folder is created and opened relative to that descriptor (its last component with
+    O_NOFOLLOW). A parent swapped for a symlink (or another directory) can therefore never redirect the
+    download elsewhere, not even between the check and the writes. Raises RootReplaced otherwise.
+    """
+    try:
+        parent_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise RootReplaced(
+            exc.errno, "the memory store folder's parent directory is gone", str(path.parent)
+        ) from None
+    try:
+        st = os.fstat(parent_fd)
+        if RootId(st.st_dev, st.st_ino) != parent:
+            raise RootReplaced(
+                errno.EEXIST,
+                "the memory store folder's parent directory is not the one memsync mounted into",
+                str(path.parent),
+            )
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path.name, 0o700, dir_fd=parent_fd)
+        fd = _open_root_fd(path, parent_fd)
+    finally:
+        os.close(parent_fd)
+    return StoreRoot(fd, path)
 
 
 def make_root(path: Path) -> tuple[StoreRoot, list[Path]]:

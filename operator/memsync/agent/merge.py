@@ -77,6 +77,7 @@ class SyncInput:
     refused: Mapping[str, str] = field(default_factory=dict)
     pending: Mapping[str, float] = field(default_factory=dict)
     sent: Mapping[str, str] = field(default_factory=dict)
+    prior: Mapping[str, str] = field(default_factory=dict)  # the baseline before a recovery cleared it
     read_only: bool = False
     deletions: Deletions = "enabled"
     now: float = 0.0
@@ -91,6 +92,7 @@ class SyncPlan:
     refused: dict[str, str]
     pending: dict[str, float]
     sent: dict[str, str]
+    prior: dict[str, str] = field(default_factory=dict)
     pulls: list[Pull] = field(default_factory=list)
     uploads: list[Upload] = field(default_factory=list)
     deletes: list[RemoteDelete] = field(default_factory=list)
@@ -166,6 +168,12 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
             continue
         _merge_path(inp, plan, rel, candidates)
     _corroborated_deletes(inp, plan, candidates)
+    # A prior entry lasts until its path is back in the baseline, or the store no longer holds those bytes.
+    plan.prior = {
+        rel: sha
+        for rel, sha in inp.prior.items()
+        if rel not in plan.baseline and (listed := inp.remote.get(rel)) is not None and listed.sha == sha
+    }
     return plan
 
 
@@ -190,18 +198,18 @@ def _merge_path(inp: SyncInput, plan: SyncPlan, rel: str, candidates: list[str])
             plan.local_removals.append(LocalRemove(rel, base))
             return
         # An un-pushed local edit (or a new file) whose memory is not in the store.
-        if inp.read_only:
-            plan.events.append(
-                Event(logging.WARNING, messages.READ_ONLY_LOCAL_EDIT, rel, once=("read_only", rel, local))
-            )
-            return
-        if refused == local:
+        if _held_back(inp, plan, rel, local, refused):
             return
         if base is not None:
             plan.events.append(Event(logging.WARNING, messages.RECREATING, rel))
         plan.uploads.append(Upload(rel, local, None, None, base))
         return
 
+    if base is None and local is not None and local != remote.sha and inp.prior.get(rel) == remote.sha:
+        # Written after a wipe whose recovery did not finish, while the store kept what we last agreed on:
+        # a local edit (only the local side changed), not a conflict for the store to win.
+        _push_local_edit(inp, plan, rel, local, remote, refused=refused)
+        return
     remote_changed = remote.sha != base
     locally_edited = local is not None and local not in (base, remote.sha)
 
@@ -224,16 +232,28 @@ def _merge_path(inp: SyncInput, plan: SyncPlan, rel: str, candidates: list[str])
         plan.pulls.append(Pull(rel, remote.id, remote.sha, local))
         return
     if local is not None and local != base:
-        if inp.read_only:
-            plan.events.append(
-                Event(logging.WARNING, messages.READ_ONLY_LOCAL_EDIT, rel, once=("read_only", rel, local))
-            )
-            return
-        if refused == local:
-            return
-        plan.uploads.append(Upload(rel, local, remote.id, remote.sha, base))
+        _push_local_edit(inp, plan, rel, local, remote, refused=refused)
         return
     plan.baseline[rel] = remote.sha
+
+
+def _push_local_edit(
+    inp: SyncInput, plan: SyncPlan, rel: str, local: str, remote: Remote, *, refused: str | None
+) -> None:
+    """Only the local side changed: upload, conditional on the listed sha (never from a read-only store)."""
+    if not _held_back(inp, plan, rel, local, refused):
+        plan.uploads.append(Upload(rel, local, remote.id, remote.sha, remote.sha))
+
+
+def _held_back(inp: SyncInput, plan: SyncPlan, rel: str, local: str, refused: str | None) -> bool:
+    """Whether a local change must not be pushed: a read-only store (warned once per content), or content the
+    server refused for good."""
+    if inp.read_only:
+        plan.events.append(
+            Event(logging.WARNING, messages.READ_ONLY_LOCAL_EDIT, rel, once=("read_only", rel, local))
+        )
+        return True
+    return refused == local
 
 
 def _corroborated_deletes(inp: SyncInput, plan: SyncPlan, candidates: list[str]) -> None:
@@ -291,15 +311,19 @@ def plan_flush(
     refused: Mapping[str, str],
     remote_ids: Mapping[str, str],
     read_only: bool,
+    prior: Mapping[str, str] | None = None,
 ) -> list[Upload]:
     """The push-only flush (reference §5.7 step 4): upload every file whose content differs from the baseline.
 
     No listing: an update is conditional on the *baseline* sha, so a remote that changed since is left alone
     (409), and a remote that already holds these bytes answers 200 without a new version (it is adopted).
-    Read-only stores and refused content are skipped; nothing is deleted or pulled.
+    Read-only stores and refused content are skipped; nothing is deleted or pulled. A create refused because
+    the path is taken is settled against the baseline (or, after an unfinished recovery, the ``prior`` one):
+    a store still holding those bytes gets the edit as a conditional update.
     """
     if read_only:
         return []
+    prior = prior or {}
     uploads = []
     for rel in sorted(local):
         sha = local[rel]
@@ -307,5 +331,6 @@ def plan_flush(
         if sha == base or refused.get(rel) == sha:
             continue
         remote_id = remote_ids.get(rel) if base is not None else None
-        uploads.append(Upload(rel, sha, remote_id, base if remote_id else None, base))
+        known = base if base is not None else prior.get(rel)
+        uploads.append(Upload(rel, sha, remote_id, base if remote_id else None, known))
     return uploads

@@ -36,8 +36,15 @@ class StoreState(BaseModel):
     mount_path: str = ""
     root_dev: int | None = None
     root_ino: int | None = None
+    # the directory the store folder was mounted into: a recovery re-creates the folder only inside it
+    parent_dev: int | None = None
+    parent_ino: int | None = None
     # rel -> content sha256 as of the last download or successful sync (only successful writes/calls add)
     baseline: dict[str, str] = Field(default_factory=dict)
+    # rel -> sha agreed with the store before a recovery cleared the baseline (a wiped folder). Never a reason
+    # to delete anything; it only tells a file written since (the store unchanged) from a conflict, until the
+    # path is back in the baseline.
+    prior_baseline: dict[str, str] = Field(default_factory=dict)
     # rel -> memory id, from the last listing or write (lets a push-only flush update without listing)
     remote_ids: dict[str, str] = Field(default_factory=dict)
     # rel -> sha the server (or the local checks) refused for good; retried only once the file changes
@@ -59,6 +66,16 @@ class StoreState(BaseModel):
     def set_root(self, root_id: RootId | None) -> None:
         self.root_dev = root_id.dev if root_id else None
         self.root_ino = root_id.ino if root_id else None
+
+    @property
+    def parent_id(self) -> RootId | None:
+        if self.parent_dev is None or self.parent_ino is None:
+            return None
+        return RootId(self.parent_dev, self.parent_ino)
+
+    def set_parent(self, parent_id: RootId | None) -> None:
+        self.parent_dev = parent_id.dev if parent_id else None
+        self.parent_ino = parent_id.ino if parent_id else None
 
 
 def state_file(state_dir: Path, memory_store_id: str) -> Path:

@@ -3,7 +3,9 @@
 It is the same code path as ``memsync mount`` / ``sync --once`` / ``flush``: ``commands.mount`` and
 ``commands.Agent``. Time is controllable (``clock``) so delete-window scenarios need no sleeping, and a
 ``HookTransport`` can run a callback right before a given request reaches the real server, to interleave a
-concurrent remote change deterministically (e.g. a memory deleted between the listing and an update).
+concurrent remote change deterministically (e.g. a memory deleted between the listing and an update), or right
+after the server answered (to lose or rewrite that answer, e.g. a create that landed but whose response never
+arrived).
 """
 
 from __future__ import annotations
@@ -24,18 +26,25 @@ from memsync.api.models import Memory, MemoryStoreResource
 from memsync.client import StoreClient
 
 Hook = Callable[[httpx.Request], Awaitable[None]]
+AfterHook = Callable[[httpx.Request, httpx.Response], Awaitable[httpx.Response]]
 
 
 class HookTransport(httpx.AsyncBaseTransport):
-    """Forwards to the real server; each hook runs once, right before the first request it matches."""
+    """Forwards to the real server; each hook runs once, right before the first request it matches (``once``)
+    or right after the real server answered it (``after_once``: the hook returns the response the client sees,
+    or raises an ``httpx`` transport error to lose it)."""
 
     def __init__(self) -> None:
         self._inner = httpx.AsyncHTTPTransport()
         self.hooks: list[tuple[Callable[[httpx.Request], bool], Hook]] = []
+        self.after_hooks: list[tuple[Callable[[httpx.Request], bool], AfterHook]] = []
         self.seen: list[tuple[str, str]] = []
 
     def once(self, match: Callable[[httpx.Request], bool], hook: Hook) -> None:
         self.hooks.append((match, hook))
+
+    def after_once(self, match: Callable[[httpx.Request], bool], hook: AfterHook) -> None:
+        self.after_hooks.append((match, hook))
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self.seen.append((request.method, request.url.path))
@@ -44,7 +53,13 @@ class HookTransport(httpx.AsyncBaseTransport):
                 del self.hooks[i]
                 await hook(request)
                 break
-        return await self._inner.handle_async_request(request)
+        response = await self._inner.handle_async_request(request)
+        for i, (match, after) in enumerate(self.after_hooks):
+            if match(request):
+                del self.after_hooks[i]
+                await response.aread()
+                return await after(request, response)
+        return response
 
     async def aclose(self) -> None:
         await self._inner.aclose()

@@ -127,9 +127,14 @@ def _termination_log_best_effort(params: dict[str, Any], payload: dict[str, Any]
     write_termination_log(None, payload, path)
 
 
-def _run(coro_fn: Callable[[], Any]) -> int:
-    result: int = asyncio.run(coro_fn())
-    return result
+def _run(coro_fn: Callable[[], Any]) -> NoReturn:
+    """Run the command and exit with its code; a documented failure (no sessions token...) exits 1."""
+    try:
+        code: int = asyncio.run(coro_fn())
+    except AgentFailure as exc:
+        logger.error(exc.message)
+        sys.exit(EXIT_FAILED)
+    sys.exit(code)
 
 
 @click.command()
@@ -137,7 +142,7 @@ def _run(coro_fn: Callable[[], Any]) -> int:
 def mount(**params: Any) -> None:
     """Materialise every attached store under its mount path (the Pod's init container)."""
     config = _config(params, command="mount")
-    sys.exit(_run(functools.partial(run_mount, config)))
+    _run(functools.partial(run_mount, config))
 
 
 @click.command()
@@ -151,12 +156,7 @@ def mount(**params: Any) -> None:
 def sync(once: bool, metrics_port: str | None, **params: Any) -> None:
     """Keep every store in two-way sync until SIGTERM, then run the final sync and flush (the sidecar)."""
     config = _config(params, command="sync", metrics_port=metrics_port)
-    try:
-        code = _run(functools.partial(run_sync, config, once=once))
-    except AgentFailure as exc:
-        logger.error(exc.message)
-        sys.exit(EXIT_FAILED)
-    sys.exit(code)
+    _run(functools.partial(run_sync, config, once=once))
 
 
 @click.command()
@@ -167,9 +167,4 @@ def sync(once: bool, metrics_port: str | None, **params: Any) -> None:
 def flush(final: bool, **params: Any) -> None:
     """Push what changed now, bounded by the flush timeout (the preStop hook)."""
     config = _config(params, command="flush")
-    try:
-        code = _run(functools.partial(run_flush, config, final=final))
-    except AgentFailure as exc:
-        logger.error(exc.message)
-        sys.exit(EXIT_FAILED)
-    sys.exit(code)
+    _run(functools.partial(run_flush, config, final=final))

@@ -8,7 +8,6 @@ in ``ps``): it comes from ``MEMSYNC_ADMIN_KEY`` or a file.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import secrets
@@ -22,6 +21,7 @@ from typing import Any, TypeVar
 import click
 import uvicorn
 
+from memsync.agent.localfs import StoreRoot
 from memsync.api.constants import MARKER_FILENAME, MAX_CONTENT_BYTES, MAX_MEMORIES_PER_STORE
 from memsync.api.hashing import content_sha256
 from memsync.api.models import Memory, MemoryStoreResource
@@ -382,42 +382,16 @@ def export_segments(memory_path: str) -> list[str]:
     return segments
 
 
+EXPORT_DIR_MODE = 0o755
+EXPORT_FILE_MODE = 0o644
+
+
 def write_below(root_fd: int, segments: list[str], data: bytes) -> None:
-    """Write ``data`` at ``root/segments...`` without following any symlink: each directory is opened with
-    O_NOFOLLOW relative to its parent's fd, and the file is written to a temp name and renamed into place."""
-    fds: list[int] = []
-    try:
-        parent = root_fd
-        for seg in segments[:-1]:
-            try:
-                os.mkdir(seg, 0o755, dir_fd=parent)
-            except FileExistsError:
-                pass
-            fd = os.open(seg, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
-            fds.append(fd)
-            parent = fd
-        name = segments[-1]
-        try:
-            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-        except FileNotFoundError:
-            st = None
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EEXIST, "something other than a regular file is in the way", name)
-        tmp = f".memsync-export-{secrets.token_hex(8)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=parent)
-            except OSError:
-                pass
-            raise
-    finally:
-        for fd in fds:
-            os.close(fd)
+    """Write ``data`` at ``root/segments...`` without following any symlink, through the sync agent's safe
+    filesystem layer: each directory is opened with O_NOFOLLOW relative to its parent's fd (created when
+    missing), and the file is written to a temp name and renamed into place."""
+    with StoreRoot(os.dup(root_fd), Path(), dir_mode=EXPORT_DIR_MODE, file_mode=EXPORT_FILE_MODE) as root:
+        root.write_bytes("/".join(segments), data)
 
 
 @store.command()

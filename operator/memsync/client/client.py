@@ -8,6 +8,7 @@ into a typed error (``memsync.client.errors``). Credentials never appear in ``re
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import random
@@ -54,6 +55,7 @@ logger = logging.getLogger("memsync.client")
 Sleep = Callable[[float], Awaitable[None]]
 Params = Sequence[tuple[str, str]]
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 MEMSYNC_SESSIONS_PATH: Final = "/v1/memsync/sessions"
 
@@ -349,7 +351,7 @@ class StoreClient:
             params.append(("created_at[lte]", _rfc3339("created_at_lte", created_at_lte)))
         return await self._call(Page[MemoryStore], "GET", "/v1/memory_stores", params=params)
 
-    async def list_stores(
+    def list_stores(
         self,
         *,
         include_archived: bool = False,
@@ -357,20 +359,15 @@ class StoreClient:
         created_at_gte: datetime | None = None,
         created_at_lte: datetime | None = None,
     ) -> AsyncIterator[MemoryStore]:
-        page: str | None = None
-        while True:
-            result = await self.list_stores_page(
+        return self._paginate(
+            functools.partial(
+                self.list_stores_page,
                 include_archived=include_archived,
                 limit=limit,
-                page=page,
                 created_at_gte=created_at_gte,
                 created_at_lte=created_at_lte,
             )
-            for item in result.data:
-                yield item
-            page = self._next(page, result.next_page)
-            if page is None:
-                return
+        )
 
     async def get_store(self, store_id: str) -> MemoryStore:
         return await self._call(MemoryStore, "GET", f"/v1/memory_stores/{_seg(store_id)}")
@@ -434,7 +431,7 @@ class StoreClient:
             _MEMORY_PAGE, "GET", f"/v1/memory_stores/{_seg(store_id)}/memories", params=params
         )
 
-    async def list_memories(
+    def list_memories(
         self,
         store_id: str,
         *,
@@ -443,16 +440,16 @@ class StoreClient:
         path_prefix: str | None = None,
         depth: int | None = None,
     ) -> AsyncIterator[Memory | MemoryPrefix]:
-        page: str | None = None
-        while True:
-            result = await self.list_memories_page(
-                store_id, view=view, limit=limit, page=page, path_prefix=path_prefix, depth=depth
+        return self._paginate(
+            functools.partial(
+                self.list_memories_page,
+                store_id,
+                view=view,
+                limit=limit,
+                path_prefix=path_prefix,
+                depth=depth,
             )
-            for item in result.data:
-                yield item
-            page = self._next(page, result.next_page)
-            if page is None:
-                return
+        )
 
     async def get_memory(self, store_id: str, memory_id: str, *, view: View = "full") -> Memory:
         return await self._call(
@@ -547,7 +544,7 @@ class StoreClient:
             Page[MemoryVersion], "GET", f"/v1/memory_stores/{_seg(store_id)}/memory_versions", params=params
         )
 
-    async def list_versions(
+    def list_versions(
         self,
         store_id: str,
         *,
@@ -561,9 +558,9 @@ class StoreClient:
         view: View | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[MemoryVersion]:
-        page: str | None = None
-        while True:
-            result = await self.list_versions_page(
+        return self._paginate(
+            functools.partial(
+                self.list_versions_page,
                 store_id,
                 memory_id=memory_id,
                 operation=operation,
@@ -574,13 +571,8 @@ class StoreClient:
                 created_at_lte=created_at_lte,
                 view=view,
                 limit=limit,
-                page=page,
             )
-            for item in result.data:
-                yield item
-            page = self._next(page, result.next_page)
-            if page is None:
-                return
+        )
 
     async def get_version(self, store_id: str, version_id: str, *, view: View | None = None) -> MemoryVersion:
         params = [("view", view)] if view is not None else []
@@ -646,6 +638,18 @@ class StoreClient:
         return minted.session, minted.work_secret
 
     # --- helpers --------------------------------------------------------------------------------------------
+
+    @classmethod
+    async def _paginate(cls, fetch_page: Callable[..., Awaitable[Page[T]]]) -> AsyncIterator[T]:
+        """Every item of a listing: ``fetch_page(page=...)`` from the first page, following ``next_page``."""
+        page: str | None = None
+        while True:
+            result = await fetch_page(page=page)
+            for item in result.data:
+                yield item
+            page = cls._next(page, result.next_page)
+            if page is None:
+                return
 
     @staticmethod
     def _next(current: str | None, next_page: str | None) -> str | None:
