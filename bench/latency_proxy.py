@@ -32,6 +32,8 @@ from typing import Any
 import httpx
 import uvicorn
 
+from memsync.client.transport import PooledTransport
+
 __all__ = ["LatencyProxy"]
 
 Scope = MutableMapping[str, Any]
@@ -107,10 +109,9 @@ class LatencyProxy:
             raise RuntimeError("the latency proxy is already started")
         self._upstream = httpx.AsyncClient(
             timeout=httpx.Timeout(self._upstream_timeout_s),
-            limits=httpx.Limits(
-                max_connections=self._max_upstream_connections,
-                max_keepalive_connections=self._max_upstream_connections,
-            ),
+            # The sync agent's own transport: one big httpcore pool would make the proxy, which shares the
+            # machine's cores with the agent under test, burn CPU on pool bookkeeping.
+            transport=PooledTransport(max_connections=self._max_upstream_connections),
             follow_redirects=False,
             trust_env=False,
         )

@@ -26,6 +26,7 @@ class PathRuleViolation(ValueError):
 
 
 _LINE_SEPARATORS = {"\u2028", "\u2029"}
+_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _bad_character(ch: str) -> str | None:
@@ -51,12 +52,15 @@ def path_violation(path: str) -> PathRuleViolation | None:
         return bad("too_short", "must name at least one segment after '/'")
     if len(path.encode("utf-8")) > MAX_PATH_BYTES:
         return bad("too_long", f"must be at most {MAX_PATH_BYTES} bytes of UTF-8")
-    for ch in path:
-        why = _bad_character(ch)
-        if why is not None:
-            return bad("bad_character", f"must not contain a {why}")
-    if unicodedata.normalize("NFC", path) != path:
-        return bad("not_nfc", "must be NFC-normalized Unicode")
+    # ASCII is always NFC and has no format characters: only its control characters need a look. This
+    # check runs for every listed memory on every pass, so the common case skips the per-character walk.
+    if not path.isascii() or _ASCII_CONTROL.search(path):
+        for ch in path:
+            why = _bad_character(ch)
+            if why is not None:
+                return bad("bad_character", f"must not contain a {why}")
+        if unicodedata.normalize("NFC", path) != path:
+            return bad("not_nfc", "must be NFC-normalized Unicode")
     segments = path[1:].split("/")
     if len(segments) > MAX_PATH_SEGMENTS:
         return bad("too_deep", f"must have at most {MAX_PATH_SEGMENTS} segments")

@@ -47,6 +47,7 @@ from memsync.api.models import (
 from memsync.api.secret import decode_work_secret
 from memsync.client import errors
 from memsync.client.retry import retry_delay
+from memsync.client.transport import PooledTransport
 
 __all__ = ["Sleep", "StoreClient"]
 
@@ -164,12 +165,12 @@ class StoreClient:
             headers["authorization"] = f"Bearer {bearer_token}"
         if workspace_id is not None:
             headers["anthropic-workspace-id"] = workspace_id
+        pooled = transport if transport is not None else PooledTransport(max_connections=max_connections)
         self._http = httpx.AsyncClient(
             base_url=url,
             headers=headers,
             timeout=httpx.Timeout(timeout),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            transport=transport,
+            transport=pooled,
             follow_redirects=False,
             trust_env=transport is None,
         )
