@@ -7,7 +7,6 @@ from memsync.api.paths import (
     default_mount_path,
     is_ancestor,
     is_clean_absolute_path,
-    is_under_mount_root,
     path_violation,
     slugify,
     validate_path,
@@ -108,10 +107,3 @@ def test_default_mount_path_falls_back_to_the_store_id() -> None:
 )
 def test_clean_absolute_paths(path: str, clean: bool) -> None:
     assert is_clean_absolute_path(path) is clean
-
-
-def test_under_mount_root() -> None:
-    assert is_under_mount_root("/mnt/memory/a")
-    assert not is_under_mount_root("/mnt/memory")
-    assert not is_under_mount_root("/mnt/memoryx/a")
-    assert not is_under_mount_root("/tmp/a")

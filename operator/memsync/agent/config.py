@@ -24,7 +24,7 @@ from pydantic import (
 
 from memsync.agent import messages
 from memsync.api.constants import MAX_STORES_PER_SESSION
-from memsync.api.paths import default_mount_path, is_clean_absolute_path
+from memsync.api.paths import default_mount_path, is_ancestor, is_clean_absolute_path
 
 Access = Literal["read_write", "read_only"]
 Deletions = Literal["enabled", "log_only", "disabled"]
@@ -165,7 +165,7 @@ class AgentConfig(BaseModel):
             for b in paths[i + 1 :]:
                 if a == b:
                     raise ValueError(f"stores: each mount_path may appear once; repeated: {a}")
-                if b.startswith(a + "/") or a.startswith(b + "/"):
+                if is_ancestor(a, b) or is_ancestor(b, a):
                     raise ValueError(f"stores: mount paths must not nest inside each other: {a} and {b}")
         return self
 

@@ -120,7 +120,3 @@ def is_clean_absolute_path(path: str) -> bool:
     if "\x00" in path or "\\" in path:
         return False
     return all(seg not in ("", ".", "..") for seg in path[1:].split("/"))
-
-
-def is_under_mount_root(path: str) -> bool:
-    return is_clean_absolute_path(path) and path.startswith(MOUNT_ROOT + "/")

@@ -52,7 +52,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from memsync.api.constants import DEFAULT_BASE_URL, MAX_STORES_PER_SESSION, MOUNT_ROOT, STORE_NAME_MAX
-from memsync.api.paths import default_mount_path
+from memsync.api.paths import default_mount_path, is_ancestor
 
 # --- names -------------------------------------------------------------------------------------------------
 
@@ -391,7 +391,7 @@ class SessionMemorySpec(_SpecModel):
                 )
         for i, store in enumerate(stores):
             for j, other in enumerate(stores):
-                if i != j and store.effective_mount_path.startswith(other.effective_mount_path + "/"):
+                if i != j and is_ancestor(other.effective_mount_path, store.effective_mount_path):
                     problems.append(
                         f"stores[{i}] would be mounted at {store.effective_mount_path}, inside stores[{j}] "
                         f"at {other.effective_mount_path}: a store may not be mounted inside another store"

@@ -29,7 +29,7 @@ from memsync.api.constants import (
     STORE_NAME_MAX,
 )
 from memsync.api.hashing import sha256_bytes
-from memsync.api.paths import PathRuleViolation, path_violation, validate_path_prefix
+from memsync.api.paths import PathRuleViolation, is_ancestor, path_violation, validate_path_prefix
 from memsync.server.errors import invalid
 from memsync.server.ids import format_ts
 
@@ -292,7 +292,7 @@ def descendant_range(path: str) -> tuple[str, str]:
 def describe_path_conflict(requested: str, blocker_path: str, blocker_id: str, verb: str = "create") -> str:
     if blocker_path == requested:
         relation = "a memory already exists at that path"
-    elif requested.startswith(blocker_path + "/"):
+    elif is_ancestor(blocker_path, requested):
         relation = f"memory {blocker_id} at {blocker_path!r} is an ancestor of it"
     else:
         relation = f"memory {blocker_id} at {blocker_path!r} is below it"
