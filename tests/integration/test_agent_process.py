@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from memsync.agent import messages
+from memsync.agent.testing import store_contents
 from memsync.api.hashing import content_sha256
 from memsync.api.models import Memory, MemoryStoreResource
 from memsync.client import StoreClient
@@ -75,11 +76,7 @@ class Pod:
         )
 
     async def remote(self) -> dict[str, str]:
-        out = {}
-        async for item in self.admin.list_memories(self.store_id, view="full", limit=20):
-            if isinstance(item, Memory):
-                out[item.path.lstrip("/")] = item.content or ""
-        return out
+        return await store_contents(self.admin, self.store_id)
 
     async def versions(self) -> dict[str, int]:
         """memory path -> number of versions (to see that nothing was uploaded twice)."""

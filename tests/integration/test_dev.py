@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port
-from memsync.api.models import Memory, MemoryStore
+from memsync.agent.testing import store_contents
+from memsync.api.models import MemoryStore
 from memsync.client import StoreClient
 
 pytestmark = pytest.mark.timeout(120)
@@ -101,11 +102,7 @@ async def _snapshot(url: str, key: str) -> tuple[list[MemoryStore], dict[str, st
     async with StoreClient(url, api_key=key) as admin:
         stores = [s async for s in admin.list_stores()]
         demo = [s for s in stores if s.name == "Demo Memory"]
-        files: dict[str, str] = {}
-        if demo:
-            async for item in admin.list_memories(demo[0].id, view="full", limit=20):
-                if isinstance(item, Memory):
-                    files[item.path.lstrip("/")] = item.content or ""
+        files = await store_contents(admin, demo[0].id) if demo else {}
         return demo, files
 
 

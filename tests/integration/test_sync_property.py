@@ -56,6 +56,7 @@ from memsync.agent.commands import Agent, mount
 from memsync.agent.config import AgentConfig, load_config
 from memsync.agent.merge import delete_cap
 from memsync.agent.state import load_state
+from memsync.agent.testing import store_memories
 from memsync.api.hashing import marker_text, sha256_bytes
 from memsync.api.models import Memory, MemoryStoreResource
 from memsync.client import StoreClient
@@ -177,11 +178,7 @@ class SyncMachine(RuleBasedStateMachine):
         return out
 
     async def _remote(self) -> dict[str, Memory]:
-        return {
-            item.path.lstrip("/"): item
-            async for item in self.admin.list_memories(self.store_id, view="full", limit=20)
-            if isinstance(item, Memory)
-        }
+        return await store_memories(self.admin, self.store_id)
 
     def remote(self) -> dict[str, str]:
         return {rel: m.content or "" for rel, m in self.run(self._remote()).items()}

@@ -29,6 +29,20 @@ Hook = Callable[[httpx.Request], Awaitable[None]]
 AfterHook = Callable[[httpx.Request, httpx.Response], Awaitable[httpx.Response]]
 
 
+async def store_memories(client: StoreClient, store_id: str) -> dict[str, Memory]:
+    """Every memory of a store with its content, keyed by its path relative to the store folder."""
+    return {
+        item.path.lstrip("/"): item
+        async for item in client.list_memories(store_id, view="full", limit=20)
+        if isinstance(item, Memory)
+    }
+
+
+async def store_contents(client: StoreClient, store_id: str) -> dict[str, str]:
+    """What the store holds: relative path -> content."""
+    return {rel: m.content or "" for rel, m in (await store_memories(client, store_id)).items()}
+
+
 class HookTransport(httpx.AsyncBaseTransport):
     """Forwards to the real server; each hook runs once, right before the first request it matches (``once``)
     or right after the real server answered it (``after_once``: the hook returns the response the client sees,
@@ -117,11 +131,7 @@ class Harness:
 
     # the store, through the admin key
     async def remote(self) -> dict[str, str]:
-        out = {}
-        async for item in self.admin.list_memories(self.store_id, view="full", limit=20):
-            if isinstance(item, Memory):
-                out[item.path.lstrip("/")] = item.content or ""
-        return out
+        return await store_contents(self.admin, self.store_id)
 
     async def memory(self, rel: str) -> Memory | None:
         async for item in self.admin.list_memories(self.store_id):
