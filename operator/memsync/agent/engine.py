@@ -29,6 +29,7 @@ from memsync.agent.localfs import (
     dir_identity,
     make_root,
     open_root,
+    path_problem,
     recreate_root,
     rel_to_remote,
     remote_to_rel,
@@ -45,6 +46,7 @@ from memsync.agent.merge import (
     SyncInput,
     SyncPlan,
     Upload,
+    flush_blocked,
     plan_flush,
     plan_sync,
     trust,
@@ -57,6 +59,8 @@ from memsync.api.hashing import sha256_bytes
 from memsync.api.models import Memory, MemoryPrefix, View
 from memsync.client import StoreClient
 from memsync.client import errors as store_errors
+from memsync.contracts.health import ERROR_LIMIT, StoreHealth, rfc3339
+from memsync.contracts.report import SAMPLE_MAX, StoreCounts
 
 logger = logging.getLogger("memsync.agent")
 
@@ -66,33 +70,13 @@ DELETE_CONCURRENCY = 16
 GLOBAL_CONCURRENCY = 64  # requests in flight per process, all stores together
 FANOUT_MIN = 100  # list a level's prefixes concurrently when the baseline holds more than this below it
 _WRITE_BATCH = 64
+_CHANGED_SINCE_SCAN = "the local file changed since the scan; the next sync decides"
 
 T = TypeVar("T")
 PassOutcome = Literal["synced", "recovered", "left", "failed", "skipped"]
 # What became of one upload: saved (uploaded or adopted), settled otherwise (refused, lost to the store) or
 # failed (to be retried: the edit is not saved yet).
 UploadOutcome = Literal["saved", "settled", "failed"]
-
-
-@dataclass
-class Tally:
-    """What one command did to a store (the final shutdown's termination message is built from it)."""
-
-    uploaded: int = 0
-    deleted: int = 0
-    conflicts: int = 0
-    refused: int = 0
-    unsent: int = 0
-    downloaded: int = 0
-
-    def summary(self) -> dict[str, int]:
-        return {
-            "uploaded": self.uploaded,
-            "deleted": self.deleted,
-            "conflicts": self.conflicts,
-            "refused": self.refused,
-            "unsent": self.unsent,
-        }
 
 
 @dataclass
@@ -107,6 +91,8 @@ class PassStats:
     hashed: int = 0
     changed: int = 0  # flush: files whose content differed from the baseline
     unsent: int = 0  # flush: of those, how many were neither saved nor settled (conflict, refusal)
+    errors: int = 0  # transfers that failed and are retried (the pass then does not count as a success)
+    last_error: str | None = None
     seconds: float = 0.0
 
 
@@ -116,10 +102,38 @@ class _Progress:
 
     changed: int = 0
     settled: int = 0
+    scanned: bool = False  # the flush knows what changed (``changed`` is final)
 
     @property
     def unsent(self) -> int:
         return max(0, self.changed - self.settled)
+
+
+def conflict_copy_name(rel: str, session: str, when: str, attempt: int = 1) -> str:
+    """``dir/name.conflict-<session>-<when><ext>`` beside ``rel`` (``-<attempt>`` after the time, from 2)."""
+    head, _, name = rel.rpartition("/")
+    stem, dot, ext = name.rpartition(".")
+    if not stem:  # no extension (or a dot file such as ".env")
+        stem, dot, ext = name, "", ""
+    suffix = f"-{attempt}" if attempt > 1 else ""
+    copy = f"{stem}.conflict-{session}-{when}{suffix}{dot}{ext}"
+    return f"{head}/{copy}" if head else copy
+
+
+def _sample(paths: list[str]) -> list[str]:
+    """The first few paths, printable (a local name that is not UTF-8 shows with U+FFFD)."""
+    return [p.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for p in paths[:SAMPLE_MAX]]
+
+
+def unsaved_files(result: ScanResult, state: StoreState) -> list[str]:
+    """Local files whose content the store does not hold per the baseline (refused content excepted), and
+    files that cannot be read (they may hold an edit)."""
+    changed = [
+        rel
+        for rel, sha in result.files.items()
+        if state.baseline.get(rel) != sha and state.refused_shas.get(rel) != sha
+    ]
+    return sorted({*changed, *result.unreadable})
 
 
 class Shared:
@@ -143,13 +157,16 @@ class StoreSync:
         self.id = store.memory_store_id
         self.path = shared.config.mount_dir(store)
         self.cache = HashCache()
-        self.tally = Tally()
+        self.tally = StoreCounts()  # what the current command did (the termination report's ``stores``)
+        self._delta = StoreCounts()  # counted since the state was last saved (added to the session totals)
+        self.health = StoreHealth()
         self.last = PassStats()
         self.progress = _Progress()
         self._fetch_sem = asyncio.Semaphore(FETCH_CONCURRENCY)
         self._upload_sem = asyncio.Semaphore(UPLOAD_CONCURRENCY)
         self._delete_sem = asyncio.Semaphore(DELETE_CONCURRENCY)
         self._wrote_files = False
+        self.unwritable: dict[str, str] = {}  # this pass: rel -> why a memory could not be written locally
 
     # --- small helpers ------------------------------------------------------------------------------------
 
@@ -195,8 +212,67 @@ class StoreSync:
             # crash a half-written file can never look like a local edit of the recorded content.
             sync_filesystem(self.path.parent)
             self._wrote_files = False
+        state.totals.add(self._delta)
+        self._delta = StoreCounts()
         save_state(self.config.state_path, state)
         self.shared.metrics.pending_deletes.labels(self.id).set(len(state.pending_deletes))
+
+    def _bump(self, name: str, n: int = 1) -> None:
+        """Count ``n`` more of ``name`` (uploaded, downloaded, deleted, conflicts): command and session."""
+        for counts in (self.tally, self._delta):
+            setattr(counts, name, getattr(counts, name) + n)
+
+    def _fail(self, message: str) -> None:
+        """A transfer failed and will be retried: the pass is not a clean success."""
+        self.last.errors += 1
+        self.last.last_error = message[:ERROR_LIMIT]
+
+    def _note_problems(
+        self,
+        state: StoreState,
+        result: ScanResult,
+        *,
+        held: list[str] | None = None,
+        blocked_creates: Mapping[str, str] | None = None,
+    ) -> None:
+        """Set the gauges: paths refused (by the server, or that cannot be a memory or a local file), files
+        that cannot be read, and (after a sync) deletions held back by the cap; in the tally, the session's
+        totals and the metrics."""
+        refused = sorted(
+            {
+                *state.refused_shas,
+                *self.unwritable,
+                *result.unsyncable,
+                *(p.lstrip("/") for p in state.unmappable),
+                *(blocked_creates or {}),
+            }
+        )
+        unreadable = sorted(result.unreadable)
+        for counts in (self.tally, state.totals):
+            counts.refused, counts.refused_paths = len(refused), _sample(refused)
+            counts.unreadable, counts.unreadable_paths = len(unreadable), _sample(unreadable)
+            if held is not None:
+                counts.held_deletes, counts.held_paths = len(held), _sample(held)
+        metrics = self.shared.metrics
+        metrics.refused_paths.labels(self.id).set(len(refused))
+        metrics.unreadable.labels(self.id).set(len(unreadable))
+        if held is not None:
+            metrics.held_deletes.labels(self.id).set(len(held))
+
+    def note_outcome(self, outcome: PassOutcome, error: str | None, last_success: float | None) -> None:
+        """Record the health of the pass that just ended (served at ``/status``, reflected by ``/readyz``)."""
+        health = self.health
+        healthy = outcome in ("synced", "recovered") and error is None
+        health.outcome = outcome
+        health.healthy = healthy
+        health.failing_passes = 0 if healthy else health.failing_passes + 1
+        if error is not None:
+            health.last_error = error[:ERROR_LIMIT]
+        elif healthy:
+            health.last_error = None
+        if last_success is not None:
+            health.last_success = rfc3339(last_success)
+        self.shared.metrics.set_ready(self.id, healthy)
 
     # --- listing ------------------------------------------------------------------------------------------
 
@@ -259,20 +335,33 @@ class StoreSync:
 
         return [m for m in await asyncio.gather(*(one(m) for m in memories)) if m is not None]
 
-    def _map_remote(self, memories: Iterable[Memory]) -> dict[str, Memory]:
+    def _map_remote(self, memories: Iterable[Memory], state: StoreState | None = None) -> dict[str, Memory]:
+        """rel -> memory for every listed memory that can be a local file. The others (the marker's path, a
+        segment over 255 bytes, a backslash...) are warned about with their path and, given the ``state``,
+        recorded there as refused (``unmappable``) until a listing no longer shows them."""
         mapped: dict[str, Memory] = {}
+        unmappable: dict[str, str] = {}
         for memory in memories:
             if memory.path == "/" + MARKER_FILENAME:
+                unmappable[memory.path] = "is the store's marker file, which never syncs"
                 self._warn_once(
-                    "the store holds a memory at the marker file's path; skipping it", None, memory.path
+                    "the store holds a memory at the marker file's path; skipping it",
+                    None,
+                    memory.path,
+                    remote_path=memory.path,
                 )
                 continue
             try:
                 rel = remote_to_rel(memory.path)
             except UnsafePath as exc:
-                self._warn_once(messages.UNSAFE_REMOTE_PATH, None, memory.path, reason=str(exc))
+                unmappable[memory.path] = str(exc)
+                self._warn_once(
+                    messages.UNSAFE_REMOTE_PATH, None, memory.path, remote_path=memory.path, reason=str(exc)
+                )
                 continue
             mapped[rel] = memory
+        if state is not None:
+            state.unmappable = unmappable
         return mapped
 
     @staticmethod
@@ -293,7 +382,7 @@ class StoreSync:
         ``strict`` (the mount): any failure raises. Otherwise (recovery) a failed or blocked write is logged
         and left for the next pass; a path already taken locally is never overwritten.
         """
-        memories = self._map_remote(await self._list_tree(None, "full", None))
+        memories = self._map_remote(await self._list_tree(None, "full", None), state)
         items = sorted(memories.items())
 
         def write_batch(batch: list[tuple[str, Memory]]) -> list[tuple[str, str, str]]:
@@ -308,6 +397,7 @@ class StoreSync:
                     if strict:
                         raise OSError(exc.errno, f"cannot write {memory.path}: {exc.strerror}") from None
                     self._warn_once("failed to write memory file", rel, str(exc))
+                    self.unwritable[rel] = exc.strerror or str(exc)
                     continue
                 self._wrote_files = True
                 done.append((rel, memory.id, sha256_bytes(data)))
@@ -322,7 +412,7 @@ class StoreSync:
                 state.remote_ids[rel] = memory_id
                 count += 1
         self.shared.metrics.downloads.labels(self.id).inc(count)
-        self.tally.downloaded += count
+        self._bump("downloaded", count)
         return count
 
     async def populate(self) -> int:
@@ -359,7 +449,10 @@ class StoreSync:
 
     def _warn_blocked(self, result: ScanResult) -> None:
         for rel, why in sorted(result.blocked.items()):
-            self._warn_once(messages.NOT_REGULAR, rel, why, kind=why)
+            if rel in result.unreadable:  # retried every pass; counted while it lasts
+                self._warn_once(messages.UNREADABLE, rel, why, reason=result.unreadable[rel])
+            else:
+                self._warn_once(messages.NOT_REGULAR, rel, why, kind=why)
 
     async def _recover(self, state: StoreState, status: RootStatus) -> PassOutcome:
         """Re-create the folder, re-stamp the marker, download again. Never deletes or uploads.
@@ -406,6 +499,7 @@ class StoreSync:
     async def sync_pass(self, *, final: bool = False, lock_timeout: float | None = None) -> PassStats:
         """One reconcile of this store, under its lock. Raises on a store-level failure (the caller logs)."""
         self.last = PassStats()
+        self.unwritable = {}
         started = time.monotonic()
         async with store_lock(self.config.state_path, self.id, wait_s=lock_timeout):
             state = self._load()
@@ -413,10 +507,17 @@ class StoreSync:
                 self.last.outcome = await self._sync_locked(state, final=final)
             finally:
                 state.last_pass_at = self.shared.clock()
-                if self.last.outcome in ("synced", "recovered"):
+                clean = self.last.outcome in ("synced", "recovered") and not self.last.errors
+                if clean:
                     state.last_success_at = state.last_pass_at
                     self.shared.metrics.last_success.labels(self.id).set(state.last_success_at)
                 self._save(state)
+                self.health.totals = state.totals.copy()
+                if self.last.outcome == "left":
+                    self.last.last_error = self.last.last_error or f"{messages.LEFT_AS_FOUND} (see the log)"
+                self.note_outcome(
+                    self.last.outcome, self.last.last_error, state.last_success_at if clean else None
+                )
         self.last.seconds = time.monotonic() - started
         self.shared.metrics.pass_seconds.labels(self.id).observe(self.last.seconds)
         self.shared.metrics.passes.labels(self.id, self.last.outcome).inc()
@@ -425,7 +526,6 @@ class StoreSync:
 
     async def _sync_locked(self, state: StoreState, *, final: bool) -> PassOutcome:
         status, root, result = await asyncio.to_thread(self._open_and_scan, state)
-        self.shared.metrics.set_ready(self.id, status == "ok" and result is not None and result.marker_ok)
         if root is None or result is None:
             verdict = trust(status, False, 0, len(state.baseline))
             if verdict == "recover":
@@ -452,7 +552,8 @@ class StoreSync:
                     i
                     for i in await self._list_level(view="basic", prefix=None, depth=0)
                     if isinstance(i, Memory)
-                ]
+                ],
+                state,
             )
             plan = plan_sync(
                 SyncInput(
@@ -473,7 +574,30 @@ class StoreSync:
             )
             self._adopt(state, plan)
             await self._execute(root, state, plan)
+            self._note_deferred(plan, final=final)
+            self._note_problems(
+                state,
+                result,
+                held=plan.held,
+                blocked_creates=plan.deferred if self.config.deletions != "enabled" else None,
+            )
         return "synced"
+
+    def _note_deferred(self, plan: SyncPlan, *, final: bool) -> None:
+        for rel, blocker in sorted(plan.deferred.items()):
+            self._warn_once(
+                messages.WAITS_FOR_DELETE
+                if self.config.deletions == "enabled"
+                else messages.BLOCKED_BY_KEPT_MEMORY,
+                rel,
+                blocker,
+                blocker=rel_to_remote(blocker),
+            )
+        if final and plan.held:
+            logger.warning(
+                messages.HELD_AT_END.format(held=len(plan.held)),
+                extra=self._extra(held=len(plan.held), paths=",".join(plan.held[:SAMPLE_MAX])),
+            )
 
     def _adopt(self, state: StoreState, plan: SyncPlan) -> None:
         state.baseline = plan.baseline
@@ -484,16 +608,18 @@ class StoreSync:
         state.prior_baseline = plan.prior
         for event in plan.events:
             self._log(event)
-        self.tally.conflicts += len(plan.conflicts)
+        self._bump("conflicts", len(plan.conflicts))
         self.shared.metrics.conflicts.labels(self.id).inc(len(plan.conflicts))
 
     async def _execute(self, root: StoreRoot, state: StoreState, plan: SyncPlan) -> None:
         uploads = list(plan.uploads)
         if plan.local_removals:
             uploads.extend(await self._remove_local(root, state, plan.local_removals))
+        # Deletes first: a create may need the path of a memory deleted in this pass (a file replaced by a
+        # folder of the same name, or the reverse).
+        await self._delete_all(root, state, plan.deletes)
         await asyncio.gather(
             self._upload_all(root, state, uploads, progress=None),
-            self._delete_all(root, state, plan.deletes),
             self._pull_all(root, state, plan.pulls),
         )
 
@@ -591,7 +717,6 @@ class StoreSync:
         state.refused_shas[rel] = sha
         state.sent_shas.pop(rel, None)
         self._warn_once(messages.REFUSED, rel, sha, reason=why)
-        self.tally.refused += 1
         self.shared.metrics.refused.labels(self.id).inc()
 
     def _uploaded(self, state: StoreState, rel: str, memory: Memory) -> None:
@@ -599,14 +724,14 @@ class StoreSync:
         state.remote_ids[rel] = memory.id
         state.refused_shas.pop(rel, None)
         state.sent_shas.pop(rel, None)
-        self.tally.uploaded += 1
+        self._bump("uploaded")
         self.last.uploads += 1
         self.shared.metrics.uploads.labels(self.id).inc()
 
     def _lost(self, state: StoreState, rel: str, message: str = messages.UPLOAD_LOST) -> None:
         state.sent_shas.pop(rel, None)
         logger.warning(message, extra=self._extra(rel))
-        self.tally.conflicts += 1
+        self._bump("conflicts")
         self.shared.metrics.conflicts.labels(self.id).inc()
 
     async def _upload_one(self, state: StoreState, upload: Upload, content: str, sha: str) -> UploadOutcome:
@@ -642,6 +767,7 @@ class StoreSync:
             ):
                 state.sent_shas.pop(rel, None)  # a definite answer: nothing was written
             logger.warning(messages.UPLOAD_FAILED, extra=self._extra(rel, error=str(exc)))
+            self._fail(f"{messages.UPLOAD_FAILED} {path}: {exc}")
             return "failed"
         self._uploaded(state, rel, memory)
         return "saved"
@@ -672,7 +798,7 @@ class StoreSync:
         if holder is None or holder.path != rel_to_remote(rel):
             state.sent_shas.pop(rel, None)
             self._warn_once(messages.PATH_TAKEN, rel, sha, blocker=exc.conflicting_path or "")
-            self.tally.conflicts += 1
+            self._bump("conflicts")
             return "settled"
         if holder.content_sha256 == sha:
             self._uploaded(state, rel, holder)  # the store already holds exactly these bytes
@@ -690,7 +816,8 @@ class StoreSync:
             return
 
         def recheck() -> tuple[bool, list[bool]]:
-            return root.marker_ok(self.id), [root.exists(d.rel) for d in deletes]
+            # A folder where the file was counts as gone (the file was replaced by a folder of its name).
+            return root.marker_ok(self.id), [root.holds_file(d.rel) for d in deletes]
 
         marker_ok, present = await asyncio.to_thread(recheck)
         if not marker_ok:
@@ -713,10 +840,11 @@ class StoreSync:
                     return
                 except store_errors.StoreError as exc:
                     logger.warning("failed to delete memory", extra=self._extra(item.rel, error=str(exc)))
+                    self._fail(f"failed to delete memory {rel_to_remote(item.rel)}: {exc}")
                     return
                 else:
                     logger.info(messages.PROPAGATED_DELETE, extra=self._extra(item.rel))
-                    self.tally.deleted += 1
+                    self._bump("deleted")
                     self.last.deletes += 1
                     self.shared.metrics.deletes.labels(self.id).inc()
                 state.baseline.pop(item.rel, None)
@@ -742,6 +870,7 @@ class StoreSync:
                     return  # deleted since the listing: the next pass reconciles
                 except store_errors.StoreError as exc:
                     logger.warning("failed to download memory", extra=self._extra(item.rel, error=str(exc)))
+                    self._fail(f"failed to download memory {rel_to_remote(item.rel)}: {exc}")
                     return
                 self.last.fetches += 1
             if memory.path != rel_to_remote(item.rel):
@@ -753,7 +882,11 @@ class StoreSync:
                 # the next pass sees it and applies the rules (with their warnings).
                 try:
                     if root.sha_of(item.rel) != item.local_sha:
-                        return "the local file changed since the scan; the next sync decides"
+                        return _CHANGED_SINCE_SCAN
+                    if item.conflict and self.config.conflict_policy == "keepLocalCopy":
+                        problem = self._keep_local_copy(root, item)
+                        if problem is not None:
+                            return problem
                     root.write_bytes(item.rel, data)
                 except OSError as exc:
                     return str(exc)
@@ -763,15 +896,56 @@ class StoreSync:
             problem = await asyncio.to_thread(write)
             if problem is not None:
                 logger.warning("memory not written to disk", extra=self._extra(item.rel, reason=problem))
+                if problem is not _CHANGED_SINCE_SCAN:
+                    self.unwritable[item.rel] = problem
                 return
             state.baseline[item.rel] = sha256_bytes(data)
             state.remote_ids[item.rel] = memory.id
-            self.tally.downloaded += 1
+            self._bump("downloaded")
             self.shared.metrics.downloads.labels(self.id).inc()
 
         await asyncio.gather(*(one(p) for p in pulls))
 
+    def _keep_local_copy(self, root: StoreRoot, item: Pull) -> str | None:
+        """``keepLocalCopy``: write the losing local content beside the file, atomically, as
+        ``<name>.conflict-<session>-<UTC time><ext>``; it then syncs as a new file. Returns why it could not
+        (the remote version is then not written either: the local edit is never lost)."""
+        data = root.read_bytes(item.rel)
+        if sha256_bytes(data) != item.local_sha:
+            return _CHANGED_SINCE_SCAN
+        when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.shared.clock()))
+        session = self.config.session_id or "session"
+        for attempt in range(1, 100):
+            copy = conflict_copy_name(item.rel, session, when, attempt)
+            problem = path_problem(copy)
+            if problem is not None:
+                self._warn_once(messages.CONFLICT_COPY_REFUSED, item.rel, copy, copy=copy, reason=problem)
+                return f"{messages.CONFLICT_COPY_REFUSED}: {copy} {problem}"
+            if not root.exists(copy):
+                root.write_bytes(copy, data)
+                self._wrote_files = True
+                logger.warning(messages.CONFLICT_COPY, extra=self._extra(item.rel, copy=rel_to_remote(copy)))
+                return None
+        return f"{messages.CONFLICT_COPY_REFUSED}: every conflict copy name is taken"
+
     # --- the push-only flush (reference §5.7 step 4) ------------------------------------------------------
+
+    def count_unsaved(self) -> int:
+        """How many local files are not saved in the store, by a fresh scan against the saved baseline.
+
+        For a flush that failed or was cut off before it knew: never a guess. A store whose folder cannot be
+        scanned counts as one unsaved file (something may be lost, and the number cannot be known).
+        """
+        try:
+            state = self._load()
+            _, root, result = self._open_and_scan(state)
+        except Exception:
+            return 1
+        if root is not None:
+            root.close()
+        if result is None:
+            return 1
+        return len(unsaved_files(result, state))
 
     async def flush_pass(self, *, lock_timeout: float | None = None) -> PassStats:
         """Upload what changed now: no listing, deletes or pulls. Skips read-only stores and bad folders."""
@@ -792,7 +966,7 @@ class StoreSync:
                     extra=self._extra(root=status),
                 )
                 if result is not None:
-                    changed = [r for r, s in result.files.items() if state.baseline.get(r) != s]
+                    changed = unsaved_files(result, state)
                     self.last.changed = self.last.unsent = len(changed)
                     self.tally.unsent = len(changed)
                 self.last.outcome = "left"
@@ -808,10 +982,18 @@ class StoreSync:
                     read_only=False,
                     prior=state.prior_baseline,
                 )
-                self.progress.changed = self.last.changed = len(uploads)
+                # Files it cannot send count as changed and unsent: creates that wait for the deletion of
+                # one of our memories in their way (only a sync deletes), and files it cannot read.
+                blocked = flush_blocked(result.files, state.baseline)
+                kept = self.config.deletions != "enabled"  # then the memory in the way never goes
+                self.progress.changed = self.last.changed = (
+                    len(uploads) + (0 if kept else len(blocked)) + len(result.unreadable)
+                )
+                self.progress.scanned = True
                 try:
                     await self._upload_all(root, state, uploads, progress=self.progress)
                 finally:
+                    self._note_problems(state, result, blocked_creates=blocked if kept else None)
                     self._save(state)
                     self.last.unsent = self.tally.unsent = self.progress.unsent
         self.last.seconds = time.monotonic() - started

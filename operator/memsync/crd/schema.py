@@ -30,6 +30,7 @@ from typing import Any, Final
 import yaml
 
 from memsync.api.constants import DEFAULT_BASE_URL, MOUNT_ROOT, STORE_NAME_MAX
+from memsync.contracts.report import SAMPLE_MAX
 from memsync.crd import models as m
 
 SYNC_WAVE_ANNOTATION: Final = "argocd.argoproj.io/sync-wave"
@@ -51,6 +52,15 @@ def _string(description: str, **extra: Any) -> dict[str, Any]:
 
 def _count(description: str) -> dict[str, Any]:
     return {"type": "integer", "format": "int64", "minimum": 0, "description": description}
+
+
+def _paths(description: str) -> dict[str, Any]:
+    return {
+        "type": "array",
+        "description": description,
+        "maxItems": SAMPLE_MAX,
+        "items": {"type": "string", "maxLength": 1024},
+    }
 
 
 def _open_object(description: str, **extra: Any) -> dict[str, Any]:
@@ -149,6 +159,12 @@ def sync_schema() -> dict[str, Any]:
                 "pushed; disabled: ignored.",
                 enum=list(m.DELETIONS_VALUES),
                 default="enabled",
+            ),
+            "conflictPolicy": _string(
+                "storeWins (default): a local edit that conflicts with a change in the store loses to the "
+                "store's version; keepLocalCopy: the losing local content is also written beside the file as "
+                "<name>.conflict-<session>-<UTC time><ext>, which then syncs like any new file.",
+                enum=list(m.CONFLICT_POLICY_VALUES),
             ),
             "finalFlushSeconds": {
                 "type": "integer",
@@ -355,6 +371,29 @@ def spec_schema() -> dict[str, Any]:
             "stores": stores_schema(),
             "sync": sync_schema(),
             "sandbox": sandbox_schema(),
+            "memsyncEnv": memsync_env_schema(),
+        },
+    }
+
+
+def memsync_env_schema() -> dict[str, Any]:
+    return {
+        "type": "array",
+        "description": "Extra environment of the memsync containers (the mount init container and the sync "
+        "sidecar, never the sandbox), e.g. HTTPS_PROXY, NO_PROXY or SSL_CERT_FILE; an entry replaces the "
+        "operator's default of the same name. Names starting with MEMSYNC_ or ANTHROPIC_ are memsync's own "
+        "and are refused.",
+        "maxItems": m.MEMSYNC_ENV_MAX,
+        "items": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": _string("Variable name.", pattern=m.ENV_NAME_PATTERN, maxLength=m.ENV_NAME_MAX),
+                "value": _string("Its value.", maxLength=32768),
+                "valueFrom": _open_object(
+                    "Where its value comes from: secretKeyRef or configMapKeyRef (in this namespace)."
+                ),
+            },
         },
     }
 
@@ -392,7 +431,9 @@ def status_schema() -> dict[str, Any]:
             "podName": _string("The sandbox Pod."),
             "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
             "message": _string("The latest human-readable status.", maxLength=m.MESSAGE_MAX),
-            "lastSyncTime": _string("When the sidecar last reported a completed sync.", format="date-time"),
+            "lastSyncTime": _string(
+                "When the sidecar last completed a sync of every store without errors.", format="date-time"
+            ),
             "conditions": {
                 "type": "array",
                 "items": condition_schema(),
@@ -409,11 +450,22 @@ def status_schema() -> dict[str, Any]:
                         "memoryStoreId": _string("The store."),
                         "mountPath": _string("Where it was mounted."),
                         "memoriesMounted": _count("Memories downloaded by memsync mount."),
-                        "uploaded": _count("Final flush: files uploaded."),
-                        "deleted": _count("Final flush: deletions pushed."),
-                        "conflicts": _count("Final flush: conflicts (the store won; local copy kept)."),
-                        "refused": _count("Final flush: files the store refused."),
-                        "unsent": _count("Final flush: files left unsent."),
+                        "uploaded": _count("Session total: files uploaded."),
+                        "downloaded": _count("Session total: memories written to the folder."),
+                        "deleted": _count("Session total: local deletions pushed to the store."),
+                        "conflicts": _count("Session total: local edits that lost to a change in the store."),
+                        "refused": _count(
+                            "Paths not synced: refused by the store, or that cannot be a memory or a local "
+                            "file."
+                        ),
+                        "unreadable": _count("Local files or folders the sidecar cannot read."),
+                        "heldDeletes": _count(
+                            "Local deletions held back by the per-sync delete cap (at the end: never sent)."
+                        ),
+                        "unsent": _count("Final flush: changed files left unsaved."),
+                        "refusedPaths": _paths("A sample of the refused paths."),
+                        "unreadablePaths": _paths("A sample of the unreadable paths."),
+                        "heldDeletePaths": _paths("A sample of the held deletions' paths."),
                     },
                 },
                 "x-kubernetes-list-type": "map",
@@ -428,6 +480,7 @@ def printer_columns() -> list[dict[str, Any]]:
     return [
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        {"name": "Synced", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Synced")].status'},
         {"name": "Stores", "type": "string", "jsonPath": ".spec.stores[*].memoryStoreId"},
         {"name": "Last Sync", "type": "date", "jsonPath": ".status.lastSyncTime"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
