@@ -1,5 +1,5 @@
-"""No edit lost, and say so: real ``memsync`` processes against files the sidecar cannot read, a store that goes
-away during the final flush, and the live sync health (``/readyz``, ``/status``) while the store is down.
+"""No edit lost, and say so: real ``memsync`` processes against files the sidecar cannot read, a store that
+goes away during the final flush, and the live sync health (``/readyz``, ``/status``) while the store is down.
 
 Tests run as root, and root reads a mode-000 file; the agent here runs as ``nobody`` (``setpriv``), as the
 sidecar runs as its own uid in a Pod, while the test (root) plants files it cannot read.
@@ -223,9 +223,7 @@ async def test_readyz_and_status_follow_failing_passes_and_recovery(running, fre
     ok = _health(await _poll(base + STATUS_PATH, lambda r: r.status_code == 200 and _health(r).healthy, 15))
     assert ok.stores[pod.store_id].last_success is not None
     (pod.folder / "x.md").write_text("synced before the outage")
-    await _poll(
-        base + STATUS_PATH, lambda r: _health(r).stores[pod.store_id].totals.uploaded >= 1, 20
-    )
+    await _poll(base + STATUS_PATH, lambda r: _health(r).stores[pod.store_id].totals.uploaded >= 1, 20)
 
     fresh_store_server.stop()
     started = time.monotonic()
@@ -243,4 +241,3 @@ async def test_readyz_and_status_follow_failing_passes_and_recovery(running, fre
     back = _health(await _poll(base + STATUS_PATH, lambda r: _health(r).healthy, 5))
     assert back.stores[pod.store_id].last_error is None
     assert back.stores[pod.store_id].last_success != ok.stores[pod.store_id].last_success
-

@@ -1,5 +1,5 @@
-"""What the sync reports beyond the reference rules, against the real store server: a synced file replaced by a
-folder of the same name (and the reverse), held deletes at session end, and memories the agent can never
+"""What the sync reports beyond the reference rules, against the real store server: a synced file replaced by
+a folder of the same name (and the reverse), held deletes at session end, and memories the agent can never
 write locally. Each must be counted and named, never silently dropped or reported as a conflict.
 """
 
@@ -142,7 +142,7 @@ async def test_deletes_held_by_the_cap_at_session_end_are_reported(
         out = await h.final()
         counts = out.stores[h.store_id]
         assert counts["deleted"] == 8 and counts["held_deletes"] == 4
-        assert counts["held_paths"] == ["f08.md", "f09.md", "f10.md", "f11.md"]
+        assert counts["held_delete_paths"] == ["f08.md", "f09.md", "f10.md", "f11.md"]
         assert len(await h.remote()) == 5  # those four stay in the store, and the report says so
         assert logged(caplog_agent, messages.HELD_AT_END.format(held=4))
         assert out.report.totals[h.store_id].held_deletes == 4

@@ -252,7 +252,7 @@ class StoreSync:
             counts.refused, counts.refused_paths = len(refused), _sample(refused)
             counts.unreadable, counts.unreadable_paths = len(unreadable), _sample(unreadable)
             if held is not None:
-                counts.held_deletes, counts.held_paths = len(held), _sample(held)
+                counts.held_deletes, counts.held_delete_paths = len(held), _sample(held)
         metrics = self.shared.metrics
         metrics.refused_paths.labels(self.id).set(len(refused))
         metrics.unreadable.labels(self.id).set(len(unreadable))

@@ -71,7 +71,7 @@ class StoreCounts:
     held_deletes: Count = 0
     refused_paths: Paths = field(default_factory=list)
     unreadable_paths: Paths = field(default_factory=list)
-    held_paths: Paths = field(default_factory=list)
+    held_delete_paths: Paths = field(default_factory=list)
 
     def to_json(self, *, samples: bool = True) -> dict[str, Any]:
         """The five base counts always; the others only when set (``samples``: with the path lists)."""

@@ -36,8 +36,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
+from pydantic.alias_generators import to_camel
+
 from memsync.contracts.health import SyncHealth
 from memsync.contracts.report import (
+    BASE_COUNTS,
     CUMULATIVE,
     MESSAGE_LIMIT,
     FlushReport,
@@ -340,7 +343,7 @@ def _flush_summary(report: FlushReport) -> str:
     if totals.unreadable:
         text += f"; {_plural(totals.unreadable, 'file')} could not be read"
     if totals.held_deletes:
-        held = sorted({p for s in stores for p in s.held_paths})
+        held = sorted({p for s in stores for p in s.held_delete_paths})
         text += (
             f"; {_plural(totals.held_deletes, 'local deletion')} held back by the delete cap stay in the "
             f"store ({', '.join('/' + p for p in held)})"
@@ -534,21 +537,8 @@ def _store_entries(
     return result
 
 
-# status.stores[] key -> StoreCounts field; the first five are always written, the others when set
-_STORE_COUNT_KEYS: Final = (
-    ("uploaded", "uploaded"),
-    ("deleted", "deleted"),
-    ("conflicts", "conflicts"),
-    ("refused", "refused"),
-    ("unsent", "unsent"),
-    ("downloaded", "downloaded"),
-    ("unreadable", "unreadable"),
-    ("heldDeletes", "held_deletes"),
-    ("refusedPaths", "refused_paths"),
-    ("unreadablePaths", "unreadable_paths"),
-    ("heldDeletePaths", "held_paths"),
-)
-_ALWAYS: Final = frozenset({"uploaded", "deleted", "conflicts", "refused", "unsent"})
+# status.stores[] key (camelCase) -> StoreCounts field: the report's base counts always, the others when set
+_STORE_COUNT_KEYS: Final = tuple((to_camel(f.name), f.name) for f in dataclasses.fields(StoreCounts))
 
 
 def _put_counts(entry: dict[str, Any], counts: StoreCounts, *, unsent: bool) -> None:
@@ -557,7 +547,7 @@ def _put_counts(entry: dict[str, Any], counts: StoreCounts, *, unsent: bool) -> 
         if key == "unsent" and not unsent:
             continue
         value = getattr(counts, name)
-        if value or key in _ALWAYS:
+        if value or name in BASE_COUNTS:
             entry[key] = list(value) if isinstance(value, list) else value
         else:
             entry.pop(key, None)
