@@ -35,6 +35,7 @@ from memsync.contracts.report import (
     Report,
     StoreCounts,
     render_report,
+    report_payload,
 )
 
 logger = logging.getLogger("memsync.agent")
@@ -217,6 +218,10 @@ class Outcome:
         """Per store, what this command did (the report's ``stores``, as JSON)."""
         return {sid: counts.to_json() for sid, counts in self.report.stores.items()}
 
+    def payload(self) -> dict[str, Any]:
+        """The termination report as a JSON object."""
+        return report_payload(self.report)
+
 
 class Agent:
     """The engines of every configured store, sharing one client, limiter and metrics."""
@@ -287,7 +292,7 @@ class Agent:
                 return stats
             logger.info(
                 "memory flush: retrying the files it could not upload yet",
-                extra={"memory_store_id": engine.id, "unsent": stats.unsent, "retry_in": delay},
+                extra={"memory_store_id": engine.id, "not_saved": stats.unsent, "retry_in": delay},
             )
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_CAP_S)
@@ -355,7 +360,7 @@ class Agent:
             engine.tally.unsent = unsent
             logger.warning(
                 "memory flush cut off: " + messages.FLUSH_UNSENT.format(unsent=unsent, changed=changed),
-                extra={"memory_store_id": engine.id, "unsent": unsent, "changed": changed},
+                extra={"memory_store_id": engine.id, "not_saved": unsent, "changed": changed},
             )
 
     def _outcome(self) -> Outcome:

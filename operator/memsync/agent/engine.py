@@ -217,10 +217,11 @@ class StoreSync:
         save_state(self.config.state_path, state)
         self.shared.metrics.pending_deletes.labels(self.id).set(len(state.pending_deletes))
 
-    def _bump(self, name: str, n: int = 1) -> None:
-        """Count ``n`` more of ``name`` (uploaded, downloaded, deleted, conflicts): command and session."""
+    def _bump(self, **more: int) -> None:
+        """Count more uploads, downloads, deletes or conflicts, for the command and the session."""
         for counts in (self.tally, self._delta):
-            setattr(counts, name, getattr(counts, name) + n)
+            for name, n in more.items():
+                setattr(counts, name, getattr(counts, name) + n)
 
     def _fail(self, message: str) -> None:
         """A transfer failed and will be retried: the pass is not a clean success."""
@@ -412,7 +413,7 @@ class StoreSync:
                 state.remote_ids[rel] = memory_id
                 count += 1
         self.shared.metrics.downloads.labels(self.id).inc(count)
-        self._bump("downloaded", count)
+        self._bump(downloaded=count)
         return count
 
     async def populate(self) -> int:
@@ -608,7 +609,7 @@ class StoreSync:
         state.prior_baseline = plan.prior
         for event in plan.events:
             self._log(event)
-        self._bump("conflicts", len(plan.conflicts))
+        self._bump(conflicts=len(plan.conflicts))
         self.shared.metrics.conflicts.labels(self.id).inc(len(plan.conflicts))
 
     async def _execute(self, root: StoreRoot, state: StoreState, plan: SyncPlan) -> None:
@@ -724,14 +725,14 @@ class StoreSync:
         state.remote_ids[rel] = memory.id
         state.refused_shas.pop(rel, None)
         state.sent_shas.pop(rel, None)
-        self._bump("uploaded")
+        self._bump(uploaded=1)
         self.last.uploads += 1
         self.shared.metrics.uploads.labels(self.id).inc()
 
     def _lost(self, state: StoreState, rel: str, message: str = messages.UPLOAD_LOST) -> None:
         state.sent_shas.pop(rel, None)
         logger.warning(message, extra=self._extra(rel))
-        self._bump("conflicts")
+        self._bump(conflicts=1)
         self.shared.metrics.conflicts.labels(self.id).inc()
 
     async def _upload_one(self, state: StoreState, upload: Upload, content: str, sha: str) -> UploadOutcome:
@@ -798,7 +799,7 @@ class StoreSync:
         if holder is None or holder.path != rel_to_remote(rel):
             state.sent_shas.pop(rel, None)
             self._warn_once(messages.PATH_TAKEN, rel, sha, blocker=exc.conflicting_path or "")
-            self._bump("conflicts")
+            self._bump(conflicts=1)
             return "settled"
         if holder.content_sha256 == sha:
             self._uploaded(state, rel, holder)  # the store already holds exactly these bytes
@@ -844,7 +845,7 @@ class StoreSync:
                     return
                 else:
                     logger.info(messages.PROPAGATED_DELETE, extra=self._extra(item.rel))
-                    self._bump("deleted")
+                    self._bump(deleted=1)
                     self.last.deletes += 1
                     self.shared.metrics.deletes.labels(self.id).inc()
                 state.baseline.pop(item.rel, None)
@@ -901,7 +902,7 @@ class StoreSync:
                 return
             state.baseline[item.rel] = sha256_bytes(data)
             state.remote_ids[item.rel] = memory.id
-            self._bump("downloaded")
+            self._bump(downloaded=1)
             self.shared.metrics.downloads.labels(self.id).inc()
 
         await asyncio.gather(*(one(p) for p in pulls))

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, field, fields
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, get_type_hints
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, Field
 from pydantic.dataclasses import dataclass
+from pydantic.fields import FieldInfo
 
 REPORT_MAX_BYTES: Final = 4000  # the kubelet keeps at most 4 KiB of a termination message
 MESSAGE_LIMIT: Final = 4096
@@ -48,6 +49,8 @@ Paths = Annotated[list[str], BeforeValidator(_paths)]
 
 #: The counts every flushed report carries for every store, even when 0.
 BASE_COUNTS: Final = ("uploaded", "deleted", "conflicts", "refused", "unsent")
+#: Counts only a flush report sets (the live status never does).
+FINAL_ONLY: Final = ("unsent",)
 #: Cumulative counts (summed into the session totals); the others describe the state at one moment.
 CUMULATIVE: Final = ("uploaded", "deleted", "conflicts", "downloaded")
 
@@ -61,17 +64,31 @@ class StoreCounts:
     file), local files that cannot be read, local deletions held back by the per-pass delete cap.
     """
 
-    uploaded: Count = 0
-    deleted: Count = 0
-    conflicts: Count = 0
-    refused: Count = 0
-    unsent: Count = 0
-    downloaded: Count = 0
-    unreadable: Count = 0
-    held_deletes: Count = 0
-    refused_paths: Paths = field(default_factory=list)
-    unreadable_paths: Paths = field(default_factory=list)
-    held_delete_paths: Paths = field(default_factory=list)
+    uploaded: Annotated[Count, Field(description="Files uploaded (created or updated).")] = 0
+    deleted: Annotated[Count, Field(description="Local deletions pushed to the store.")] = 0
+    conflicts: Annotated[Count, Field(description="Local edits that lost to a change in the store.")] = 0
+    refused: Annotated[
+        Count,
+        Field(
+            description="Paths not synced: refused by the store, or that cannot be a memory or a local file."
+        ),
+    ] = 0
+    unsent: Annotated[Count, Field(description="Final flush: changed files left unsaved.")] = 0
+    downloaded: Annotated[Count, Field(description="Memories written to the folder.")] = 0
+    unreadable: Annotated[Count, Field(description="Local files or folders the sidecar cannot read.")] = 0
+    held_deletes: Annotated[
+        Count,
+        Field(description="Local deletions held back by the per-sync delete cap (at the end: never sent)."),
+    ] = 0
+    refused_paths: Annotated[Paths, Field(description="A sample of the refused paths.")] = field(
+        default_factory=list
+    )
+    unreadable_paths: Annotated[Paths, Field(description="A sample of the unreadable paths.")] = field(
+        default_factory=list
+    )
+    held_delete_paths: Annotated[Paths, Field(description="A sample of the held deletions' paths.")] = field(
+        default_factory=list
+    )
 
     def to_json(self, *, samples: bool = True) -> dict[str, Any]:
         """The five base counts always; the others only when set (``samples``: with the path lists)."""
@@ -89,6 +106,17 @@ class StoreCounts:
 
     def copy(self) -> StoreCounts:
         return StoreCounts(**asdict(self))
+
+
+def count_fields() -> list[tuple[str, str, bool]]:
+    """(field name, description, is a path list) of every count, in order (the status schema uses them)."""
+    hints = get_type_hints(StoreCounts, include_extras=True)
+    out = []
+    for f in fields(StoreCounts):
+        meta = [m for m in hints[f.name].__metadata__ if isinstance(m, FieldInfo)]
+        description = next((m.description for m in meta if m.description), "")
+        out.append((f.name, description, f.name.endswith("_paths")))
+    return out
 
 
 def counts_from(value: Any) -> StoreCounts | None:
@@ -126,7 +154,8 @@ class FlushReport:
 Report = MountReport | MountFailure | FlushReport
 
 
-def _payload(report: Report, *, samples: bool = True) -> dict[str, Any]:
+def report_payload(report: Report, *, samples: bool = True) -> dict[str, Any]:
+    """The report as a JSON object (``samples``: with the path samples)."""
     if isinstance(report, MountReport):
         return {"phase": MOUNTED, "stores": {sid: {"memories": n} for sid, n in report.memories.items()}}
     if isinstance(report, MountFailure):
@@ -147,10 +176,10 @@ def _line(payload: dict[str, Any]) -> str:
 
 def render_report(report: Report) -> str:
     """One line of JSON under ``REPORT_MAX_BYTES``: path samples go first, then the error is shortened."""
-    line = _line(_payload(report))
+    line = _line(report_payload(report))
     if len(line.encode("utf-8")) <= REPORT_MAX_BYTES:
         return line
-    payload = _payload(report, samples=False)
+    payload = report_payload(report, samples=False)
     line = _line(payload)
     if len(line.encode("utf-8")) > REPORT_MAX_BYTES and isinstance(report, MountFailure):
         room = REPORT_MAX_BYTES - (len(line.encode("utf-8")) - len(report.error.encode("utf-8")))

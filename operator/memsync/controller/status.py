@@ -42,6 +42,7 @@ from memsync.contracts.health import SyncHealth
 from memsync.contracts.report import (
     BASE_COUNTS,
     CUMULATIVE,
+    FINAL_ONLY,
     MESSAGE_LIMIT,
     FlushReport,
     MountFailure,
@@ -544,7 +545,7 @@ _STORE_COUNT_KEYS: Final = tuple((to_camel(f.name), f.name) for f in dataclasses
 def _put_counts(entry: dict[str, Any], counts: StoreCounts, *, unsent: bool) -> None:
     """Write ``counts`` into a status.stores entry (``unsent`` only from a flush report)."""
     for key, name in _STORE_COUNT_KEYS:
-        if key == "unsent" and not unsent:
+        if name in FINAL_ONLY and not unsent:
             continue
         value = getattr(counts, name)
         if value or name in BASE_COUNTS:

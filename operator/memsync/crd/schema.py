@@ -28,9 +28,10 @@ import sys
 from typing import Any, Final
 
 import yaml
+from pydantic.alias_generators import to_camel
 
 from memsync.api.constants import DEFAULT_BASE_URL, MOUNT_ROOT, STORE_NAME_MAX
-from memsync.contracts.report import SAMPLE_MAX
+from memsync.contracts.report import CUMULATIVE, SAMPLE_MAX, count_fields
 from memsync.crd import models as m
 
 SYNC_WAVE_ANNOTATION: Final = "argocd.argoproj.io/sync-wave"
@@ -61,6 +62,16 @@ def _paths(description: str) -> dict[str, Any]:
         "maxItems": SAMPLE_MAX,
         "items": {"type": "string", "maxLength": 1024},
     }
+
+
+def store_count_properties() -> dict[str, Any]:
+    """The counts of ``status.stores[]``: the report's counts in camelCase (cumulative ones are session
+    totals)."""
+    out: dict[str, Any] = {}
+    for name, description, is_paths in count_fields():
+        session = "Session total: " if name in CUMULATIVE else ""
+        out[to_camel(name)] = _paths(description) if is_paths else _count(session + description)
+    return out
 
 
 def _open_object(description: str, **extra: Any) -> dict[str, Any]:
@@ -450,22 +461,7 @@ def status_schema() -> dict[str, Any]:
                         "memoryStoreId": _string("The store."),
                         "mountPath": _string("Where it was mounted."),
                         "memoriesMounted": _count("Memories downloaded by memsync mount."),
-                        "uploaded": _count("Session total: files uploaded."),
-                        "downloaded": _count("Session total: memories written to the folder."),
-                        "deleted": _count("Session total: local deletions pushed to the store."),
-                        "conflicts": _count("Session total: local edits that lost to a change in the store."),
-                        "refused": _count(
-                            "Paths not synced: refused by the store, or that cannot be a memory or a local "
-                            "file."
-                        ),
-                        "unreadable": _count("Local files or folders the sidecar cannot read."),
-                        "heldDeletes": _count(
-                            "Local deletions held back by the per-sync delete cap (at the end: never sent)."
-                        ),
-                        "unsent": _count("Final flush: changed files left unsaved."),
-                        "refusedPaths": _paths("A sample of the refused paths."),
-                        "unreadablePaths": _paths("A sample of the unreadable paths."),
-                        "heldDeletePaths": _paths("A sample of the held deletions' paths."),
+                        **store_count_properties(),
                     },
                 },
                 "x-kubernetes-list-type": "map",
