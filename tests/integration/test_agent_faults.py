@@ -233,6 +233,11 @@ async def test_readyz_and_status_follow_failing_passes_and_recovery(running, fre
     store = down.stores[pod.store_id]
     assert store.failing_passes >= 1 and messages.SYNC_FAILED in (store.last_error or "")
     assert store.totals.uploaded >= 1  # running totals stay
+    # A failing pass is not a sync: the last success stays where it was.
+    later = _health(
+        await _poll(base + STATUS_PATH, lambda r: _health(r).stores[pod.store_id].failing_passes >= 2, 20)
+    )
+    assert later.stores[pod.store_id].last_success == store.last_success
     text = (await _poll(base + STATUS_PATH, lambda r: True, 1)).text
     assert pod.env["ANTHROPIC_WORK_SECRET"] not in text and "content" not in json.loads(text)
 

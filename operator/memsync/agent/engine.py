@@ -504,21 +504,23 @@ class StoreSync:
         started = time.monotonic()
         async with store_lock(self.config.state_path, self.id, wait_s=lock_timeout):
             state = self._load()
+            finished = False
             try:
                 self.last.outcome = await self._sync_locked(state, final=final)
+                finished = True
             finally:
+                # A pass that raised (or was cancelled) is not a success: the caller records its failure.
                 state.last_pass_at = self.shared.clock()
-                clean = self.last.outcome in ("synced", "recovered") and not self.last.errors
+                clean = finished and self.last.outcome in ("synced", "recovered") and not self.last.errors
                 if clean:
                     state.last_success_at = state.last_pass_at
                     self.shared.metrics.last_success.labels(self.id).set(state.last_success_at)
                 self._save(state)
                 self.health.totals = state.totals.copy()
-                if self.last.outcome == "left":
-                    self.last.last_error = self.last.last_error or f"{messages.LEFT_AS_FOUND} (see the log)"
-                self.note_outcome(
-                    self.last.outcome, self.last.last_error, state.last_success_at if clean else None
-                )
+            if self.last.outcome == "left":
+                self.last.last_error = self.last.last_error or f"{messages.LEFT_AS_FOUND} (see the log)"
+            success = state.last_success_at if clean else None
+            self.note_outcome(self.last.outcome, self.last.last_error, success)
         self.last.seconds = time.monotonic() - started
         self.shared.metrics.pass_seconds.labels(self.id).observe(self.last.seconds)
         self.shared.metrics.passes.labels(self.id, self.last.outcome).inc()
