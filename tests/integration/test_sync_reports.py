@@ -254,3 +254,32 @@ async def test_keep_local_copy_refuses_a_copy_name_that_cannot_be_a_memory_and_k
         assert h.engine.tally.refused == 1 and h.engine.tally.refused_paths == [name]
     finally:
         await h.aclose()
+
+
+async def test_keep_local_copy_in_a_push_only_flush_saves_the_losing_edit_once(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    h = await make(
+        store_server,
+        tmp_path,
+        files=FILES,
+        delete_window=0,
+        conflict_policy="keepLocalCopy",
+        session_id="sesn_flush",
+    )
+    try:
+        h.write("a.md", "edited just before the end")
+        await h.put("a.md", "changed in the store meanwhile")
+        flushed = await h.flush()  # the preStop flush: its conditional update loses (409)
+        assert flushed.complete and flushed.stores[h.store_id]["conflicts"] == 1
+        assert logged(caplog_agent, messages.UPLOAD_LOST)
+        copies = {rel: c for rel, c in (await h.remote()).items() if rel.startswith("a.conflict-sesn_flush-")}
+        assert list(copies.values()) == ["edited just before the end"]
+        final = await h.final()  # the final sync sees the conflict again: the copy is reused, not doubled
+        assert final.complete
+        remote = await h.remote()
+        assert remote["a.md"] == "changed in the store meanwhile"
+        assert [c for rel, c in remote.items() if ".conflict-" in rel] == ["edited just before the end"]
+        assert [rel for rel in h.local_files() if ".conflict-" in rel] == list(copies)
+    finally:
+        await h.aclose()

@@ -109,14 +109,20 @@ class _Progress:
         return max(0, self.changed - self.settled)
 
 
-def conflict_copy_name(rel: str, session: str, when: str, attempt: int = 1) -> str:
-    """``dir/name.conflict-<session>-<when><ext>`` beside ``rel`` (``-<attempt>`` after the time, from 2)."""
+def _copy_parts(rel: str, session: str) -> tuple[str, str, str]:
+    """(directory, ``<stem>.conflict-<session>-``, ``<ext>`` with its dot) of ``rel``'s conflict copies."""
     head, _, name = rel.rpartition("/")
     stem, dot, ext = name.rpartition(".")
     if not stem:  # no extension (or a dot file such as ".env")
         stem, dot, ext = name, "", ""
+    return head, f"{stem}.conflict-{session}-", dot + ext
+
+
+def conflict_copy_name(rel: str, session: str, when: str, attempt: int = 1) -> str:
+    """``dir/name.conflict-<session>-<when><ext>`` beside ``rel`` (``-<attempt>`` after the time, from 2)."""
+    head, prefix, ext = _copy_parts(rel, session)
     suffix = f"-{attempt}" if attempt > 1 else ""
-    copy = f"{stem}.conflict-{session}-{when}{suffix}{dot}{ext}"
+    copy = f"{prefix}{when}{suffix}{ext}"
     return f"{head}/{copy}" if head else copy
 
 
@@ -710,7 +716,8 @@ class StoreSync:
 
         async def one(upload: Upload, content: str, sha: str) -> None:
             async with self._upload_sem:
-                outcome = await self._upload_one(state, upload, content, sha)
+                flush_root = root if progress is not None else None
+                outcome = await self._upload_one(state, upload, content, sha, flush_root)
                 if progress is not None and outcome != "failed":
                     progress.settled += 1
 
@@ -737,7 +744,9 @@ class StoreSync:
         self._bump(conflicts=1)
         self.shared.metrics.conflicts.labels(self.id).inc()
 
-    async def _upload_one(self, state: StoreState, upload: Upload, content: str, sha: str) -> UploadOutcome:
+    async def _upload_one(
+        self, state: StoreState, upload: Upload, content: str, sha: str, flush_root: StoreRoot | None = None
+    ) -> UploadOutcome:
         rel = upload.rel
         path = rel_to_remote(rel)
         try:
@@ -758,6 +767,8 @@ class StoreSync:
                 memory = await self._api(lambda: self.client.create_memory(self.id, path, content))
         except store_errors.PreconditionFailed:
             self._lost(state, rel)
+            if flush_root is not None and self.config.conflict_policy == "keepLocalCopy":
+                await self._upload_conflict_copy(flush_root, state, rel, content, sha)
             return "settled"
         except store_errors.PathConflict as exc:
             return await self._path_conflict(state, upload, content, sha, exc)
@@ -910,26 +921,54 @@ class StoreSync:
         await asyncio.gather(*(one(p) for p in pulls))
 
     def _keep_local_copy(self, root: StoreRoot, item: Pull) -> str | None:
-        """``keepLocalCopy``: write the losing local content beside the file, atomically, as
-        ``<name>.conflict-<session>-<UTC time><ext>``; it then syncs as a new file. Returns why it could not
-        (the remote version is then not written either: the local edit is never lost)."""
-        data = root.read_bytes(item.rel)
-        if sha256_bytes(data) != item.local_sha:
-            return _CHANGED_SINCE_SCAN
-        when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.shared.clock()))
+        """``keepLocalCopy`` before a pull overwrites a losing local edit: None once the copy is there, else
+        why not (the remote version is then not written either: the local edit is never lost)."""
+        copy, problem = self._write_conflict_copy(root, item.rel, item.local_sha)
+        return problem if copy is None else None
+
+    def _write_conflict_copy(
+        self, root: StoreRoot, rel: str, local_sha: str | None
+    ) -> tuple[str | None, str | None]:
+        """Write the local content of ``rel`` beside it, atomically, as ``<name>.conflict-<session>-<UTC
+        time><ext>`` (it then syncs as a new file): (the copy's path, None), or (None, why not). A copy of
+        these very bytes already there (an earlier flush made it) is reused: one conflict, one copy."""
+        data = root.read_bytes(rel)
+        if sha256_bytes(data) != local_sha:
+            return None, _CHANGED_SINCE_SCAN
         session = self.config.session_id or "session"
+        for existing in root.siblings(rel, _copy_parts(rel, session)[1]):
+            if root.sha_of(existing) == local_sha:
+                return existing, None
+        when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.shared.clock()))
         for attempt in range(1, 100):
-            copy = conflict_copy_name(item.rel, session, when, attempt)
+            copy = conflict_copy_name(rel, session, when, attempt)
             problem = path_problem(copy)
             if problem is not None:
-                self._warn_once(messages.CONFLICT_COPY_REFUSED, item.rel, copy, copy=copy, reason=problem)
-                return f"{messages.CONFLICT_COPY_REFUSED}: {copy} {problem}"
+                self._warn_once(messages.CONFLICT_COPY_REFUSED, rel, copy, copy=copy, reason=problem)
+                self.unwritable[rel] = f"{messages.CONFLICT_COPY_REFUSED}: {copy} {problem}"
+                return None, self.unwritable[rel]
             if not root.exists(copy):
                 root.write_bytes(copy, data)
                 self._wrote_files = True
-                logger.warning(messages.CONFLICT_COPY, extra=self._extra(item.rel, copy=rel_to_remote(copy)))
-                return None
-        return f"{messages.CONFLICT_COPY_REFUSED}: every conflict copy name is taken"
+                logger.warning(messages.CONFLICT_COPY, extra=self._extra(rel, copy=rel_to_remote(copy)))
+                return copy, None
+        return None, f"{messages.CONFLICT_COPY_REFUSED}: every conflict copy name is taken"
+
+    async def _upload_conflict_copy(
+        self, root: StoreRoot, state: StoreState, rel: str, content: str, sha: str
+    ) -> None:
+        """``keepLocalCopy`` in a push-only flush, whose update lost to a remote change: no later pass will
+        pull the winner and keep the copy, so the losing edit is kept and uploaded as its copy now."""
+        copy, _ = await asyncio.to_thread(self._write_conflict_copy, root, rel, sha)
+        if copy is None or state.baseline.get(copy) == sha:
+            return
+        path = rel_to_remote(copy)
+        try:
+            memory = await self._api(lambda: self.client.create_memory(self.id, path, content))
+        except store_errors.StoreError as exc:  # the copy is on disk: the next sync or flush sends it
+            logger.warning(messages.UPLOAD_FAILED, extra=self._extra(copy, error=str(exc)))
+            return
+        self._uploaded(state, copy, memory)
 
     # --- the push-only flush (reference §5.7 step 4) ------------------------------------------------------
 

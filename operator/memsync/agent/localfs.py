@@ -247,6 +247,16 @@ class StoreRoot:
                 return True
             raise
 
+    def siblings(self, rel: str, prefix: str) -> list[str]:
+        """Relative paths of the entries beside ``rel`` whose names start with ``prefix`` (sorted)."""
+        dirs, _ = _split(rel)
+        try:
+            with self.walk(dirs) as dir_fd, os.scandir(dir_fd) as entries:
+                names = sorted(e.name for e in entries if e.name.startswith(prefix))
+        except OSError:
+            return []
+        return ["/".join([*dirs, n]) for n in names]
+
     def holds_file(self, rel: str) -> bool:
         """Whether something other than a directory is at ``rel`` (never follows a symlink).
 
