@@ -35,9 +35,13 @@ releases), records the Pod's end from the last state the watcher saw (waiting br
 DELETED event when it has not arrived yet; with no state at all the flush is recorded as not reported), and
 releases the object.
 
+While a session runs, a timer reads its sidecar's sync health (``/status`` at the Pod IP, see
+``controller/health.py``) and writes the ``Synced`` condition, ``lastSyncTime`` and the running totals
+(``status.health_status``), only when they changed.
+
 Events are posted for the SessionMemory on every phase change and for PodCreated, PodAdopted (once per
-operator process), DeletingPod, FlushNotConfirmed and SpecChangeNotApplied. Nothing here logs or posts a
-Secret's data: the Secret is read only to check that the key exists.
+operator process), DeletingPod, FlushNotConfirmed, SpecChangeNotApplied, SyncFailing and SyncRecovered.
+Nothing here logs or posts a Secret's data: the Secret is read only to check that the key exists.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ Phases move forward only: Pending -> Mounting -> Running -> Flushing -> Succeede
   mount, a failed sandbox, a final flush that left files unsent or was never reported, a Pod that
   disappeared without reporting an end, or a deletion that gave up waiting for the Pod.
 
+Live sync health (the ``Synced`` condition, ``lastSyncTime``, running totals) comes from the sidecar's
+``/status`` document through ``health_status``; once the session ends, its final report decides.
+
 The sync agent reports through termination messages (one line of JSON, see the agent's contract):
 ``{"phase":"mounted",...}`` from ``memsync-mount``, ``{"phase":"mount_failed",...}`` when it fails, and
 ``{"phase":"flushed",...}`` from ``memsync-sync`` at shutdown. A missing, truncated or malformed message
