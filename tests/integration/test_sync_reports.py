@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from memsync.agent import messages
-from memsync.agent.engine import conflict_copy_name
+from memsync.agent.conflicts import conflict_copy_name
 from memsync.agent.testing import Harness, make_harness
 
 FILES = {"a.md": "alpha", "b.md": "bravo", "notes/c.md": "charlie", "notes/d.md": "delta"}

@@ -257,7 +257,7 @@ class Agent:
             self.metrics.passes.labels(engine.id, "failed").inc()
             stats = PassStats(outcome="failed", last_error=f"{messages.SYNC_FAILED}: {error}")
             engine.last = stats
-            engine.note_outcome("failed", stats.last_error, None)
+            engine.recorder.outcome("failed", stats.last_error, None)
             return stats
 
     async def _unsent_now(self, engine: StoreSync) -> int:
@@ -320,7 +320,7 @@ class Agent:
 
     def _reset_tallies(self) -> None:
         for engine in self.stores:
-            engine.tally = StoreCounts()
+            engine.recorder.tally = StoreCounts()
 
     async def flush(self) -> Outcome:
         """The preStop step: push what changed now, bounded by the flush timeout."""

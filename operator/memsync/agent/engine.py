@@ -20,6 +20,7 @@ from typing import Literal, TypeVar
 
 from memsync.agent import messages
 from memsync.agent.config import AgentConfig, StoreConfig
+from memsync.agent.conflicts import keep_local_copy
 from memsync.agent.localfs import (
     NotRegularFile,
     RootMissing,
@@ -29,7 +30,6 @@ from memsync.agent.localfs import (
     dir_identity,
     make_root,
     open_root,
-    path_problem,
     recreate_root,
     rel_to_remote,
     remote_to_rel,
@@ -52,6 +52,7 @@ from memsync.agent.merge import (
     trust,
 )
 from memsync.agent.metrics import Metrics
+from memsync.agent.recorder import Recorder
 from memsync.agent.scan import HashCache, ScanResult, scan
 from memsync.agent.state import StoreState, load_state, save_state, store_lock
 from memsync.api.constants import LIST_LIMIT_FULL_MAX, LIST_LIMIT_MAX, MARKER_FILENAME, MAX_CONTENT_BYTES
@@ -59,7 +60,7 @@ from memsync.api.hashing import sha256_bytes
 from memsync.api.models import Memory, MemoryPrefix, View
 from memsync.client import StoreClient
 from memsync.client import errors as store_errors
-from memsync.contracts.health import ERROR_LIMIT, StoreHealth, rfc3339
+from memsync.contracts.health import ERROR_LIMIT, StoreHealth
 from memsync.contracts.report import SAMPLE_MAX, StoreCounts
 
 logger = logging.getLogger("memsync.agent")
@@ -109,28 +110,6 @@ class _Progress:
         return max(0, self.changed - self.settled)
 
 
-def _copy_parts(rel: str, session: str) -> tuple[str, str, str]:
-    """(directory, ``<stem>.conflict-<session>-``, ``<ext>`` with its dot) of ``rel``'s conflict copies."""
-    head, _, name = rel.rpartition("/")
-    stem, dot, ext = name.rpartition(".")
-    if not stem:  # no extension (or a dot file such as ".env")
-        stem, dot, ext = name, "", ""
-    return head, f"{stem}.conflict-{session}-", dot + ext
-
-
-def conflict_copy_name(rel: str, session: str, when: str, attempt: int = 1) -> str:
-    """``dir/name.conflict-<session>-<when><ext>`` beside ``rel`` (``-<attempt>`` after the time, from 2)."""
-    head, prefix, ext = _copy_parts(rel, session)
-    suffix = f"-{attempt}" if attempt > 1 else ""
-    copy = f"{prefix}{when}{suffix}{ext}"
-    return f"{head}/{copy}" if head else copy
-
-
-def _sample(paths: list[str]) -> list[str]:
-    """The first few paths, printable (a local name that is not UTF-8 shows with U+FFFD)."""
-    return [p.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for p in paths[:SAMPLE_MAX]]
-
-
 def unsaved_files(result: ScanResult, state: StoreState) -> list[str]:
     """Local files whose content the store does not hold per the baseline (refused content excepted), and
     files that cannot be read (they may hold an edit)."""
@@ -163,9 +142,7 @@ class StoreSync:
         self.id = store.memory_store_id
         self.path = shared.config.mount_dir(store)
         self.cache = HashCache()
-        self.tally = StoreCounts()  # what the current command did (the termination report's ``stores``)
-        self._delta = StoreCounts()  # counted since the state was last saved (added to the session totals)
-        self.health = StoreHealth()
+        self.recorder = Recorder(self.id, shared.metrics)
         self.last = PassStats()
         self.progress = _Progress()
         self._fetch_sem = asyncio.Semaphore(FETCH_CONCURRENCY)
@@ -218,16 +195,9 @@ class StoreSync:
             # crash a half-written file can never look like a local edit of the recorded content.
             sync_filesystem(self.path.parent)
             self._wrote_files = False
-        state.totals.add(self._delta)
-        self._delta = StoreCounts()
+        self.recorder.flush_into(state.totals)
         save_state(self.config.state_path, state)
         self.shared.metrics.pending_deletes.labels(self.id).set(len(state.pending_deletes))
-
-    def _bump(self, **more: int) -> None:
-        """Count more uploads, downloads, deletes or conflicts, for the command and the session."""
-        for counts in (self.tally, self._delta):
-            for name, n in more.items():
-                setattr(counts, name, getattr(counts, name) + n)
 
     def _fail(self, message: str) -> None:
         """A transfer failed and will be retried: the pass is not a clean success."""
@@ -242,44 +212,26 @@ class StoreSync:
         held: list[str] | None = None,
         blocked_creates: Mapping[str, str] | None = None,
     ) -> None:
-        """Set the gauges: paths refused (by the server, or that cannot be a memory or a local file), files
-        that cannot be read, and (after a sync) deletions held back by the cap; in the tally, the session's
-        totals and the metrics."""
-        refused = sorted(
-            {
-                *state.refused_shas,
-                *self.unwritable,
-                *result.unsyncable,
-                *(p.lstrip("/") for p in state.unmappable),
-                *(blocked_creates or {}),
-            }
-        )
-        unreadable = sorted(result.unreadable)
-        for counts in (self.tally, state.totals):
-            counts.refused, counts.refused_paths = len(refused), _sample(refused)
-            counts.unreadable, counts.unreadable_paths = len(unreadable), _sample(unreadable)
-            if held is not None:
-                counts.held_deletes, counts.held_delete_paths = len(held), _sample(held)
-        metrics = self.shared.metrics
-        metrics.refused_paths.labels(self.id).set(len(refused))
-        metrics.unreadable.labels(self.id).set(len(unreadable))
-        if held is not None:
-            metrics.held_deletes.labels(self.id).set(len(held))
+        """Refused: by the server, local names that cannot be memories, store paths that cannot be local
+        files, memories that could not be written, creates that can never go; unreadable: what the scan could
+        not read; held: deletions the cap held back (after a sync)."""
+        refused = [
+            *state.refused_shas,
+            *self.unwritable,
+            *result.unsyncable,
+            *(p.lstrip("/") for p in state.unmappable),
+            *(blocked_creates or {}),
+        ]
+        self.recorder.problems(state.totals, refused=refused, unreadable=result.unreadable, held=held)
 
-    def note_outcome(self, outcome: PassOutcome, error: str | None, last_success: float | None) -> None:
-        """Record the health of the pass that just ended (served at ``/status``, reflected by ``/readyz``)."""
-        health = self.health
-        healthy = outcome in ("synced", "recovered") and error is None
-        health.outcome = outcome
-        health.healthy = healthy
-        health.failing_passes = 0 if healthy else health.failing_passes + 1
-        if error is not None:
-            health.last_error = error[:ERROR_LIMIT]
-        elif healthy:
-            health.last_error = None
-        if last_success is not None:
-            health.last_success = rfc3339(last_success)
-        self.shared.metrics.set_ready(self.id, healthy)
+    @property
+    def tally(self) -> StoreCounts:
+        """What the current command did to this store."""
+        return self.recorder.tally
+
+    @property
+    def health(self) -> StoreHealth:
+        return self.recorder.health
 
     # --- listing ------------------------------------------------------------------------------------------
 
@@ -418,8 +370,7 @@ class StoreSync:
                 state.baseline[rel] = sha
                 state.remote_ids[rel] = memory_id
                 count += 1
-        self.shared.metrics.downloads.labels(self.id).inc(count)
-        self._bump(downloaded=count)
+        self.recorder.bump(downloaded=count)
         return count
 
     async def populate(self) -> int:
@@ -522,11 +473,10 @@ class StoreSync:
                     state.last_success_at = state.last_pass_at
                     self.shared.metrics.last_success.labels(self.id).set(state.last_success_at)
                 self._save(state)
-                self.health.totals = state.totals.copy()
             if self.last.outcome == "left":
                 self.last.last_error = self.last.last_error or f"{messages.LEFT_AS_FOUND} (see the log)"
             success = state.last_success_at if clean else None
-            self.note_outcome(self.last.outcome, self.last.last_error, success)
+            self.recorder.outcome(self.last.outcome, self.last.last_error, success, state.totals)
         self.last.seconds = time.monotonic() - started
         self.shared.metrics.pass_seconds.labels(self.id).observe(self.last.seconds)
         self.shared.metrics.passes.labels(self.id, self.last.outcome).inc()
@@ -617,8 +567,7 @@ class StoreSync:
         state.prior_baseline = plan.prior
         for event in plan.events:
             self._log(event)
-        self._bump(conflicts=len(plan.conflicts))
-        self.shared.metrics.conflicts.labels(self.id).inc(len(plan.conflicts))
+        self.recorder.bump(conflicts=len(plan.conflicts))
 
     async def _execute(self, root: StoreRoot, state: StoreState, plan: SyncPlan) -> None:
         uploads = list(plan.uploads)
@@ -734,15 +683,13 @@ class StoreSync:
         state.remote_ids[rel] = memory.id
         state.refused_shas.pop(rel, None)
         state.sent_shas.pop(rel, None)
-        self._bump(uploaded=1)
+        self.recorder.bump(uploaded=1)
         self.last.uploads += 1
-        self.shared.metrics.uploads.labels(self.id).inc()
 
     def _lost(self, state: StoreState, rel: str, message: str = messages.UPLOAD_LOST) -> None:
         state.sent_shas.pop(rel, None)
         logger.warning(message, extra=self._extra(rel))
-        self._bump(conflicts=1)
-        self.shared.metrics.conflicts.labels(self.id).inc()
+        self.recorder.bump(conflicts=1)
 
     async def _upload_one(
         self, state: StoreState, upload: Upload, content: str, sha: str, flush_root: StoreRoot | None = None
@@ -812,7 +759,7 @@ class StoreSync:
         if holder is None or holder.path != rel_to_remote(rel):
             state.sent_shas.pop(rel, None)
             self._warn_once(messages.PATH_TAKEN, rel, sha, blocker=exc.conflicting_path or "")
-            self._bump(conflicts=1)
+            self.recorder.bump(conflicts=1)
             return "settled"
         if holder.content_sha256 == sha:
             self._uploaded(state, rel, holder)  # the store already holds exactly these bytes
@@ -858,9 +805,8 @@ class StoreSync:
                     return
                 else:
                     logger.info(messages.PROPAGATED_DELETE, extra=self._extra(item.rel))
-                    self._bump(deleted=1)
+                    self.recorder.bump(deleted=1)
                     self.last.deletes += 1
-                    self.shared.metrics.deletes.labels(self.id).inc()
                 state.baseline.pop(item.rel, None)
                 state.remote_ids.pop(item.rel, None)
                 state.pending_deletes.pop(item.rel, None)
@@ -915,8 +861,7 @@ class StoreSync:
                 return
             state.baseline[item.rel] = sha256_bytes(data)
             state.remote_ids[item.rel] = memory.id
-            self._bump(downloaded=1)
-            self.shared.metrics.downloads.labels(self.id).inc()
+            self.recorder.bump(downloaded=1)
 
         await asyncio.gather(*(one(p) for p in pulls))
 
@@ -929,30 +874,19 @@ class StoreSync:
     def _write_conflict_copy(
         self, root: StoreRoot, rel: str, local_sha: str | None
     ) -> tuple[str | None, str | None]:
-        """Write the local content of ``rel`` beside it, atomically, as ``<name>.conflict-<session>-<UTC
-        time><ext>`` (it then syncs as a new file): (the copy's path, None), or (None, why not). A copy of
-        these very bytes already there (an earlier flush made it) is reused: one conflict, one copy."""
-        data = root.read_bytes(rel)
-        if sha256_bytes(data) != local_sha:
-            return None, _CHANGED_SINCE_SCAN
+        """``keepLocalCopy``: (the conflict copy of ``rel``'s local content, None), or (None, why not)."""
         session = self.config.session_id or "session"
-        for existing in root.siblings(rel, _copy_parts(rel, session)[1]):
-            if root.sha_of(existing) == local_sha:
-                return existing, None
-        when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.shared.clock()))
-        for attempt in range(1, 100):
-            copy = conflict_copy_name(rel, session, when, attempt)
-            problem = path_problem(copy)
-            if problem is not None:
-                self._warn_once(messages.CONFLICT_COPY_REFUSED, rel, copy, copy=copy, reason=problem)
-                self.unwritable[rel] = f"{messages.CONFLICT_COPY_REFUSED}: {copy} {problem}"
-                return None, self.unwritable[rel]
-            if not root.exists(copy):
-                root.write_bytes(copy, data)
-                self._wrote_files = True
-                logger.warning(messages.CONFLICT_COPY, extra=self._extra(rel, copy=rel_to_remote(copy)))
-                return copy, None
-        return None, f"{messages.CONFLICT_COPY_REFUSED}: every conflict copy name is taken"
+        result = keep_local_copy(root, rel, local_sha, session, self.shared.clock())
+        if result.changed:
+            return None, _CHANGED_SINCE_SCAN
+        if result.refused is not None or result.copy is None:
+            self._warn_once(messages.CONFLICT_COPY_REFUSED, rel, str(result.copy), reason=result.refused)
+            self.unwritable[rel] = f"{messages.CONFLICT_COPY_REFUSED}: {result.copy} {result.refused}"
+            return None, self.unwritable[rel]
+        if result.created:
+            self._wrote_files = True
+            logger.warning(messages.CONFLICT_COPY, extra=self._extra(rel, copy=rel_to_remote(result.copy)))
+        return result.copy, None
 
     async def _upload_conflict_copy(
         self, root: StoreRoot, state: StoreState, rel: str, content: str, sha: str
