@@ -79,6 +79,8 @@ async def test_unreadable_files_never_stop_a_store_and_are_counted_and_retried(
         (folder / "new.md").chmod(0o644)
         (folder / "secret.md").write_text("root's file")  # root-owned, mode 000: nobody cannot read it
         (folder / "secret.md").chmod(0o000)
+        (folder / "private.md").write_text("another uid's file, written with umask 077")
+        (folder / "private.md").chmod(0o600)
         (folder / "notes" / "locked").mkdir()
         (folder / "notes" / "locked" / "inside.md").write_text("below a folder nobody can open")
         (folder / "notes" / "locked").chmod(0o000)
@@ -89,24 +91,27 @@ async def test_unreadable_files_never_stop_a_store_and_are_counted_and_retried(
         assert remote == {"a.md": "alpha, edited", "new.md": "a new file", "notes/b.md": "bravo"}
         warned = [line for line in once.stderr.splitlines() if messages.UNREADABLE in line]
         assert any("/secret.md" in line for line in warned), once.stderr
+        assert any("/private.md" in line for line in warned), once.stderr
         assert any("/notes/locked" in line for line in warned), once.stderr
 
         final = run_as_nobody(pod, "flush", "--final")
         report = pod.termination
         counts = report["stores"][pod.store_id]
-        assert counts["unreadable"] == 2
-        assert counts["unreadable_paths"] == ["notes/locked", "secret.md"]
+        assert counts["unreadable"] == 3
+        assert counts["unreadable_paths"] == ["notes/locked", "private.md", "secret.md"]
         # Files it could not read may hold edits: they are unsaved, and the flush says so.
-        assert counts["unsent"] == 2 and report["complete"] is False and final.returncode == 1
+        assert counts["unsent"] == 3 and report["complete"] is False and final.returncode == 1
         assert report["totals"][pod.store_id]["uploaded"] == 2  # the session's uploads survive the shutdown
 
         # Retried on later passes: once readable, it syncs like any file.
         (folder / "secret.md").chmod(0o644)
+        (folder / "private.md").chmod(0o644)
         (folder / "notes" / "locked").chmod(0o755)
         again = run_as_nobody(pod, "sync", "--once")
         assert again.returncode == 0, again.stderr
         remote = await pod.remote()
         assert remote["secret.md"] == "root's file"
+        assert remote["private.md"] == "another uid's file, written with umask 077"
         assert remote["notes/locked/inside.md"] == "below a folder nobody can open"
     finally:
         await pod.admin.aclose()

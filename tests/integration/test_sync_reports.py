@@ -169,6 +169,8 @@ async def test_memories_that_cannot_be_local_files_are_counted_as_refused(
         await h.sync()
         expected = sorted([".anthropic-memory-store", "a\\b.md", f"dir/{long_segment}"])
         assert h.engine.tally.refused == 3 and h.engine.tally.refused_paths == expected
+        gauge = h.agent.metrics.registry.get_sample_value("memsync_refused_paths", {"store": h.store_id})
+        assert gauge == 3
         warned = {getattr(r, "remote_path", "") for r in logged(caplog_agent, messages.UNSAFE_REMOTE_PATH)}
         assert warned == {"/a\\b.md", f"/dir/{long_segment}"}
         out = await h.final()
