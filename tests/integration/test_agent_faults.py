@@ -8,6 +8,7 @@ sidecar runs as its own uid in a Pod, while the test (root) plants files it cann
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shutil
@@ -251,3 +252,21 @@ async def test_readyz_and_status_follow_failing_passes_and_recovery(running, fre
     back = _health(await _poll(base + STATUS_PATH, lambda r: _health(r).healthy, 5))
     assert back.stores[pod.store_id].last_error is None
     assert back.stores[pod.store_id].last_success != ok.stores[pod.store_id].last_success
+
+
+async def test_a_permanent_refusal_is_not_retried_until_the_deadline(store_server, tmp_path: Path) -> None:
+    pod = await make_pod(store_server, tmp_path, {"a.md": "alpha"}, MEMSYNC_FLUSH_TIMEOUT="30")
+    try:
+        assert pod.run("mount").returncode == 0
+        (pod.folder / "a.md").write_text("edit")
+        (pod.folder / "b.md").write_text("new")
+        unknown = {"sessions_token": "sk-ant-req-" + "x" * 40, "api_base_url": store_server.url}
+        secret = base64.urlsafe_b64encode(json.dumps(unknown).encode()).decode().rstrip("=")
+        started = time.monotonic()
+        result = pod.run("flush", "--final", env={**pod.env, "ANTHROPIC_WORK_SECRET": secret})
+        took = time.monotonic() - started
+        assert result.returncode == 1
+        assert pod.termination["stores"][pod.store_id]["unsent"] == 2
+        assert took < 20, took  # a 401 will not go away by retrying: no waiting out the 30 s budgets
+    finally:
+        await pod.admin.aclose()

@@ -20,7 +20,7 @@ from typing import Any
 
 from memsync.agent import messages
 from memsync.agent.config import AgentConfig
-from memsync.agent.engine import PassStats, Shared, StoreSync
+from memsync.agent.engine import PassStats, Shared, StoreSync, is_transient
 from memsync.agent.localfs import make_root
 from memsync.agent.metrics import Metrics, MetricsServer
 from memsync.agent.state import load_state, remove_state
@@ -255,7 +255,9 @@ class Agent:
             error = f"{type(exc).__name__}: {exc}"
             logger.warning(messages.SYNC_FAILED, extra={"memory_store_id": engine.id, "error": error})
             self.metrics.passes.labels(engine.id, "failed").inc()
-            stats = PassStats(outcome="failed", last_error=f"{messages.SYNC_FAILED}: {error}")
+            stats = PassStats(
+                outcome="failed", last_error=f"{messages.SYNC_FAILED}: {error}", transient=is_transient(exc)
+            )
             engine.last = stats
             engine.recorder.outcome("failed", stats.last_error, None)
             return stats
@@ -285,10 +287,11 @@ class Agent:
                     changed=engine.progress.changed,
                     unsent=unsent,
                     errors=1,
+                    transient=is_transient(exc),
                     last_error=error,
                 )
                 engine.last = stats
-            if not (stats.unsent and stats.errors) or loop.time() + delay >= deadline:
+            if not (stats.unsent and stats.transient) or loop.time() + delay >= deadline:
                 return stats
             logger.info(
                 "memory flush: retrying the files it could not upload yet",
@@ -308,7 +311,7 @@ class Agent:
             results = await asyncio.gather(
                 *(self._sync_store(e, final=True, lock_timeout=lock_timeout) for e in pending)
             )
-            pending = [e for e, r in zip(pending, results, strict=True) if r.outcome == "failed" or r.errors]
+            pending = [e for e, r in zip(pending, results, strict=True) if r.transient]
             if not pending or loop.time() + delay >= deadline:
                 return
             logger.info(

@@ -54,7 +54,7 @@ from memsync.agent.merge import (
 from memsync.agent.metrics import Metrics
 from memsync.agent.recorder import Recorder
 from memsync.agent.scan import HashCache, ScanResult, scan
-from memsync.agent.state import StoreState, load_state, save_state, store_lock
+from memsync.agent.state import LockTimeout, StoreState, load_state, save_state, store_lock
 from memsync.api.constants import LIST_LIMIT_FULL_MAX, LIST_LIMIT_MAX, MARKER_FILENAME, MAX_CONTENT_BYTES
 from memsync.api.hashing import sha256_bytes
 from memsync.api.models import Memory, MemoryPrefix, View
@@ -93,6 +93,7 @@ class PassStats:
     changed: int = 0  # flush: files whose content differed from the baseline
     unsent: int = 0  # flush: of those, how many were neither saved nor settled (conflict, refusal)
     errors: int = 0  # transfers that failed and are retried (the pass then does not count as a success)
+    transient: int = 0  # of those (or of a failed pass), the ones worth retrying before the shutdown deadline
     last_error: str | None = None
     seconds: float = 0.0
 
@@ -108,6 +109,15 @@ class _Progress:
     @property
     def unsent(self) -> int:
         return max(0, self.changed - self.settled)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure that may go away by itself: no response, a timeout, 5xx, 429, the store's lock held by
+    another memsync process. The shutdown passes retry these until their deadline."""
+    return isinstance(
+        exc,
+        store_errors.TransportError | store_errors.ServerError | store_errors.RateLimited | LockTimeout,
+    )
 
 
 def unsaved_files(result: ScanResult, state: StoreState) -> list[str]:
@@ -199,9 +209,10 @@ class StoreSync:
         save_state(self.config.state_path, state)
         self.shared.metrics.pending_deletes.labels(self.id).set(len(state.pending_deletes))
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, exc: BaseException) -> None:
         """A transfer failed and will be retried: the pass is not a clean success."""
         self.last.errors += 1
+        self.last.transient += is_transient(exc)
         self.last.last_error = message[:ERROR_LIMIT]
 
     def _note_problems(
@@ -728,7 +739,7 @@ class StoreSync:
             ):
                 state.sent_shas.pop(rel, None)  # a definite answer: nothing was written
             logger.warning(messages.UPLOAD_FAILED, extra=self._extra(rel, error=str(exc)))
-            self._fail(f"{messages.UPLOAD_FAILED} {path}: {exc}")
+            self._fail(f"{messages.UPLOAD_FAILED} {path}: {exc}", exc)
             return "failed"
         self._uploaded(state, rel, memory)
         return "saved"
@@ -801,7 +812,7 @@ class StoreSync:
                     return
                 except store_errors.StoreError as exc:
                     logger.warning("failed to delete memory", extra=self._extra(item.rel, error=str(exc)))
-                    self._fail(f"failed to delete memory {rel_to_remote(item.rel)}: {exc}")
+                    self._fail(f"failed to delete memory {rel_to_remote(item.rel)}: {exc}", exc)
                     return
                 else:
                     logger.info(messages.PROPAGATED_DELETE, extra=self._extra(item.rel))
@@ -830,7 +841,7 @@ class StoreSync:
                     return  # deleted since the listing: the next pass reconciles
                 except store_errors.StoreError as exc:
                     logger.warning("failed to download memory", extra=self._extra(item.rel, error=str(exc)))
-                    self._fail(f"failed to download memory {rel_to_remote(item.rel)}: {exc}")
+                    self._fail(f"failed to download memory {rel_to_remote(item.rel)}: {exc}", exc)
                     return
                 self.last.fetches += 1
             if memory.path != rel_to_remote(item.rel):
