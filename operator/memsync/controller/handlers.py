@@ -712,6 +712,8 @@ async def poll_health(runtime: Runtime, body: Mapping[str, Any]) -> None:
         return
     health, error = await read_health(url)
     now = runtime.clock()
+    if st.health_status(status, health, error=error, generation=_generation(body), now=now) == status:
+        return  # nothing changed since the status this timer was given: no read, no write
     before: dict[str, Any] = {}
 
     def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
