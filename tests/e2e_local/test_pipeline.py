@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -272,3 +273,73 @@ async def test_missing_secret_is_refused_before_any_pod(
         ready = next(c for c in status["conditions"] if c["type"] == "Ready")
         assert ready["reason"] == "SecretNotFound"
         assert cluster.pod(pod_name_for("nosecret")) is None  # the agent never starts
+
+
+class _RunnerPorts:
+    """The operator reads a Pod's ``/status`` at its IP and the sidecar's metrics port; the local runner
+    maps that port to a free one per Pod, so the test hands the operator the runner's mapping."""
+
+    def __init__(self) -> None:
+        self.kubelet: Kubelet | None = None
+
+    def __call__(self, pod: Any) -> str | None:
+        runner = self.kubelet.runner if self.kubelet is not None else None
+        if runner is None or not (pod.get("status") or {}).get("podIP"):
+            return None
+        return f"http://127.0.0.1:{runner.port_map[9477]}/status"
+
+
+def _synced(status: dict[str, Any]) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == "Synced"), {})
+
+
+async def test_synced_is_false_while_the_store_is_down_and_true_again_after(
+    tmp_path: Path, cluster: op.Cluster, fresh_store_server: RunningStoreServer
+) -> None:
+    server = fresh_store_server
+    store, sid = await store_and_work_secret(cluster, server, "health", {"/hello.md": "hello\n"})
+    body = smem(
+        "health",
+        sid,
+        "work",
+        server.url,
+        [{"memoryStoreId": store, "name": "notes", "access": "read_write"}],
+        "--scenario",
+        "steady",
+        "--duration",
+        "120",
+        "--interval",
+        "0.5",
+        "--term-linger",
+        "1",
+    )
+    ports = _RunnerPorts()
+    config = dataclasses.replace(op.FAST, health_interval=1.0, health_address=ports)
+    async with op.run_operator(cluster, config):
+        await cluster.create_smem(body)
+        async with kubelet(cluster, pod_name_for("health"), tmp_path / "pod", "work") as k:
+            ports.kubelet = k
+
+            def synced_is(value: str) -> Any:
+                return lambda: _value(_synced(cluster.smem_status("health")).get("status") == value)
+
+            await op.eventually(synced_is("True"), timeout=60, what="Synced=True")
+            mounted_at = cluster.smem_status("health")["lastSyncTime"]
+            await op.eventually(
+                lambda: _value(cluster.smem_status("health")["lastSyncTime"] > mounted_at),
+                timeout=30,
+                what="lastSyncTime after the mount",
+            )
+            server.stop()
+            # Three sync intervals (5 s each) plus the poll: the condition must have turned by then.
+            await op.eventually(synced_is("False"), timeout=16, what="Synced=False while the store is down")
+            down = cluster.smem_status("health")
+            assert _synced(down)["reason"] == "SyncFailing"
+            assert "memory sync failed" in _synced(down)["message"]
+            assert down["phase"] == "Running"
+            uploaded = down["stores"][0]["uploaded"]
+            assert uploaded >= 1  # the running totals of the session so far
+            server.start()
+            await op.eventually(synced_is("True"), timeout=30, what="Synced=True after recovery")
+            await cluster.delete_smem("health")
+            await op.eventually(lambda: _value(cluster.smem("health") is None), timeout=120, what="smem gone")

@@ -148,7 +148,7 @@ def test_parse_flush_report() -> None:
     report = st.parse_termination_message(flushed())
     assert report == st.FlushReport(
         complete=True,
-        stores={"memstore_01aa": st.StoreFlush(4, 1, 0, 0, 0), "memstore_02bb": st.StoreFlush()},
+        stores={"memstore_01aa": st.StoreCounts(4, 1, 0, 0, 0), "memstore_02bb": st.StoreCounts()},
     )
 
 
@@ -172,7 +172,7 @@ def test_parse_flush_report_defaults_bad_counts_to_zero() -> None:
         }
     )
     assert st.parse_termination_message(text) == st.FlushReport(
-        False, {"memstore_a": st.StoreFlush(unsent=2)}
+        False, {"memstore_a": st.StoreCounts(unsent=2)}
     )
 
 

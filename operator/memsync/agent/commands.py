@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import random
@@ -21,17 +20,26 @@ from typing import Any
 
 from memsync.agent import messages
 from memsync.agent.config import AgentConfig
-from memsync.agent.engine import PassStats, Shared, StoreSync, Tally
+from memsync.agent.engine import PassStats, Shared, StoreSync, is_transient
 from memsync.agent.localfs import make_root
 from memsync.agent.metrics import Metrics, MetricsServer
-from memsync.agent.state import remove_state
+from memsync.agent.state import load_state, remove_state
 from memsync.api.secret import WorkSecretError, decode_work_secret
 from memsync.client import StoreClient
 from memsync.client import errors as store_errors
+from memsync.contracts.health import SyncHealth
+from memsync.contracts.report import (
+    FlushReport,
+    MountFailure,
+    MountReport,
+    Report,
+    StoreCounts,
+    render_report,
+    report_payload,
+)
 
 logger = logging.getLogger("memsync.agent")
 
-TERMINATION_LOG_MAX = 4000  # Kubernetes reads at most 4 KiB of the termination message
 JITTER = 0.1  # each wait is interval * (1 +/- 10 %), so many Pods do not sync in step
 
 EXIT_OK = 0
@@ -51,18 +59,12 @@ class AgentFailure(Exception):
 # --- termination log --------------------------------------------------------------------------------------
 
 
-def write_termination_log(
-    config: AgentConfig | None, payload: dict[str, Any], path: Path | None = None
-) -> None:
-    """One line of JSON (< 4 KiB) to the termination log, written only if its directory exists."""
+def write_termination_log(config: AgentConfig | None, report: Report, path: Path | None = None) -> None:
+    """The report as one line of JSON (< 4 KiB) to the termination log, written only if its folder exists."""
     target = path if path is not None else (config.termination_path if config is not None else None)
     if target is None or not target.parent.is_dir():
         return
-    line = json.dumps(payload, separators=(",", ":"), sort_keys=True)
-    if len(line.encode("utf-8")) > TERMINATION_LOG_MAX and "error" in payload:
-        room = TERMINATION_LOG_MAX - (len(line.encode("utf-8")) - len(str(payload["error"]).encode("utf-8")))
-        payload = {**payload, "error": str(payload["error"])[: max(0, room - 8)] + "..."}
-        line = json.dumps(payload, separators=(",", ":"), sort_keys=True)
+    line = render_report(report)
     try:
         with target.open("w", encoding="utf-8") as fh:
             fh.write(line + "\n")
@@ -179,10 +181,9 @@ async def run_mount(config: AgentConfig, *, client: StoreClient | None = None) -
         result = await mount(config, client=client)
     except AgentFailure as exc:
         logger.error(exc.message, extra={"memory_store_id": exc.store or ""})
-        write_termination_log(config, {"phase": "mount_failed", "store": exc.store, "error": exc.message})
+        write_termination_log(config, MountFailure(store=exc.store, error=exc.message))
         return EXIT_FAILED
-    stores = {sid: {"memories": n} for sid, n in result.memories.items()}
-    write_termination_log(config, {"phase": "mounted", "stores": stores})
+    write_termination_log(config, MountReport(memories=dict(result.memories)))
     return EXIT_OK
 
 
@@ -198,15 +199,28 @@ def _undo_mount(config: AgentConfig, created: list[str]) -> None:
 # --- sync ---------------------------------------------------------------------------------------------------
 
 
+RETRY_INITIAL_S = 0.5  # the shutdown passes retry transient failures with this backoff, doubling...
+RETRY_CAP_S = 4.0  # ...up to this, until their deadline
+
+
 @dataclass
 class Outcome:
-    """The final shutdown's result: the termination message and the exit code."""
+    """The final shutdown's (or a flush's) result: the termination report and the exit code."""
 
-    complete: bool
-    stores: dict[str, dict[str, int]]
+    report: FlushReport
+
+    @property
+    def complete(self) -> bool:
+        return self.report.complete
+
+    @property
+    def stores(self) -> dict[str, dict[str, Any]]:
+        """Per store, what this command did (the report's ``stores``, as JSON)."""
+        return {sid: counts.to_json() for sid, counts in self.report.stores.items()}
 
     def payload(self) -> dict[str, Any]:
-        return {"phase": "flushed", "complete": self.complete, "stores": self.stores}
+        """The termination report as a JSON object."""
+        return report_payload(self.report)
 
 
 class Agent:
@@ -226,45 +240,90 @@ class Agent:
         self, *, final: bool = False, lock_timeout: float | None = None
     ) -> dict[str, PassStats]:
         """One pass over every store, in parallel. A store's failure is logged; the others continue."""
-
-        async def one(engine: StoreSync) -> PassStats:
-            try:
-                return await engine.sync_pass(final=final, lock_timeout=lock_timeout)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                logger.warning(
-                    messages.SYNC_FAILED,
-                    extra={"memory_store_id": engine.id, "error": f"{type(exc).__name__}: {exc}"},
-                )
-                self.metrics.passes.labels(engine.id, "failed").inc()
-                stats = PassStats(outcome="failed")
-                engine.last = stats
-                return stats
-
-        results = await asyncio.gather(*(one(e) for e in self.stores))
+        results = await asyncio.gather(
+            *(self._sync_store(e, final=final, lock_timeout=lock_timeout) for e in self.stores)
+        )
         return {e.id: r for e, r in zip(self.stores, results, strict=True)}
 
-    async def _flush_store(self, engine: StoreSync, lock_timeout: float | None) -> PassStats:
+    async def _sync_store(self, engine: StoreSync, *, final: bool, lock_timeout: float | None) -> PassStats:
+        """One pass of one store; a failure is logged and recorded, never raised."""
         try:
-            return await engine.flush_pass(lock_timeout=lock_timeout)
+            return await engine.sync_pass(final=final, lock_timeout=lock_timeout)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            logger.warning(
-                "memory flush failed",
-                extra={"memory_store_id": engine.id, "error": f"{type(exc).__name__}: {exc}"},
+            error = f"{type(exc).__name__}: {exc}"
+            logger.warning(messages.SYNC_FAILED, extra={"memory_store_id": engine.id, "error": error})
+            self.metrics.passes.labels(engine.id, "failed").inc()
+            stats = PassStats(
+                outcome="failed", last_error=f"{messages.SYNC_FAILED}: {error}", transient=is_transient(exc)
             )
-            progress = engine.progress
-            # Failed before its scan finished: an unknown number of edits may be unsaved, so count one.
-            unsent = progress.unsent if progress.changed else 1
-            engine.tally.unsent = unsent
-            engine.last = PassStats(outcome="failed", changed=progress.changed, unsent=unsent)
-            return engine.last
+            engine.last = stats
+            engine.recorder.outcome("failed", stats.last_error, None)
+            return stats
+
+    async def _unsent_now(self, engine: StoreSync) -> int:
+        """Unsent files of a flush that ended early: its own count once its scan was done, else a scan."""
+        if engine.progress.scanned:
+            return engine.progress.unsent
+        return await asyncio.to_thread(engine.count_unsaved)
+
+    async def _flush_store(self, engine: StoreSync, deadline: float) -> PassStats:
+        """Push-only passes of one store until nothing is left to retry, or the deadline."""
+        loop = asyncio.get_running_loop()
+        delay = RETRY_INITIAL_S
+        while True:
+            try:
+                stats = await engine.flush_pass(lock_timeout=max(0.0, deadline - loop.time()))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                logger.warning("memory flush failed", extra={"memory_store_id": engine.id, "error": error})
+                unsent = await self._unsent_now(engine)
+                engine.tally.unsent = unsent
+                stats = PassStats(
+                    outcome="failed",
+                    changed=engine.progress.changed,
+                    unsent=unsent,
+                    errors=1,
+                    transient=is_transient(exc),
+                    last_error=error,
+                )
+                engine.last = stats
+            if not (stats.unsent and stats.transient) or loop.time() + delay >= deadline:
+                return stats
+            logger.info(
+                "memory flush: retrying the files it could not upload yet",
+                extra={"memory_store_id": engine.id, "not_saved": stats.unsent, "retry_in": delay},
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_CAP_S)
+
+    async def _final_sync(self, deadline: float) -> None:
+        """The final sync of every store, repeated for the stores whose pass failed (or left transfers to
+        retry) with backoff, until all synced cleanly or the deadline."""
+        loop = asyncio.get_running_loop()
+        pending = list(self.stores)
+        delay = RETRY_INITIAL_S
+        while True:
+            lock_timeout = max(0.0, deadline - loop.time())
+            results = await asyncio.gather(
+                *(self._sync_store(e, final=True, lock_timeout=lock_timeout) for e in pending)
+            )
+            pending = [e for e, r in zip(pending, results, strict=True) if r.transient]
+            if not pending or loop.time() + delay >= deadline:
+                return
+            logger.info(
+                "final memory sync: retrying the stores that failed",
+                extra={"stores": ",".join(e.id for e in pending), "retry_in": delay},
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_CAP_S)
 
     def _reset_tallies(self) -> None:
         for engine in self.stores:
-            engine.tally = Tally()
+            engine.recorder.tally = StoreCounts()
 
     async def flush(self) -> Outcome:
         """The preStop step: push what changed now, bounded by the flush timeout."""
@@ -273,10 +332,11 @@ class Agent:
         return self._outcome()
 
     async def final_shutdown(self) -> Outcome:
-        """The final sync (delete window waived, cap applied), then the push-only flush, each bounded."""
+        """The final sync (delete window waived, cap applied), then the push-only flush, each bounded by the
+        flush timeout and each retrying transient failures until then."""
         self._reset_tallies()
         budget = self.config.flush_timeout
-        task = asyncio.create_task(self.sync_once(final=True, lock_timeout=budget))
+        task = asyncio.create_task(self._final_sync(asyncio.get_running_loop().time() + budget))
         done, _ = await asyncio.wait({task}, timeout=budget)
         if not done:
             task.cancel()
@@ -287,7 +347,8 @@ class Agent:
 
     async def _bounded_flush(self) -> None:
         budget = self.config.flush_timeout
-        tasks = {asyncio.create_task(self._flush_store(e, budget)): e for e in self.stores}
+        deadline = asyncio.get_running_loop().time() + budget
+        tasks = {asyncio.create_task(self._flush_store(e, deadline)): e for e in self.stores}
         _, pending = await asyncio.wait(tasks, timeout=budget)
         if not pending:
             return
@@ -297,23 +358,32 @@ class Agent:
         logger.warning(messages.FLUSH_CUT_OFF.format(ms=int(budget * 1000)))
         for task in pending:
             engine = tasks[task]
-            progress = engine.progress
-            unsent = progress.unsent if progress.changed else 1  # cut off before the scan: unknown, count one
+            unsent = await self._unsent_now(engine)
+            changed = max(engine.progress.changed, unsent)
             engine.tally.unsent = unsent
             logger.warning(
-                "memory flush cut off: "
-                + messages.FLUSH_UNSENT.format(unsent=unsent, changed=progress.changed),
-                extra={"memory_store_id": engine.id, "unsent": unsent, "changed": progress.changed},
+                "memory flush cut off: " + messages.FLUSH_UNSENT.format(unsent=unsent, changed=changed),
+                extra={"memory_store_id": engine.id, "not_saved": unsent, "changed": changed},
             )
 
     def _outcome(self) -> Outcome:
-        stores = {e.id: e.tally.summary() for e in self.stores}
-        complete = all(s["unsent"] == 0 for s in stores.values())
+        stores = {e.id: e.tally.copy() for e in self.stores}
+        totals: dict[str, StoreCounts] = {}
         for engine in self.stores:
             logger.info(
-                "memory flush outcome", extra={"memory_store_id": engine.id, **engine.tally.summary()}
+                "memory flush outcome", extra={"memory_store_id": engine.id, **engine.tally.to_json()}
             )
-        return Outcome(complete=complete, stores=stores)
+            with contextlib.suppress(Exception):
+                state = load_state(self.config.state_path, engine.id)
+                if state is not None:
+                    totals[engine.id] = state.totals
+        complete = all(c.unsent == 0 for c in stores.values())
+        return Outcome(FlushReport(complete=complete, stores=stores, totals=totals))
+
+    def health(self) -> SyncHealth:
+        """The document served at ``/status``: per store, the last pass's health and the session's totals."""
+        stores = {e.id: e.health for e in self.stores}
+        return SyncHealth(healthy=all(h.healthy for h in stores.values()), stores=stores)
 
 
 async def run_sync(
@@ -345,7 +415,7 @@ async def run_sync(
     server: MetricsServer | None = None
     try:
         if config.metrics_port is not None and not once:
-            server = MetricsServer(agent.metrics, port=config.metrics_port)
+            server = MetricsServer(agent.metrics, port=config.metrics_port, health=agent.health)
             await server.start()
         for engine in agent.stores:
             agent.metrics.set_ready(engine.id, False)
@@ -371,7 +441,7 @@ async def run_sync(
                 await asyncio.wait_for(stop_event.wait(), timeout=max(0.0, wait))
         logger.info("SIGTERM received: running the final sync and flush")
         outcome = await agent.final_shutdown()
-        write_termination_log(config, outcome.payload())
+        write_termination_log(config, outcome.report)
         return EXIT_OK if outcome.complete else EXIT_FAILED
     finally:
         for sig in installed:
@@ -393,5 +463,5 @@ async def run_flush(config: AgentConfig, *, final: bool = False, client: StoreCl
     finally:
         if own_client:
             await api.aclose()
-    write_termination_log(config, outcome.payload())
+    write_termination_log(config, outcome.report)
     return EXIT_OK if outcome.complete else EXIT_FAILED

@@ -25,8 +25,9 @@ from pydantic import (
 from memsync.agent import messages
 from memsync.api.constants import MAX_STORES_PER_SESSION
 from memsync.api.paths import default_mount_path, is_ancestor, is_clean_absolute_path
+from memsync.contracts import env
+from memsync.contracts.env import ConflictPolicy, StoreEntry
 
-Access = Literal["read_write", "read_only"]
 Deletions = Literal["enabled", "log_only", "disabled"]
 
 MIN_INTERVAL_S = 5.0
@@ -44,15 +45,8 @@ class ConfigError(ValueError):
     """The configuration is invalid; the message names the field and what is allowed."""
 
 
-class StoreConfig(BaseModel):
-    """One attached store, as the operator lists it in ``MEMSYNC_STORES``."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    memory_store_id: str
-    name: str = ""
-    mount_path: str = ""
-    access: Access = "read_write"
+class StoreConfig(StoreEntry):
+    """One attached store, as the operator lists it in ``MEMSYNC_STORES``, validated."""
 
     @field_validator("memory_store_id")
     @classmethod
@@ -91,6 +85,7 @@ class AgentConfig(BaseModel):
     stores: Annotated[list[StoreConfig], Field(min_length=1, max_length=MAX_STORES_PER_SESSION)]
     interval: float = DEFAULT_INTERVAL_S
     deletions: Deletions = "enabled"
+    conflict_policy: ConflictPolicy = "storeWins"
     flush_timeout: float = DEFAULT_FLUSH_TIMEOUT_S
     state_dir: str = DEFAULT_STATE_DIR
     base_url: str | None = None
@@ -205,16 +200,17 @@ def _describe(error: ValidationError) -> str:
 
 
 _ENV_NAMES = {
-    "stores": "MEMSYNC_STORES",
-    "interval": "MEMSYNC_SYNC_INTERVAL",
-    "deletions": "MEMSYNC_SYNC_DELETIONS",
-    "flush_timeout": "MEMSYNC_FLUSH_TIMEOUT",
-    "state_dir": "MEMSYNC_STATE_DIR",
-    "base_url": "ANTHROPIC_BASE_URL",
-    "termination_log": "MEMSYNC_TERMINATION_LOG",
-    "metrics_port": "MEMSYNC_METRICS_PORT",
-    "test_root": "MEMSYNC_TEST_ROOT",
-    "delete_window": "MEMSYNC_TEST_DELETE_WINDOW",
+    "stores": env.STORES,
+    "interval": env.SYNC_INTERVAL,
+    "deletions": env.SYNC_DELETIONS,
+    "conflict_policy": env.CONFLICT_POLICY,
+    "flush_timeout": env.FLUSH_TIMEOUT,
+    "state_dir": env.STATE_DIR,
+    "base_url": env.BASE_URL,
+    "termination_log": env.TERMINATION_LOG,
+    "metrics_port": env.METRICS_PORT,
+    "test_root": env.TEST_ROOT,
+    "delete_window": env.TEST_DELETE_WINDOW,
 }
 
 
@@ -236,6 +232,7 @@ def load_config(
     stores: str | list[dict[str, Any]] | None,
     interval: str | float | None = None,
     deletions: str | None = None,
+    conflict_policy: str | None = None,
     flush_timeout: str | float | None = None,
     state_dir: str | None = None,
     base_url: str | None = None,
@@ -252,16 +249,16 @@ def load_config(
     the secret.
     """
     if stores is None or (isinstance(stores, str) and not stores.strip()):
-        raise ConfigError("stores (MEMSYNC_STORES): required, a JSON array of 1-8 stores")
+        raise ConfigError(f"stores ({env.STORES}): required, a JSON array of 1-8 stores")
     if isinstance(stores, str):
         try:
             parsed = json.loads(stores)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"stores (MEMSYNC_STORES): not valid JSON ({exc.msg} at {exc.pos})") from None
+            raise ConfigError(f"stores ({env.STORES}): not valid JSON ({exc.msg} at {exc.pos})") from None
     else:
         parsed = stores
     if not isinstance(parsed, list):
-        raise ConfigError("stores (MEMSYNC_STORES): must be a JSON array of store objects")
+        raise ConfigError(f"stores ({env.STORES}): must be a JSON array of store objects")
     values: dict[str, Any] = {"stores": parsed}
     for name, raw in (
         ("interval", interval),
@@ -273,6 +270,8 @@ def load_config(
             values[name] = number
     if deletions:
         values["deletions"] = deletions.strip()
+    if conflict_policy:
+        values["conflict_policy"] = conflict_policy.strip()
     if state_dir:
         values["state_dir"] = state_dir
     if base_url:
@@ -286,7 +285,7 @@ def load_config(
             values["metrics_port"] = int(metrics_port)
         except ValueError:
             raise ConfigError(
-                f"metrics_port (MEMSYNC_METRICS_PORT): must be an integer, got {metrics_port!r}"
+                f"metrics_port ({env.METRICS_PORT}): must be an integer, got {metrics_port!r}"
             ) from None
     if session_id:
         values["session_id"] = session_id

@@ -20,6 +20,7 @@ from typing import Literal, TypeVar
 
 from memsync.agent import messages
 from memsync.agent.config import AgentConfig, StoreConfig
+from memsync.agent.conflicts import keep_local_copy
 from memsync.agent.localfs import (
     NotRegularFile,
     RootMissing,
@@ -45,18 +46,22 @@ from memsync.agent.merge import (
     SyncInput,
     SyncPlan,
     Upload,
+    flush_blocked,
     plan_flush,
     plan_sync,
     trust,
 )
 from memsync.agent.metrics import Metrics
+from memsync.agent.recorder import Recorder
 from memsync.agent.scan import HashCache, ScanResult, scan
-from memsync.agent.state import StoreState, load_state, save_state, store_lock
+from memsync.agent.state import LockTimeout, StoreState, load_state, save_state, store_lock
 from memsync.api.constants import LIST_LIMIT_FULL_MAX, LIST_LIMIT_MAX, MARKER_FILENAME, MAX_CONTENT_BYTES
 from memsync.api.hashing import sha256_bytes
 from memsync.api.models import Memory, MemoryPrefix, View
 from memsync.client import StoreClient
 from memsync.client import errors as store_errors
+from memsync.contracts.health import ERROR_LIMIT, StoreHealth
+from memsync.contracts.report import SAMPLE_MAX, StoreCounts
 
 logger = logging.getLogger("memsync.agent")
 
@@ -66,33 +71,13 @@ DELETE_CONCURRENCY = 16
 GLOBAL_CONCURRENCY = 64  # requests in flight per process, all stores together
 FANOUT_MIN = 100  # list a level's prefixes concurrently when the baseline holds more than this below it
 _WRITE_BATCH = 64
+_CHANGED_SINCE_SCAN = "the local file changed since the scan; the next sync decides"
 
 T = TypeVar("T")
 PassOutcome = Literal["synced", "recovered", "left", "failed", "skipped"]
 # What became of one upload: saved (uploaded or adopted), settled otherwise (refused, lost to the store) or
 # failed (to be retried: the edit is not saved yet).
 UploadOutcome = Literal["saved", "settled", "failed"]
-
-
-@dataclass
-class Tally:
-    """What one command did to a store (the final shutdown's termination message is built from it)."""
-
-    uploaded: int = 0
-    deleted: int = 0
-    conflicts: int = 0
-    refused: int = 0
-    unsent: int = 0
-    downloaded: int = 0
-
-    def summary(self) -> dict[str, int]:
-        return {
-            "uploaded": self.uploaded,
-            "deleted": self.deleted,
-            "conflicts": self.conflicts,
-            "refused": self.refused,
-            "unsent": self.unsent,
-        }
 
 
 @dataclass
@@ -107,6 +92,9 @@ class PassStats:
     hashed: int = 0
     changed: int = 0  # flush: files whose content differed from the baseline
     unsent: int = 0  # flush: of those, how many were neither saved nor settled (conflict, refusal)
+    errors: int = 0  # transfers that failed and are retried (the pass then does not count as a success)
+    transient: int = 0  # of those (or of a failed pass), the ones worth retrying before the shutdown deadline
+    last_error: str | None = None
     seconds: float = 0.0
 
 
@@ -116,10 +104,31 @@ class _Progress:
 
     changed: int = 0
     settled: int = 0
+    scanned: bool = False  # the flush knows what changed (``changed`` is final)
 
     @property
     def unsent(self) -> int:
         return max(0, self.changed - self.settled)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A failure that may go away by itself: no response, a timeout, 5xx, 429, the store's lock held by
+    another memsync process. The shutdown passes retry these until their deadline."""
+    return isinstance(
+        exc,
+        store_errors.TransportError | store_errors.ServerError | store_errors.RateLimited | LockTimeout,
+    )
+
+
+def unsaved_files(result: ScanResult, state: StoreState) -> list[str]:
+    """Local files whose content the store does not hold per the baseline (refused content excepted), and
+    files that cannot be read (they may hold an edit)."""
+    changed = [
+        rel
+        for rel, sha in result.files.items()
+        if state.baseline.get(rel) != sha and state.refused_shas.get(rel) != sha
+    ]
+    return sorted({*changed, *result.unreadable})
 
 
 class Shared:
@@ -143,13 +152,14 @@ class StoreSync:
         self.id = store.memory_store_id
         self.path = shared.config.mount_dir(store)
         self.cache = HashCache()
-        self.tally = Tally()
+        self.recorder = Recorder(self.id, shared.metrics)
         self.last = PassStats()
         self.progress = _Progress()
         self._fetch_sem = asyncio.Semaphore(FETCH_CONCURRENCY)
         self._upload_sem = asyncio.Semaphore(UPLOAD_CONCURRENCY)
         self._delete_sem = asyncio.Semaphore(DELETE_CONCURRENCY)
         self._wrote_files = False
+        self.unwritable: dict[str, str] = {}  # this pass: rel -> why a memory could not be written locally
 
     # --- small helpers ------------------------------------------------------------------------------------
 
@@ -195,8 +205,44 @@ class StoreSync:
             # crash a half-written file can never look like a local edit of the recorded content.
             sync_filesystem(self.path.parent)
             self._wrote_files = False
+        self.recorder.flush_into(state.totals)
         save_state(self.config.state_path, state)
         self.shared.metrics.pending_deletes.labels(self.id).set(len(state.pending_deletes))
+
+    def _fail(self, message: str, exc: BaseException) -> None:
+        """A transfer failed and will be retried: the pass is not a clean success."""
+        self.last.errors += 1
+        self.last.transient += is_transient(exc)
+        self.last.last_error = message[:ERROR_LIMIT]
+
+    def _note_problems(
+        self,
+        state: StoreState,
+        result: ScanResult,
+        *,
+        held: list[str] | None = None,
+        blocked_creates: Mapping[str, str] | None = None,
+    ) -> None:
+        """Refused: by the server, local names that cannot be memories, store paths that cannot be local
+        files, memories that could not be written, creates that can never go; unreadable: what the scan could
+        not read; held: deletions the cap held back (after a sync)."""
+        refused = [
+            *state.refused_shas,
+            *self.unwritable,
+            *result.unsyncable,
+            *(p.lstrip("/") for p in state.unmappable),
+            *(blocked_creates or {}),
+        ]
+        self.recorder.problems(state.totals, refused=refused, unreadable=result.unreadable, held=held)
+
+    @property
+    def tally(self) -> StoreCounts:
+        """What the current command did to this store."""
+        return self.recorder.tally
+
+    @property
+    def health(self) -> StoreHealth:
+        return self.recorder.health
 
     # --- listing ------------------------------------------------------------------------------------------
 
@@ -259,20 +305,33 @@ class StoreSync:
 
         return [m for m in await asyncio.gather(*(one(m) for m in memories)) if m is not None]
 
-    def _map_remote(self, memories: Iterable[Memory]) -> dict[str, Memory]:
+    def _map_remote(self, memories: Iterable[Memory], state: StoreState | None = None) -> dict[str, Memory]:
+        """rel -> memory for every listed memory that can be a local file. The others (the marker's path, a
+        segment over 255 bytes, a backslash...) are warned about with their path and, given the ``state``,
+        recorded there as refused (``unmappable``) until a listing no longer shows them."""
         mapped: dict[str, Memory] = {}
+        unmappable: dict[str, str] = {}
         for memory in memories:
             if memory.path == "/" + MARKER_FILENAME:
+                unmappable[memory.path] = "is the store's marker file, which never syncs"
                 self._warn_once(
-                    "the store holds a memory at the marker file's path; skipping it", None, memory.path
+                    "the store holds a memory at the marker file's path; skipping it",
+                    None,
+                    memory.path,
+                    remote_path=memory.path,
                 )
                 continue
             try:
                 rel = remote_to_rel(memory.path)
             except UnsafePath as exc:
-                self._warn_once(messages.UNSAFE_REMOTE_PATH, None, memory.path, reason=str(exc))
+                unmappable[memory.path] = str(exc)
+                self._warn_once(
+                    messages.UNSAFE_REMOTE_PATH, None, memory.path, remote_path=memory.path, reason=str(exc)
+                )
                 continue
             mapped[rel] = memory
+        if state is not None:
+            state.unmappable = unmappable
         return mapped
 
     @staticmethod
@@ -293,7 +352,7 @@ class StoreSync:
         ``strict`` (the mount): any failure raises. Otherwise (recovery) a failed or blocked write is logged
         and left for the next pass; a path already taken locally is never overwritten.
         """
-        memories = self._map_remote(await self._list_tree(None, "full", None))
+        memories = self._map_remote(await self._list_tree(None, "full", None), state)
         items = sorted(memories.items())
 
         def write_batch(batch: list[tuple[str, Memory]]) -> list[tuple[str, str, str]]:
@@ -308,6 +367,7 @@ class StoreSync:
                     if strict:
                         raise OSError(exc.errno, f"cannot write {memory.path}: {exc.strerror}") from None
                     self._warn_once("failed to write memory file", rel, str(exc))
+                    self.unwritable[rel] = exc.strerror or str(exc)
                     continue
                 self._wrote_files = True
                 done.append((rel, memory.id, sha256_bytes(data)))
@@ -321,8 +381,7 @@ class StoreSync:
                 state.baseline[rel] = sha
                 state.remote_ids[rel] = memory_id
                 count += 1
-        self.shared.metrics.downloads.labels(self.id).inc(count)
-        self.tally.downloaded += count
+        self.recorder.bump(downloaded=count)
         return count
 
     async def populate(self) -> int:
@@ -359,7 +418,10 @@ class StoreSync:
 
     def _warn_blocked(self, result: ScanResult) -> None:
         for rel, why in sorted(result.blocked.items()):
-            self._warn_once(messages.NOT_REGULAR, rel, why, kind=why)
+            if rel in result.unreadable:  # retried every pass; counted while it lasts
+                self._warn_once(messages.UNREADABLE, rel, why, reason=result.unreadable[rel])
+            else:
+                self._warn_once(messages.NOT_REGULAR, rel, why, kind=why)
 
     async def _recover(self, state: StoreState, status: RootStatus) -> PassOutcome:
         """Re-create the folder, re-stamp the marker, download again. Never deletes or uploads.
@@ -406,17 +468,26 @@ class StoreSync:
     async def sync_pass(self, *, final: bool = False, lock_timeout: float | None = None) -> PassStats:
         """One reconcile of this store, under its lock. Raises on a store-level failure (the caller logs)."""
         self.last = PassStats()
+        self.unwritable = {}
         started = time.monotonic()
         async with store_lock(self.config.state_path, self.id, wait_s=lock_timeout):
             state = self._load()
+            finished = False
             try:
                 self.last.outcome = await self._sync_locked(state, final=final)
+                finished = True
             finally:
+                # A pass that raised (or was cancelled) is not a success: the caller records its failure.
                 state.last_pass_at = self.shared.clock()
-                if self.last.outcome in ("synced", "recovered"):
+                clean = finished and self.last.outcome in ("synced", "recovered") and not self.last.errors
+                if clean:
                     state.last_success_at = state.last_pass_at
                     self.shared.metrics.last_success.labels(self.id).set(state.last_success_at)
                 self._save(state)
+            if self.last.outcome == "left":
+                self.last.last_error = self.last.last_error or f"{messages.LEFT_AS_FOUND} (see the log)"
+            success = state.last_success_at if clean else None
+            self.recorder.outcome(self.last.outcome, self.last.last_error, success, state.totals)
         self.last.seconds = time.monotonic() - started
         self.shared.metrics.pass_seconds.labels(self.id).observe(self.last.seconds)
         self.shared.metrics.passes.labels(self.id, self.last.outcome).inc()
@@ -425,7 +496,6 @@ class StoreSync:
 
     async def _sync_locked(self, state: StoreState, *, final: bool) -> PassOutcome:
         status, root, result = await asyncio.to_thread(self._open_and_scan, state)
-        self.shared.metrics.set_ready(self.id, status == "ok" and result is not None and result.marker_ok)
         if root is None or result is None:
             verdict = trust(status, False, 0, len(state.baseline))
             if verdict == "recover":
@@ -452,7 +522,8 @@ class StoreSync:
                     i
                     for i in await self._list_level(view="basic", prefix=None, depth=0)
                     if isinstance(i, Memory)
-                ]
+                ],
+                state,
             )
             plan = plan_sync(
                 SyncInput(
@@ -473,7 +544,30 @@ class StoreSync:
             )
             self._adopt(state, plan)
             await self._execute(root, state, plan)
+            self._note_deferred(plan, final=final)
+            self._note_problems(
+                state,
+                result,
+                held=plan.held,
+                blocked_creates=plan.deferred if self.config.deletions != "enabled" else None,
+            )
         return "synced"
+
+    def _note_deferred(self, plan: SyncPlan, *, final: bool) -> None:
+        for rel, blocker in sorted(plan.deferred.items()):
+            self._warn_once(
+                messages.WAITS_FOR_DELETE
+                if self.config.deletions == "enabled"
+                else messages.BLOCKED_BY_KEPT_MEMORY,
+                rel,
+                blocker,
+                blocker=rel_to_remote(blocker),
+            )
+        if final and plan.held:
+            logger.warning(
+                messages.HELD_AT_END.format(held=len(plan.held)),
+                extra=self._extra(held=len(plan.held), paths=",".join(plan.held[:SAMPLE_MAX])),
+            )
 
     def _adopt(self, state: StoreState, plan: SyncPlan) -> None:
         state.baseline = plan.baseline
@@ -484,16 +578,17 @@ class StoreSync:
         state.prior_baseline = plan.prior
         for event in plan.events:
             self._log(event)
-        self.tally.conflicts += len(plan.conflicts)
-        self.shared.metrics.conflicts.labels(self.id).inc(len(plan.conflicts))
+        self.recorder.bump(conflicts=len(plan.conflicts))
 
     async def _execute(self, root: StoreRoot, state: StoreState, plan: SyncPlan) -> None:
         uploads = list(plan.uploads)
         if plan.local_removals:
             uploads.extend(await self._remove_local(root, state, plan.local_removals))
+        # Deletes first: a create may need the path of a memory deleted in this pass (a file replaced by a
+        # folder of the same name, or the reverse).
+        await self._delete_all(root, state, plan.deletes)
         await asyncio.gather(
             self._upload_all(root, state, uploads, progress=None),
-            self._delete_all(root, state, plan.deletes),
             self._pull_all(root, state, plan.pulls),
         )
 
@@ -581,7 +676,8 @@ class StoreSync:
 
         async def one(upload: Upload, content: str, sha: str) -> None:
             async with self._upload_sem:
-                outcome = await self._upload_one(state, upload, content, sha)
+                flush_root = root if progress is not None else None
+                outcome = await self._upload_one(state, upload, content, sha, flush_root)
                 if progress is not None and outcome != "failed":
                     progress.settled += 1
 
@@ -591,7 +687,6 @@ class StoreSync:
         state.refused_shas[rel] = sha
         state.sent_shas.pop(rel, None)
         self._warn_once(messages.REFUSED, rel, sha, reason=why)
-        self.tally.refused += 1
         self.shared.metrics.refused.labels(self.id).inc()
 
     def _uploaded(self, state: StoreState, rel: str, memory: Memory) -> None:
@@ -599,17 +694,17 @@ class StoreSync:
         state.remote_ids[rel] = memory.id
         state.refused_shas.pop(rel, None)
         state.sent_shas.pop(rel, None)
-        self.tally.uploaded += 1
+        self.recorder.bump(uploaded=1)
         self.last.uploads += 1
-        self.shared.metrics.uploads.labels(self.id).inc()
 
     def _lost(self, state: StoreState, rel: str, message: str = messages.UPLOAD_LOST) -> None:
         state.sent_shas.pop(rel, None)
         logger.warning(message, extra=self._extra(rel))
-        self.tally.conflicts += 1
-        self.shared.metrics.conflicts.labels(self.id).inc()
+        self.recorder.bump(conflicts=1)
 
-    async def _upload_one(self, state: StoreState, upload: Upload, content: str, sha: str) -> UploadOutcome:
+    async def _upload_one(
+        self, state: StoreState, upload: Upload, content: str, sha: str, flush_root: StoreRoot | None = None
+    ) -> UploadOutcome:
         rel = upload.rel
         path = rel_to_remote(rel)
         try:
@@ -630,6 +725,8 @@ class StoreSync:
                 memory = await self._api(lambda: self.client.create_memory(self.id, path, content))
         except store_errors.PreconditionFailed:
             self._lost(state, rel)
+            if flush_root is not None and self.config.conflict_policy == "keepLocalCopy":
+                await self._upload_conflict_copy(flush_root, state, rel, content, sha)
             return "settled"
         except store_errors.PathConflict as exc:
             return await self._path_conflict(state, upload, content, sha, exc)
@@ -642,6 +739,7 @@ class StoreSync:
             ):
                 state.sent_shas.pop(rel, None)  # a definite answer: nothing was written
             logger.warning(messages.UPLOAD_FAILED, extra=self._extra(rel, error=str(exc)))
+            self._fail(f"{messages.UPLOAD_FAILED} {path}: {exc}", exc)
             return "failed"
         self._uploaded(state, rel, memory)
         return "saved"
@@ -672,7 +770,7 @@ class StoreSync:
         if holder is None or holder.path != rel_to_remote(rel):
             state.sent_shas.pop(rel, None)
             self._warn_once(messages.PATH_TAKEN, rel, sha, blocker=exc.conflicting_path or "")
-            self.tally.conflicts += 1
+            self.recorder.bump(conflicts=1)
             return "settled"
         if holder.content_sha256 == sha:
             self._uploaded(state, rel, holder)  # the store already holds exactly these bytes
@@ -690,7 +788,8 @@ class StoreSync:
             return
 
         def recheck() -> tuple[bool, list[bool]]:
-            return root.marker_ok(self.id), [root.exists(d.rel) for d in deletes]
+            # A folder where the file was counts as gone (the file was replaced by a folder of its name).
+            return root.marker_ok(self.id), [root.holds_file(d.rel) for d in deletes]
 
         marker_ok, present = await asyncio.to_thread(recheck)
         if not marker_ok:
@@ -713,12 +812,12 @@ class StoreSync:
                     return
                 except store_errors.StoreError as exc:
                     logger.warning("failed to delete memory", extra=self._extra(item.rel, error=str(exc)))
+                    self._fail(f"failed to delete memory {rel_to_remote(item.rel)}: {exc}", exc)
                     return
                 else:
                     logger.info(messages.PROPAGATED_DELETE, extra=self._extra(item.rel))
-                    self.tally.deleted += 1
+                    self.recorder.bump(deleted=1)
                     self.last.deletes += 1
-                    self.shared.metrics.deletes.labels(self.id).inc()
                 state.baseline.pop(item.rel, None)
                 state.remote_ids.pop(item.rel, None)
                 state.pending_deletes.pop(item.rel, None)
@@ -742,6 +841,7 @@ class StoreSync:
                     return  # deleted since the listing: the next pass reconciles
                 except store_errors.StoreError as exc:
                     logger.warning("failed to download memory", extra=self._extra(item.rel, error=str(exc)))
+                    self._fail(f"failed to download memory {rel_to_remote(item.rel)}: {exc}", exc)
                     return
                 self.last.fetches += 1
             if memory.path != rel_to_remote(item.rel):
@@ -753,7 +853,11 @@ class StoreSync:
                 # the next pass sees it and applies the rules (with their warnings).
                 try:
                     if root.sha_of(item.rel) != item.local_sha:
-                        return "the local file changed since the scan; the next sync decides"
+                        return _CHANGED_SINCE_SCAN
+                    if item.conflict and self.config.conflict_policy == "keepLocalCopy":
+                        problem = self._keep_local_copy(root, item)
+                        if problem is not None:
+                            return problem
                     root.write_bytes(item.rel, data)
                 except OSError as exc:
                     return str(exc)
@@ -763,15 +867,72 @@ class StoreSync:
             problem = await asyncio.to_thread(write)
             if problem is not None:
                 logger.warning("memory not written to disk", extra=self._extra(item.rel, reason=problem))
+                if problem is not _CHANGED_SINCE_SCAN:
+                    self.unwritable[item.rel] = problem
                 return
             state.baseline[item.rel] = sha256_bytes(data)
             state.remote_ids[item.rel] = memory.id
-            self.tally.downloaded += 1
-            self.shared.metrics.downloads.labels(self.id).inc()
+            self.recorder.bump(downloaded=1)
 
         await asyncio.gather(*(one(p) for p in pulls))
 
+    def _keep_local_copy(self, root: StoreRoot, item: Pull) -> str | None:
+        """``keepLocalCopy`` before a pull overwrites a losing local edit: None once the copy is there, else
+        why not (the remote version is then not written either: the local edit is never lost)."""
+        copy, problem = self._write_conflict_copy(root, item.rel, item.local_sha)
+        return problem if copy is None else None
+
+    def _write_conflict_copy(
+        self, root: StoreRoot, rel: str, local_sha: str | None
+    ) -> tuple[str | None, str | None]:
+        """``keepLocalCopy``: (the conflict copy of ``rel``'s local content, None), or (None, why not)."""
+        session = self.config.session_id or "session"
+        result = keep_local_copy(root, rel, local_sha, session, self.shared.clock())
+        if result.changed:
+            return None, _CHANGED_SINCE_SCAN
+        if result.refused is not None or result.copy is None:
+            self._warn_once(messages.CONFLICT_COPY_REFUSED, rel, str(result.copy), reason=result.refused)
+            self.unwritable[rel] = f"{messages.CONFLICT_COPY_REFUSED}: {result.copy} {result.refused}"
+            return None, self.unwritable[rel]
+        if result.created:
+            self._wrote_files = True
+            logger.warning(messages.CONFLICT_COPY, extra=self._extra(rel, copy=rel_to_remote(result.copy)))
+        return result.copy, None
+
+    async def _upload_conflict_copy(
+        self, root: StoreRoot, state: StoreState, rel: str, content: str, sha: str
+    ) -> None:
+        """``keepLocalCopy`` in a push-only flush, whose update lost to a remote change: no later pass will
+        pull the winner and keep the copy, so the losing edit is kept and uploaded as its copy now."""
+        copy, _ = await asyncio.to_thread(self._write_conflict_copy, root, rel, sha)
+        if copy is None or state.baseline.get(copy) == sha:
+            return
+        path = rel_to_remote(copy)
+        try:
+            memory = await self._api(lambda: self.client.create_memory(self.id, path, content))
+        except store_errors.StoreError as exc:  # the copy is on disk: the next sync or flush sends it
+            logger.warning(messages.UPLOAD_FAILED, extra=self._extra(copy, error=str(exc)))
+            return
+        self._uploaded(state, copy, memory)
+
     # --- the push-only flush (reference §5.7 step 4) ------------------------------------------------------
+
+    def count_unsaved(self) -> int:
+        """How many local files are not saved in the store, by a fresh scan against the saved baseline.
+
+        For a flush that failed or was cut off before it knew: never a guess. A store whose folder cannot be
+        scanned counts as one unsaved file (something may be lost, and the number cannot be known).
+        """
+        try:
+            state = self._load()
+            _, root, result = self._open_and_scan(state)
+        except Exception:
+            return 1
+        if root is not None:
+            root.close()
+        if result is None:
+            return 1
+        return len(unsaved_files(result, state))
 
     async def flush_pass(self, *, lock_timeout: float | None = None) -> PassStats:
         """Upload what changed now: no listing, deletes or pulls. Skips read-only stores and bad folders."""
@@ -792,7 +953,7 @@ class StoreSync:
                     extra=self._extra(root=status),
                 )
                 if result is not None:
-                    changed = [r for r, s in result.files.items() if state.baseline.get(r) != s]
+                    changed = unsaved_files(result, state)
                     self.last.changed = self.last.unsent = len(changed)
                     self.tally.unsent = len(changed)
                 self.last.outcome = "left"
@@ -808,10 +969,18 @@ class StoreSync:
                     read_only=False,
                     prior=state.prior_baseline,
                 )
-                self.progress.changed = self.last.changed = len(uploads)
+                # Files it cannot send count as changed and unsent: creates that wait for the deletion of
+                # one of our memories in their way (only a sync deletes), and files it cannot read.
+                blocked = flush_blocked(result.files, state.baseline)
+                kept = self.config.deletions != "enabled"  # then the memory in the way never goes
+                self.progress.changed = self.last.changed = (
+                    len(uploads) + (0 if kept else len(blocked)) + len(result.unreadable)
+                )
+                self.progress.scanned = True
                 try:
                     await self._upload_all(root, state, uploads, progress=self.progress)
                 finally:
+                    self._note_problems(state, result, blocked_creates=blocked if kept else None)
                     self._save(state)
                     self.last.unsent = self.tally.unsent = self.progress.unsent
         self.last.seconds = time.monotonic() - started

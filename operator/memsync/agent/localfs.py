@@ -247,6 +247,32 @@ class StoreRoot:
                 return True
             raise
 
+    def siblings(self, rel: str, prefix: str) -> list[str]:
+        """Relative paths of the entries beside ``rel`` whose names start with ``prefix`` (sorted)."""
+        dirs, _ = _split(rel)
+        try:
+            with self.walk(dirs) as dir_fd, os.scandir(dir_fd) as entries:
+                names = sorted(e.name for e in entries if e.name.startswith(prefix))
+        except OSError:
+            return []
+        return ["/".join([*dirs, n]) for n in names]
+
+    def holds_file(self, rel: str) -> bool:
+        """Whether something other than a directory is at ``rel`` (never follows a symlink).
+
+        A directory where a synced file was (the file replaced by a folder of the same name) means the file
+        is gone; anything else (a file, a symlink, a FIFO, an unreadable parent) means it is not.
+        """
+        _, name = _split(rel)
+        try:
+            with self.parent_dir(rel) as dir_fd:
+                st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except OSError:
+            return True
+        return not stat.S_ISDIR(st.st_mode)
+
     def write_bytes(self, rel: str, data: bytes, *, fsync: bool = False) -> None:
         """Write atomically: temp file (O_EXCL|O_NOFOLLOW, ``file_mode``) in the same directory, then rename.
 

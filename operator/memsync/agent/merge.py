@@ -44,6 +44,8 @@ class Pull:
     id: str
     sha: str
     local_sha: str | None  # what the scan saw locally; the engine re-checks it right before writing
+    # the local file holds an edit that loses to this remote version (not part of the pull's identity)
+    conflict: bool = field(default=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,11 @@ class SyncPlan:
     events: list[Event] = field(default_factory=list)
     waiting_deletes: int = 0
     held_deletes: int = 0
+    held: list[str] = field(default_factory=list)  # confirmed local deletions held back by the cap
+    # New local files that cannot be created yet: the store still holds a memory of ours at an ancestor or
+    # below their path (a file replaced by a folder of the same name, or the reverse) whose deletion has not
+    # gone out. rel -> the path that is in the way. They go once it is deleted.
+    deferred: dict[str, str] = field(default_factory=dict)
     suppressed_deletes: int = 0
     log_only_deletes: list[str] = field(default_factory=list)
 
@@ -168,6 +175,7 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
             continue
         _merge_path(inp, plan, rel, candidates)
     _corroborated_deletes(inp, plan, candidates)
+    _defer_blocked_creates(inp, plan, candidates)
     # A prior entry lasts until its path is back in the baseline, or the store no longer holds those bytes.
     plan.prior = {
         rel: sha
@@ -229,7 +237,7 @@ def _merge_path(inp: SyncInput, plan: SyncPlan, rel: str, candidates: list[str])
         if locally_edited:
             plan.events.append(Event(logging.WARNING, messages.BOTH_CHANGED, rel))
             plan.conflicts.append(rel)
-        plan.pulls.append(Pull(rel, remote.id, remote.sha, local))
+        plan.pulls.append(Pull(rel, remote.id, remote.sha, local, conflict=locally_edited))
         return
     if local is not None and local != base:
         _push_local_edit(inp, plan, rel, local, remote, refused=refused)
@@ -287,6 +295,7 @@ def _corroborated_deletes(inp: SyncInput, plan: SyncPlan, candidates: list[str])
     cap = delete_cap(len(inp.baseline))
     send, held = confirmed[:cap], confirmed[cap:]
     plan.held_deletes = len(held)
+    plan.held = held
     if held:
         verb = "would send" if inp.deletions == "log_only" else "sent"
         plan.events.append(
@@ -302,6 +311,41 @@ def _corroborated_deletes(inp: SyncInput, plan: SyncPlan, candidates: list[str])
             plan.events.append(Event(logging.WARNING, messages.LOG_ONLY_DELETE, rel))
         else:
             plan.deletes.append(RemoteDelete(rel, inp.remote[rel].id, plan.baseline[rel]))
+
+
+def _ancestors(rel: str) -> list[str]:
+    parts = rel.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _defer_blocked_creates(inp: SyncInput, plan: SyncPlan, candidates: list[str]) -> None:
+    """A create whose path collides with one of our own memories that is being deleted locally waits.
+
+    When a synced file is replaced by a folder of the same name (or a synced folder by a file), the store
+    refuses the new path until the old memory is gone. The old memory is an ordinary local deletion (window,
+    cap and mode apply); the creates go out in the same pass as its delete (deletes are sent first), or in a
+    later one. Never a conflict: both sides are this session's own doing.
+    """
+    going = {d.rel for d in plan.deletes}
+    gone_locally = set(candidates)
+    if not gone_locally:
+        return
+    by_dir: dict[str, list[str]] = {}
+    for rel in gone_locally:
+        for ancestor in _ancestors(rel):
+            by_dir.setdefault(ancestor, []).append(rel)
+    keep: list[Upload] = []
+    for upload in plan.uploads:
+        if upload.remote_id is not None:
+            keep.append(upload)
+            continue
+        blockers = [a for a in _ancestors(upload.rel) if a in gone_locally] + by_dir.get(upload.rel, [])
+        waiting = sorted(b for b in blockers if b not in going)
+        if waiting:
+            plan.deferred[upload.rel] = waiting[0]
+        else:
+            keep.append(upload)
+    plan.uploads = keep
 
 
 def plan_flush(
@@ -324,13 +368,36 @@ def plan_flush(
     if read_only:
         return []
     prior = prior or {}
+    blocked = flush_blocked(local, baseline)
     uploads = []
     for rel in sorted(local):
         sha = local[rel]
         base = baseline.get(rel)
-        if sha == base or refused.get(rel) == sha:
+        if sha == base or refused.get(rel) == sha or rel in blocked:
             continue
         remote_id = remote_ids.get(rel) if base is not None else None
         known = base if base is not None else prior.get(rel)
         uploads.append(Upload(rel, sha, remote_id, base if remote_id else None, known))
     return uploads
+
+
+def flush_blocked(local: Mapping[str, str], baseline: Mapping[str, str]) -> dict[str, str]:
+    """New local files a push-only flush cannot create: one of our memories (a file now gone locally) sits at
+    an ancestor or below their path. rel -> that path. Only a sync deletes it; until then they are unsent."""
+    gone = [rel for rel in baseline if rel not in local]
+    if not gone:
+        return {}
+    under: dict[str, str] = {}
+    for rel in gone:
+        for ancestor in _ancestors(rel):
+            under.setdefault(ancestor, rel)
+    out: dict[str, str] = {}
+    for rel in local:
+        if rel in baseline:
+            continue
+        blocker = next((a for a in _ancestors(rel) if a in baseline and a not in local), None) or under.get(
+            rel
+        )
+        if blocker is not None:
+            out[rel] = blocker
+    return out

@@ -56,3 +56,24 @@ UNSAFE_REMOTE_PATH: Final = "memory path cannot be mapped safely into the store 
 PATH_TAKEN: Final = "the memory's path is held by another memory in the store; the next sync reconciles it"
 ROOT_REPLACED: Final = "the memory store folder was replaced (now a symlink or another directory)"
 MARKER_BAD: Final = "the memory store folder's marker file is missing or does not match this store"
+UNREADABLE: Final = (
+    "cannot read this file (or folder); skipping it: it is not synced, overwritten or deleted, and is tried "
+    "again on every pass"
+)
+WAITS_FOR_DELETE: Final = (
+    "new file waits for the deletion of this session's memory in its way (a file replaced by a folder of "
+    "the same name, or the reverse); it is created once that memory is deleted"
+)
+BLOCKED_BY_KEPT_MEMORY: Final = (
+    "new file cannot be created: a memory this session deleted locally is in its way, and remote deletes "
+    "are not enabled, so it stays in the store"
+)
+HELD_AT_END: Final = (
+    "session ending with {held} local deletion(s) held back by the delete cap; those memories stay in the "
+    "store"
+)
+UNWRITABLE: Final = (
+    "memory cannot be written to its local path; skipping it and trying again on the next pass"
+)
+CONFLICT_COPY: Final = "kept the local version beside the file as a conflict copy; it syncs as a new file"
+CONFLICT_COPY_REFUSED: Final = "cannot keep the local version as a conflict copy; it is lost to the store's"

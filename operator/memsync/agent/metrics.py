@@ -6,6 +6,7 @@ Each ``Metrics`` has its own registry, so several engines in one test process ne
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -16,6 +17,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+
+from memsync.contracts.health import STATUS_PATH, SyncHealth, encode_health
 
 if TYPE_CHECKING:  # aiohttp is imported only when the endpoint starts: mount and flush start faster
     from aiohttp import web
@@ -52,6 +55,21 @@ class Metrics:
         self.refused = Counter(
             "memsync_refused_files", "Files the server (or local checks) refused", ["store"], registry=r
         )
+        self.refused_paths = Gauge(
+            "memsync_refused_paths",
+            "Paths not synced now: refused by the server, or that cannot be a memory or a local file",
+            ["store"],
+            registry=r,
+        )
+        self.unreadable = Gauge(
+            "memsync_unreadable_files", "Local files or folders the agent cannot read", ["store"], registry=r
+        )
+        self.held_deletes = Gauge(
+            "memsync_held_deletes",
+            "Local deletions held back by the per-pass delete cap at the last sync",
+            ["store"],
+            registry=r,
+        )
         self.pending_deletes = Gauge(
             "memsync_pending_deletes", "Local deletions waiting for confirmation", ["store"], registry=r
         )
@@ -76,11 +94,18 @@ class Metrics:
 
 
 class MetricsServer:
-    """``/metrics`` (Prometheus text), ``/readyz`` (200 once every store is mounted and verified),
-    ``/healthz`` (the process is alive)."""
+    """``/metrics`` (Prometheus text), ``/readyz`` (200 while the last pass of every store succeeded),
+    ``/healthz`` (the process is alive) and, given ``health``, ``/status`` (the sync-health JSON)."""
 
-    def __init__(self, metrics: Metrics, host: str = "0.0.0.0", port: int = 9477) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        host: str = "0.0.0.0",
+        port: int = 9477,
+        health: Callable[[], SyncHealth] | None = None,
+    ) -> None:
         self.metrics = metrics
+        self.health = health
         self.host = host
         self.port = port
         self._runner: web.AppRunner | None = None
@@ -92,6 +117,8 @@ class MetricsServer:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/healthz", self._healthz)
+        if self.health is not None:
+            app.router.add_get(STATUS_PATH, self._status)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -119,6 +146,12 @@ class MetricsServer:
             return web.Response(text="ready\n")
         waiting = sorted(s for s, ok in self.metrics.ready.items() if not ok)
         return web.Response(status=503, text=f"not ready: {', '.join(waiting) or 'starting'}\n")
+
+    async def _status(self, request: web.Request) -> web.Response:
+        from aiohttp import web  # noqa: PLC0415
+
+        assert self.health is not None
+        return web.Response(body=encode_health(self.health()), content_type="application/json")
 
     async def _healthz(self, request: web.Request) -> web.Response:
         from aiohttp import web  # noqa: PLC0415

@@ -9,6 +9,7 @@ is checked in the same scan, so a folder wiped mid-sync cannot pass the check an
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -51,6 +52,11 @@ class ScanResult:
     # Entries that exist but are never synced: rel -> why (symlink, FIFO, unsyncable name...). A path here is
     # neither uploaded, nor overwritten, nor treated as deleted.
     blocked: dict[str, str] = field(default_factory=dict)
+    # Of those, files and folders that cannot be read (permissions, I/O errors): rel -> why. Skipped this scan
+    # and tried again on the next one.
+    unreadable: dict[str, str] = field(default_factory=dict)
+    # Of those, local names that can never be a memory path: rel -> why.
+    unsyncable: dict[str, str] = field(default_factory=dict)
     marker_ok: bool = False
     hashed: int = 0
 
@@ -71,8 +77,14 @@ def scan(root: StoreRoot, memory_store_id: str, cache: HashCache, *, now_ns: int
         while stack:
             dir_fd, prefix = stack.pop()
             try:
-                with os.scandir(dir_fd) as it:
-                    entries = list(it)
+                try:
+                    with os.scandir(dir_fd) as it:
+                        entries = list(it)
+                except OSError as exc:
+                    if not prefix:
+                        raise  # the store folder itself: the pass fails (and is retried) as a whole
+                    _unreadable(result, prefix.rstrip("/"), exc)
+                    continue
                 for entry in entries:
                     name = entry.name
                     rel = prefix + name
@@ -85,11 +97,19 @@ def scan(root: StoreRoot, memory_store_id: str, cache: HashCache, *, now_ns: int
                         st = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue
+                    except OSError as exc:
+                        _unreadable(result, rel, exc)
+                        continue
                     if stat.S_ISDIR(st.st_mode):
                         try:
                             sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-                        except OSError:
-                            result.blocked[rel] = "directory that cannot be opened safely"
+                        except FileNotFoundError:
+                            continue
+                        except (PermissionError, OSError) as exc:
+                            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                                result.blocked[rel] = "directory that cannot be opened safely"
+                            else:
+                                _unreadable(result, rel, exc)
                             continue
                         stack.append((sub, rel + "/"))
                         continue
@@ -99,6 +119,7 @@ def scan(root: StoreRoot, memory_store_id: str, cache: HashCache, *, now_ns: int
                     problem = path_problem(rel)
                     if problem is not None:
                         result.blocked[rel] = f"file name that cannot be a memory path ({problem})"
+                        result.unsyncable[rel] = problem
                         continue
                     key: CacheKey = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
                     cached = cache.entries.get(rel)
@@ -112,6 +133,9 @@ def scan(root: StoreRoot, memory_store_id: str, cache: HashCache, *, now_ns: int
                             continue
                         except NotRegularFile as exc:
                             result.blocked[rel] = exc.strerror or "not a regular file"
+                            continue
+                        except OSError as exc:
+                            _unreadable(result, rel, exc)
                             continue
                         cache.hashes += 1
                         result.hashed += 1
@@ -128,6 +152,13 @@ def scan(root: StoreRoot, memory_store_id: str, cache: HashCache, *, now_ns: int
     for rel in [r for r in cache.entries if r not in seen]:
         del cache.entries[rel]
     return result
+
+
+def _unreadable(result: ScanResult, rel: str, exc: OSError) -> None:
+    """A file or folder the agent cannot read: left alone (never uploaded, overwritten or deleted)."""
+    why = exc.strerror or type(exc).__name__
+    result.blocked[rel] = f"cannot be read ({why})"
+    result.unreadable[rel] = why
 
 
 def _marker_matches(root: StoreRoot, dir_fd: int, expected_sha: str) -> bool:

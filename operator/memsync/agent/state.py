@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memsync.agent.localfs import RootId
+from memsync.contracts.report import StoreCounts
 
 STATE_VERSION = 1
 
@@ -53,6 +54,10 @@ class StoreState(BaseModel):
     pending_deletes: dict[str, float] = Field(default_factory=dict)
     # rel -> sha of bytes sent whose outcome is unknown (settled by the next listing)
     sent_shas: dict[str, str] = Field(default_factory=dict)
+    # remote path -> why it can never become a local file (from the last listing); counted as refused
+    unmappable: dict[str, str] = Field(default_factory=dict)
+    # the session's running totals (mount included); they survive sidecar restarts and the shutdown
+    totals: StoreCounts = Field(default_factory=StoreCounts)
     mounted_at: float | None = None
     last_pass_at: float | None = None
     last_success_at: float | None = None

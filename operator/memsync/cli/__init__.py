@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from memsync import __version__
+from memsync.contracts import env
 from memsync.logs import configure_logging
 
 # command name -> (module, attribute); each module owns its part's commands.
@@ -42,14 +43,14 @@ class _LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="memsync")
 @click.option(
     "--log-level",
-    envvar="MEMSYNC_LOG_LEVEL",
+    envvar=env.LOG_LEVEL,
     default="INFO",
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
 )
 @click.option(
     "--log-format",
-    envvar="MEMSYNC_LOG_FORMAT",
+    envvar=env.LOG_FORMAT,
     default="text",
     show_default=True,
     type=click.Choice(["text", "json"]),

@@ -29,6 +29,8 @@ from memsync.agent.commands import (
     write_termination_log,
 )
 from memsync.agent.config import AgentConfig, ConfigError, load_config
+from memsync.contracts import env
+from memsync.contracts.report import MountFailure
 
 F = TypeVar("F", bound=Callable[..., Any])
 logger = logging.getLogger("memsync.agent")
@@ -38,45 +40,47 @@ def _common(func: F) -> F:
     options = [
         click.option(
             "--stores",
-            envvar="MEMSYNC_STORES",
+            envvar=env.STORES,
             help="JSON array of {memory_store_id, name, mount_path, access} (1-8 stores).",
         ),
         click.option(
-            "--interval", envvar="MEMSYNC_SYNC_INTERVAL", help="Seconds between syncs (>= 5, default 15)."
+            "--interval", envvar=env.SYNC_INTERVAL, help="Seconds between syncs (>= 5, default 15)."
         ),
         click.option(
             "--deletions",
-            envvar="MEMSYNC_SYNC_DELETIONS",
+            envvar=env.SYNC_DELETIONS,
             help="enabled (default) | log_only | disabled: what a confirmed local deletion does.",
         ),
         click.option(
+            "--conflict-policy",
+            envvar=env.CONFLICT_POLICY,
+            help="storeWins (default): a local edit that conflicts loses to the store's version; "
+            "keepLocalCopy: it is also kept beside the file as <name>.conflict-<session>-<UTC time><ext>.",
+        ),
+        click.option(
             "--flush-timeout",
-            envvar="MEMSYNC_FLUSH_TIMEOUT",
+            envvar=env.FLUSH_TIMEOUT,
             help="Seconds for each shutdown pass (default 30).",
         ),
         click.option(
             "--state-dir",
-            envvar="MEMSYNC_STATE_DIR",
+            envvar=env.STATE_DIR,
             help="Where the baseline is kept (default /var/lib/memsync).",
         ),
-        click.option(
-            "--base-url", envvar="ANTHROPIC_BASE_URL", help="The memory store API (default: hosted API)."
-        ),
+        click.option("--base-url", envvar=env.BASE_URL, help="The memory store API (default: hosted API)."),
         click.option(
             "--work-secret-file",
             type=click.Path(dir_okay=False, path_type=Path),
-            help="Read the work-item secret from this file (else from ANTHROPIC_WORK_SECRET).",
+            help=f"Read the work-item secret from this file (else from {env.WORK_SECRET}).",
         ),
         click.option(
             "--termination-log",
-            envvar="MEMSYNC_TERMINATION_LOG",
+            envvar=env.TERMINATION_LOG,
             help="One-line JSON outcome, written only if its folder exists (default /dev/termination-log).",
         ),
-        click.option(
-            "--session-id", envvar="MEMSYNC_SESSION_ID", help="The session (informational, logged)."
-        ),
-        click.option("--test-root", envvar="MEMSYNC_TEST_ROOT", hidden=True),
-        click.option("--test-delete-window", envvar="MEMSYNC_TEST_DELETE_WINDOW", hidden=True),
+        click.option("--session-id", envvar=env.SESSION_ID, help="The session (informational, logged)."),
+        click.option("--test-root", envvar=env.TEST_ROOT, hidden=True),
+        click.option("--test-delete-window", envvar=env.TEST_DELETE_WINDOW, hidden=True),
     ]
     for option in reversed(options):
         func = option(func)
@@ -85,7 +89,7 @@ def _common(func: F) -> F:
 
 def _config(params: dict[str, Any], *, command: str, metrics_port: str | None = None) -> AgentConfig:
     secret_file: Path | None = params.pop("work_secret_file", None)
-    secret = os.environ.get("ANTHROPIC_WORK_SECRET")
+    secret = os.environ.get(env.WORK_SECRET)
     if secret_file is not None:
         try:
             secret = secret_file.read_text(encoding="utf-8").strip()
@@ -96,6 +100,7 @@ def _config(params: dict[str, Any], *, command: str, metrics_port: str | None = 
             stores=params.get("stores"),
             interval=params.get("interval"),
             deletions=params.get("deletions"),
+            conflict_policy=params.get("conflict_policy"),
             flush_timeout=params.get("flush_timeout"),
             state_dir=params.get("state_dir"),
             base_url=params.get("base_url"),
@@ -113,18 +118,18 @@ def _config(params: dict[str, Any], *, command: str, metrics_port: str | None = 
 def _fail_config(message: str, command: str, params: dict[str, Any]) -> NoReturn:
     click.echo(f"memsync {command}: invalid configuration: {message}", err=True)
     if command == "mount":
-        _termination_log_best_effort(params, {"phase": "mount_failed", "store": None, "error": message})
+        _termination_log_best_effort(params, MountFailure(store=None, error=message))
     sys.exit(EXIT_CONFIG)
 
 
-def _termination_log_best_effort(params: dict[str, Any], payload: dict[str, Any]) -> None:
+def _termination_log_best_effort(params: dict[str, Any], report: MountFailure) -> None:
     """Even with a bad configuration, tell the operator why (if the termination log path is usable)."""
     raw = params.get("termination_log") or "/dev/termination-log"
     if not raw.startswith("/"):
         return
     root = params.get("test_root")
     path = Path(root) / raw.lstrip("/") if root else Path(raw)
-    write_termination_log(None, payload, path)
+    write_termination_log(None, report, path)
 
 
 def _run(coro_fn: Callable[[], Any]) -> NoReturn:
@@ -150,7 +155,7 @@ def mount(**params: Any) -> None:
 @click.option("--once", is_flag=True, help="Run exactly one pass and exit (tests and debugging).")
 @click.option(
     "--metrics-port",
-    envvar="MEMSYNC_METRICS_PORT",
+    envvar=env.METRICS_PORT,
     help="Serve /metrics, /readyz and /healthz on this port (the Pod uses 9477).",
 )
 def sync(once: bool, metrics_port: str | None, **params: Any) -> None:

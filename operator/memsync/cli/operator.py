@@ -19,10 +19,12 @@ from typing import Any, TypeVar
 import click
 import kopf
 from prometheus_client import start_http_server
+from pydantic import TypeAdapter, ValidationError
 
 from memsync.controller.handlers import build_memo, build_registry
 from memsync.controller.kube import KubeApi
 from memsync.controller.settings import ControllerConfig, configure_settings
+from memsync.crd.models import EnvVarSpec, describe_validation_error, env_problems
 from memsync.crd.schema import render_crd_yaml
 
 logger = logging.getLogger("memsync.operator")
@@ -106,10 +108,35 @@ def _run_options(fn: F) -> F:
             help="Seconds between re-checks of a SessionMemory refused before its Pod (missing Secret or "
             "key, duplicate session, invalid spec), and of an active session against its Pod.",
         ),
+        click.option(
+            "--memsync-env",
+            envvar="MEMSYNC_OPERATOR_MEMSYNC_ENV",
+            default=None,
+            help="Extra environment of the memsync containers of every sandbox Pod, as a JSON list of "
+            'container env entries (e.g. [{"name":"HTTPS_PROXY","value":"http://proxy:3128"}]); a '
+            "SessionMemory's spec.memsyncEnv replaces an entry of the same name. memsync's own variables "
+            "cannot be set this way.",
+        ),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def parse_memsync_env(raw: str | None) -> tuple[EnvVarSpec, ...]:
+    """``--memsync-env``: a JSON list of env entries, validated as ``spec.memsyncEnv`` is."""
+    if raw is None or not raw.strip():
+        return ()
+    try:
+        entries = TypeAdapter(list[EnvVarSpec]).validate_json(raw)
+    except ValidationError as exc:
+        raise click.BadParameter(
+            describe_validation_error(exc, prefix="memsync-env"), param_hint="--memsync-env"
+        ) from None
+    problems = env_problems(entries)
+    if problems:
+        raise click.BadParameter("; ".join(problems), param_hint="--memsync-env")
+    return tuple(entries)
 
 
 @click.group("operator", invoke_without_command=True)
@@ -145,6 +172,7 @@ def _run(
     peering_name: str | None,
     context: str | None,
     recheck_interval: float,
+    memsync_env: str | None,
 ) -> None:
     if namespaces and all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces exclude each other")
@@ -158,6 +186,7 @@ def _run(
         agent_image=agent_image,
         agent_image_pull_policy=agent_image_pull_policy,
         recheck_interval=recheck_interval,
+        memsync_env=parse_memsync_env(memsync_env),
     )
     settings = configure_settings(
         kopf.OperatorSettings(),

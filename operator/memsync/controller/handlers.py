@@ -35,9 +35,13 @@ releases), records the Pod's end from the last state the watcher saw (waiting br
 DELETED event when it has not arrived yet; with no state at all the flush is recorded as not reported), and
 releases the object.
 
+While a session runs, a timer reads its sidecar's sync health (``/status`` at the Pod IP, see
+``controller/health.py``) and writes the ``Synced`` condition, ``lastSyncTime`` and the running totals
+(``status.health_status``), only when they changed.
+
 Events are posted for the SessionMemory on every phase change and for PodCreated, PodAdopted (once per
-operator process), DeletingPod, FlushNotConfirmed and SpecChangeNotApplied. Nothing here logs or posts a
-Secret's data: the Secret is read only to check that the key exists.
+operator process), DeletingPod, FlushNotConfirmed, SpecChangeNotApplied, SyncFailing and SyncRecovered.
+Nothing here logs or posts a Secret's data: the Secret is read only to check that the key exists.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ import kopf
 
 from memsync.controller import metrics
 from memsync.controller import status as st
+from memsync.controller.health import health_url, read_health
 from memsync.controller.kube import AlreadyExists, Conflict, KubeApi, KubeApiError
 from memsync.controller.pod import build_sandbox_pod, pod_name_for
 from memsync.controller.settings import ControllerConfig
@@ -504,6 +509,7 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
             spec=spec,
             agent_image=runtime.config.agent_image,
             agent_image_pull_policy=runtime.config.agent_image_pull_policy,
+            memsync_env_defaults=runtime.config.memsync_env,
         )
     except ValueError as exc:
         await _refuse(runtime, namespace, name, st.INVALID_SPEC, f"the spec is invalid: {exc}")
@@ -679,6 +685,56 @@ async def note_spec_change(runtime: Runtime, body: Mapping[str, Any]) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
+# Live sync health (the sidecar's /status, polled while the session runs)
+# --------------------------------------------------------------------------------------------------
+
+
+def is_running(status: Mapping[str, Any]) -> bool:
+    return status.get("phase") == st.RUNNING and bool(status.get("podName"))
+
+
+async def poll_health(runtime: Runtime, body: Mapping[str, Any]) -> None:
+    """Read the running session's sync health from its sidecar and write it (only what changed).
+
+    A Warning ``SyncFailing`` Event is posted when ``Synced`` turns False, a Normal ``SyncRecovered`` when
+    it turns True again.
+    """
+    meta = body.get("metadata") or {}
+    namespace, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta.get("uid"))
+    status: Mapping[str, Any] = body.get("status") or {}
+    pod_name = str(status.get("podName") or "")
+    seen = runtime.seen_pod(namespace, name, uid, pod_name)
+    pod = seen.pod if seen is not None and not seen.gone else await runtime.kube.get_pod(namespace, pod_name)
+    if pod is None or owner_uid(pod) != uid:
+        return
+    url = (runtime.config.health_address or health_url)(pod)
+    if url is None:
+        return
+    health, error = await read_health(url)
+    now = runtime.clock()
+    if st.health_status(status, health, error=error, generation=_generation(body), now=now) == status:
+        return  # nothing changed since the status this timer was given: no read, no write
+    before: dict[str, Any] = {}
+
+    def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
+        before.clear()
+        before.update(st.condition(previous, st.SYNCED) or {})
+        return st.health_status(previous, health, error=error, generation=_generation(obj), now=now)
+
+    new = await write_status(runtime, namespace, name, compute)
+    after = st.condition(new or {}, st.SYNCED) or {}
+    if after.get("status") != before.get("status") and after.get("status") in ("True", "False"):
+        failing = after["status"] == "False"
+        if failing or before.get("status") == "False":
+            _post_event(
+                body,
+                "Warning" if failing else "Normal",
+                "SyncFailing" if failing else "SyncRecovered",
+                str(after.get("message") or ""),
+            )
+
+
+# --------------------------------------------------------------------------------------------------
 # Registration
 # --------------------------------------------------------------------------------------------------
 
@@ -728,6 +784,24 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
         initial_delay=config.recheck_interval,
         when=unsettled,
     )(recheck)
+
+    async def sync_health(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        runtime, obj = _runtime(memo), plain(body)
+        await _guarded(runtime, obj, lambda: poll_health(runtime, obj))
+
+    def running(status: kopf.Status, **_: Any) -> bool:
+        return is_running(plain(status))
+
+    # Only running sessions are polled; the final report decides once the session ends.
+    kopf.timer(
+        GROUP,
+        VERSION,
+        PLURAL,
+        registry=registry,
+        id="sync-health",
+        interval=config.health_interval,
+        when=running,
+    )(sync_health)
 
     async def on_delete(body: kopf.Body, memo: kopf.Memo, runtime: dt.timedelta, **_: Any) -> None:
         rt, obj = _runtime(memo), plain(body)

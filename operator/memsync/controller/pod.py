@@ -32,13 +32,15 @@ Decisions where the design is silent:
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
-import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from memsync.api.constants import MOUNT_ROOT
+from memsync.contracts import env
+from memsync.contracts.env import StoreEntry, encode_stores
 from memsync.crd.models import (
     ALLOWED_ADDED_CAPABILITIES,
     API_VERSION,
@@ -51,6 +53,7 @@ from memsync.crd.models import (
     MANAGED_BY,
     POD_UID,
     SANDBOX_CONTAINER_NAME,
+    EnvVarSpec,
     SessionMemorySpec,
     sandbox_problems,
     sandbox_security_problems,
@@ -131,35 +134,33 @@ def grace_period_seconds(final_flush_seconds: int) -> int:
 
 def stores_env(spec: SessionMemorySpec) -> str:
     """``MEMSYNC_STORES``: a compact JSON array of {memory_store_id, name, mount_path, access}."""
-    return json.dumps(
+    return encode_stores(
         [
-            {
-                "memory_store_id": s.memory_store_id,
-                "name": s.name,
-                "mount_path": s.effective_mount_path,
-                "access": s.access,
-            }
+            StoreEntry(
+                memory_store_id=s.memory_store_id,
+                name=s.name,
+                mount_path=s.effective_mount_path,
+                access=s.access,
+            )
             for s in spec.stores
-        ],
-        separators=(",", ":"),
-        ensure_ascii=False,
+        ]
     )
 
 
 def memsync_env(spec: SessionMemorySpec) -> list[dict[str, Any]]:
-    """The environment of both memsync containers (Contract 3); the secret only as a ``secretKeyRef``."""
-    return [
-        {"name": "MEMSYNC_SESSION_ID", "value": spec.session_id},
-        {"name": "MEMSYNC_STORES", "value": stores_env(spec)},
-        {"name": "MEMSYNC_SYNC_INTERVAL", "value": str(spec.sync.interval_seconds)},
-        {"name": "MEMSYNC_SYNC_DELETIONS", "value": spec.sync.deletions},
-        {"name": "MEMSYNC_FLUSH_TIMEOUT", "value": str(spec.sync.final_flush_seconds)},
-        {"name": "MEMSYNC_STATE_DIR", "value": STATE_DIR},
-        {"name": "MEMSYNC_TERMINATION_LOG", "value": TERMINATION_MESSAGE_PATH},
-        {"name": "MEMSYNC_LOG_FORMAT", "value": "json"},
-        {"name": "ANTHROPIC_BASE_URL", "value": spec.api_base_url},
+    """The environment of both memsync containers; the secret only as a ``secretKeyRef``."""
+    out: list[dict[str, Any]] = [
+        {"name": env.SESSION_ID, "value": spec.session_id},
+        {"name": env.STORES, "value": stores_env(spec)},
+        {"name": env.SYNC_INTERVAL, "value": str(spec.sync.interval_seconds)},
+        {"name": env.SYNC_DELETIONS, "value": spec.sync.deletions},
+        {"name": env.FLUSH_TIMEOUT, "value": str(spec.sync.final_flush_seconds)},
+        {"name": env.STATE_DIR, "value": STATE_DIR},
+        {"name": env.TERMINATION_LOG, "value": TERMINATION_MESSAGE_PATH},
+        {"name": env.LOG_FORMAT, "value": "json"},
+        {"name": env.BASE_URL, "value": spec.api_base_url},
         {
-            "name": "ANTHROPIC_WORK_SECRET",
+            "name": env.WORK_SECRET,
             "valueFrom": {
                 "secretKeyRef": {
                     "name": spec.work_item_secret_ref.name,
@@ -169,6 +170,9 @@ def memsync_env(spec: SessionMemorySpec) -> list[dict[str, Any]]:
             },
         },
     ]
+    if spec.sync.conflict_policy not in (None, "storeWins"):
+        out.insert(4, {"name": env.CONFLICT_POLICY, "value": spec.sync.conflict_policy})
+    return out
 
 
 def memsync_security_context() -> dict[str, Any]:
@@ -217,15 +221,29 @@ def sandbox_security_context(user: Mapping[str, Any] | None) -> dict[str, Any]:
     return merged
 
 
+def extra_env(spec: SessionMemorySpec, defaults: Sequence[EnvVarSpec] = ()) -> list[dict[str, Any]]:
+    """The extra environment of the memsync containers: the operator's defaults, then the spec's
+    ``memsyncEnv`` (an entry of the spec replaces a default of the same name)."""
+    own = {e.name for e in spec.memsync_env or []}
+    merged = [e for e in defaults if e.name not in own] + list(spec.memsync_env or [])
+    return [e.manifest() for e in merged]
+
+
 def _memsync_container(
-    name: str, command: list[str], spec: SessionMemorySpec, image: str, pull_policy: str
+    name: str,
+    command: list[str],
+    *,
+    spec: SessionMemorySpec,
+    image: str,
+    pull_policy: str,
+    defaults: Sequence[EnvVarSpec],
 ) -> dict[str, Any]:
     return {
         "name": name,
         "image": image,
         "imagePullPolicy": pull_policy,
         "command": command,
-        "env": memsync_env(spec),
+        "env": memsync_env(spec) + extra_env(spec, defaults),
         "volumeMounts": [
             {"name": MEMORY_VOLUME, "mountPath": MOUNT_ROOT},
             {"name": STATE_VOLUME, "mountPath": STATE_DIR},
@@ -245,19 +263,25 @@ def build_sandbox_pod(
     spec: SessionMemorySpec,
     agent_image: str,
     agent_image_pull_policy: str = "IfNotPresent",
+    memsync_env_defaults: Sequence[EnvVarSpec] = (),
 ) -> dict[str, Any]:
-    """The sandbox Pod manifest of SessionMemory ``namespace/name`` (uid ``uid``)."""
+    """The sandbox Pod manifest of SessionMemory ``namespace/name`` (uid ``uid``); ``memsync_env_defaults``
+    is the operator's extra environment for the memsync containers."""
     problems = sandbox_problems(spec.sandbox)
     if problems:
         raise ValueError("spec.sandbox: " + "; ".join(problems))
 
-    mount = _memsync_container(
-        MOUNT_CONTAINER, ["memsync", "mount"], spec, agent_image, agent_image_pull_policy
+    container = functools.partial(
+        _memsync_container,
+        spec=spec,
+        image=agent_image,
+        pull_policy=agent_image_pull_policy,
+        defaults=memsync_env_defaults,
     )
-
-    sync = _memsync_container(SYNC_CONTAINER, ["memsync", "sync"], spec, agent_image, agent_image_pull_policy)
+    mount = container(MOUNT_CONTAINER, ["memsync", "mount"])
+    sync = container(SYNC_CONTAINER, ["memsync", "sync"])
     sync["restartPolicy"] = "Always"
-    sync["env"].append({"name": "MEMSYNC_METRICS_PORT", "value": str(METRICS_PORT)})
+    sync["env"].insert(len(memsync_env(spec)), {"name": env.METRICS_PORT, "value": str(METRICS_PORT)})
     sync["ports"] = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
     sync["readinessProbe"] = {
         "httpGet": {"path": "/readyz", "port": METRICS_PORT},

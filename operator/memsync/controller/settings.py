@@ -14,12 +14,13 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 import kopf
 
-from memsync.crd.models import ANNOTATION_PREFIX, FINALIZER, LABEL_MANAGED_BY, MANAGED_BY
+from memsync.crd.models import ANNOTATION_PREFIX, FINALIZER, LABEL_MANAGED_BY, MANAGED_BY, EnvVarSpec
 
 #: The label selector of the Pods the operator watches (every sandbox Pod carries it).
 POD_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
@@ -41,6 +42,12 @@ class ControllerConfig:
       when set, replaces that bound with a fixed one).
     - ``report_settle_seconds``: once the Pod is gone, how long the deletion waits for the Pod watcher to
       record the Pod's last termination messages before recording the final flush as not reported.
+    - ``health_interval``: how often the sync sidecar's ``/status`` of a running session is read (the
+      ``Synced`` condition then turns False within a pass plus this of a failing pass).
+    - ``health_address``: the URL of a Pod's ``/status`` (default: the Pod IP and the sidecar's metrics
+      port); a test that runs Pods on one machine with remapped ports passes its own.
+    - ``memsync_env``: extra environment for the memsync containers of every Pod (a proxy, a CA bundle);
+      a SessionMemory's ``spec.memsyncEnv`` entries of the same name replace these.
     """
 
     agent_image: str = DEFAULT_AGENT_IMAGE
@@ -51,6 +58,9 @@ class ControllerConfig:
     delete_timeout_seconds: float | None = None
     report_settle_seconds: float = 10.0
     default_grace_seconds: float = 120.0
+    health_interval: float = 5.0
+    health_address: Callable[[Mapping[str, Any]], str | None] | None = None
+    memsync_env: tuple[EnvVarSpec, ...] = field(default_factory=tuple)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,9 @@ Phases move forward only: Pending -> Mounting -> Running -> Flushing -> Succeede
   mount, a failed sandbox, a final flush that left files unsent or was never reported, a Pod that
   disappeared without reporting an end, or a deletion that gave up waiting for the Pod.
 
+Live sync health (the ``Synced`` condition, ``lastSyncTime``, running totals) comes from the sidecar's
+``/status`` document through ``health_status``; once the session ends, its final report decides.
+
 The sync agent reports through termination messages (one line of JSON, see the agent's contract):
 ``{"phase":"mounted",...}`` from ``memsync-mount``, ``{"phase":"mount_failed",...}`` when it fails, and
 ``{"phase":"flushed",...}`` from ``memsync-sync`` at shutdown. A missing, truncated or malformed message
@@ -31,14 +34,33 @@ earlier flush's whenever the final one was killed before it could report.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
+from pydantic.alias_generators import to_camel
+
+from memsync.contracts.health import SyncHealth
+from memsync.contracts.report import (
+    BASE_COUNTS,
+    CUMULATIVE,
+    FINAL_ONLY,
+    MESSAGE_LIMIT,
+    FlushReport,
+    MountFailure,
+    MountReport,
+    StoreCounts,
+    parse_report,
+)
 from memsync.controller.pod import MOUNT_CONTAINER, SANDBOX_CONTAINER, SYNC_CONTAINER
-from memsync.crd.models import CONDITION_FLUSHED, CONDITION_READY, CONDITION_STORES_MOUNTED, Phase
+from memsync.crd.models import (
+    CONDITION_FLUSHED,
+    CONDITION_READY,
+    CONDITION_STORES_MOUNTED,
+    CONDITION_SYNCED,
+    Phase,
+)
 
 PENDING: Final = Phase.PENDING.value
 MOUNTING: Final = Phase.MOUNTING.value
@@ -52,7 +74,8 @@ _RANK: Final = {PENDING: 0, MOUNTING: 1, RUNNING: 2, FLUSHING: 3}
 READY: Final = CONDITION_READY
 STORES_MOUNTED: Final = CONDITION_STORES_MOUNTED
 FLUSHED: Final = CONDITION_FLUSHED
-CONDITION_TYPES: Final = (READY, STORES_MOUNTED, FLUSHED)
+SYNCED: Final = CONDITION_SYNCED
+CONDITION_TYPES: Final = (READY, STORES_MOUNTED, FLUSHED, SYNCED)
 
 # Reasons of the refusals that happen before any Pod exists. They are re-evaluated (the user may fix the
 # spec, create the Secret, or delete the older duplicate); every other Failed is final.
@@ -75,119 +98,21 @@ FLUSH_INCOMPLETE: Final = "FlushIncomplete"
 FLUSH_NOT_REPORTED: Final = "FlushNotReported"
 SESSION_SUCCEEDED: Final = "SessionSucceeded"
 
-MESSAGE_LIMIT: Final = 4096  # a termination message is < 4 KiB; conditions never carry more than that
+# Reasons of the Synced condition.
+IN_SYNC: Final = "InSync"
+SYNC_FAILING: Final = "SyncFailing"
+FIRST_SYNC_PENDING: Final = "FirstSyncPending"
+STATUS_UNAVAILABLE: Final = "StatusUnavailable"
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 Status = dict[str, Any]
 
 
 # --------------------------------------------------------------------------------------------------
-# Termination messages
+# Termination messages: the agent's report (``memsync.contracts.report``), parsed leniently there
 # --------------------------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class MountReport:
-    """``{"phase":"mounted","stores":{id:{"memories":n}}}`` from a successful ``memsync mount``."""
-
-    memories: dict[str, int]
-
-
-@dataclass(frozen=True)
-class MountFailure:
-    """``{"phase":"mount_failed","store":id|null,"error":"..."}`` from a failed ``memsync mount``."""
-
-    store: str | None
-    error: str
-
-
-@dataclass(frozen=True)
-class StoreFlush:
-    uploaded: int = 0
-    deleted: int = 0
-    conflicts: int = 0
-    refused: int = 0
-    unsent: int = 0
-
-
-@dataclass(frozen=True)
-class FlushReport:
-    """``{"phase":"flushed","complete":bool,"stores":{id:{...counts}}}`` from the final shutdown."""
-
-    complete: bool
-    stores: dict[str, StoreFlush] = field(default_factory=dict)
-
-
-Report = MountReport | MountFailure | FlushReport
-
-
-def _count(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return None
-    return value
-
-
-def _json_object(text: str) -> dict[str, Any] | None:
-    """The JSON object in a termination message: the whole text, else its last line that is one.
-
-    With ``terminationMessagePolicy: FallbackToLogsOnError`` the kubelet may hand us the tail of the log
-    instead of the message; the agent's JSON line is then usually the last line that parses.
-    """
-    text = text.strip()
-    if not text:
-        return None
-    candidates = [text, *reversed([line.strip() for line in text.splitlines()])]
-    for candidate in candidates:
-        if not candidate.startswith("{"):
-            continue
-        try:
-            value = json.loads(candidate)
-        except ValueError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
-
-
-def parse_termination_message(text: Any) -> Report | None:
-    """Parse one termination message of the sync agent; None when it is absent or not understood."""
-    if not isinstance(text, str):
-        return None
-    payload = _json_object(text)
-    if payload is None:
-        return None
-    phase = payload.get("phase")
-    stores = payload.get("stores")
-    if phase == "mounted":
-        memories: dict[str, int] = {}
-        if isinstance(stores, dict):
-            for store_id, info in stores.items():
-                count = _count(info.get("memories")) if isinstance(info, dict) else None
-                if isinstance(store_id, str) and count is not None:
-                    memories[store_id] = count
-        return MountReport(memories=memories)
-    if phase == "mount_failed":
-        error = payload.get("error")
-        store = payload.get("store")
-        if not isinstance(error, str) or not error.strip():
-            error = "memsync mount failed without saying why"
-        return MountFailure(store=store if isinstance(store, str) else None, error=error[:MESSAGE_LIMIT])
-    if phase == "flushed":
-        complete = payload.get("complete")
-        results: dict[str, StoreFlush] = {}
-        if isinstance(stores, dict):
-            for store_id, info in stores.items():
-                if not isinstance(store_id, str) or not isinstance(info, dict):
-                    continue
-                counts = {
-                    k: _count(info.get(k)) or 0
-                    for k in ("uploaded", "deleted", "conflicts", "refused", "unsent")
-                }
-                results[store_id] = StoreFlush(**counts)
-        # "complete" must be literally true; anything else is treated as incomplete (never claim a flush
-        # that was not confirmed).
-        return FlushReport(complete=complete is True, stores=results)
-    return None
+parse_termination_message = parse_report
 
 
 # --------------------------------------------------------------------------------------------------
@@ -360,6 +285,7 @@ class Outcome:
     mount_report: MountReport | None = None
     flush_report: FlushReport | None = None
     last_sync: str | None = None  # when the Pod last reported a sync (mount or final flush), RFC 3339
+    synced: Cond | None = None  # the final word on sync health, once the session has ended
 
 
 def _plural(n: int, word: str, words: str | None = None) -> str:
@@ -404,17 +330,28 @@ def _mounted_cond(view: PodView) -> tuple[Cond, MountReport | MountFailure | Non
 
 
 def _flush_summary(report: FlushReport) -> str:
-    totals = StoreFlush(
-        uploaded=sum(s.uploaded for s in report.stores.values()),
-        deleted=sum(s.deleted for s in report.stores.values()),
-        conflicts=sum(s.conflicts for s in report.stores.values()),
-        refused=sum(s.refused for s in report.stores.values()),
-        unsent=sum(s.unsent for s in report.stores.values()),
+    stores = report.stores.values()
+    totals = StoreCounts(
+        uploaded=sum(s.uploaded for s in stores),
+        deleted=sum(s.deleted for s in stores),
+        conflicts=sum(s.conflicts for s in stores),
+        refused=sum(s.refused for s in stores),
+        unsent=sum(s.unsent for s in stores),
+        unreadable=sum(s.unreadable for s in stores),
+        held_deletes=sum(s.held_deletes for s in stores),
     )
     text = (
         f"uploaded {totals.uploaded}, deleted {totals.deleted}, conflicts {totals.conflicts}, "
         f"refused {totals.refused}, unsent {totals.unsent} across {_plural(len(report.stores), 'store')}"
     )
+    if totals.unreadable:
+        text += f"; {_plural(totals.unreadable, 'file')} could not be read"
+    if totals.held_deletes:
+        held = sorted({p for s in stores for p in s.held_delete_paths})
+        text += (
+            f"; {_plural(totals.held_deletes, 'local deletion')} held back by the delete cap stay in the "
+            f"store ({', '.join('/' + p for p in held)})"
+        )
     if not report.complete:
         unsent = sorted(sid for sid, s in report.stores.items() if s.unsent)
         where = f" (unsent in {', '.join(unsent)})" if unsent else ""
@@ -485,6 +422,13 @@ def _terminal_outcome(view: PodView, mounted: Cond, pod_gone: bool) -> Outcome |
     else:
         reason, text = SESSION_SUCCEEDED, f"the session ended; {flushed.message}"
 
+    synced = None
+    if flush is not None:
+        synced = (
+            Cond(SYNCED, "True", "FinalFlushComplete", flushed.message)
+            if flush.complete
+            else Cond(SYNCED, "False", FLUSH_INCOMPLETE, flushed.message)
+        )
     if reason == SESSION_SUCCEEDED:
         phase = SUCCEEDED
     else:
@@ -496,7 +440,7 @@ def _terminal_outcome(view: PodView, mounted: Cond, pod_gone: bool) -> Outcome |
     report = parse_termination_message(view.mount.message) if view.mount.state == "terminated" else None
     if isinstance(report, MountReport):
         mount_report = report
-    return Outcome(phase, ready, mounted, flushed, text, mount_report, flush)
+    return Outcome(phase, ready, mounted, flushed, text, mount_report, flush, synced=synced)
 
 
 def pod_outcome(pod: Mapping[str, Any], *, pod_gone: bool = False) -> Outcome:
@@ -586,16 +530,31 @@ def _store_entries(
         if mount_report is not None and sid in mount_report.memories:
             entry["memoriesMounted"] = mount_report.memories[sid]
         if flush_report is not None and sid in flush_report.stores:
-            counts = flush_report.stores[sid]
-            entry.update(
-                uploaded=counts.uploaded,
-                deleted=counts.deleted,
-                conflicts=counts.conflicts,
-                refused=counts.refused,
-                unsent=counts.unsent,
-            )
+            final = flush_report.stores[sid]
+            shown = final.copy()
+            totals = flush_report.totals.get(sid)
+            if totals is not None:  # the session's running totals, where the report carries them
+                for name in CUMULATIVE:
+                    setattr(shown, name, getattr(totals, name))
+            _put_counts(entry, shown, unsent=True)
         result.append(entry)
     return result
+
+
+# status.stores[] key (camelCase) -> StoreCounts field: the report's base counts always, the others when set
+_STORE_COUNT_KEYS: Final = tuple((to_camel(f.name), f.name) for f in dataclasses.fields(StoreCounts))
+
+
+def _put_counts(entry: dict[str, Any], counts: StoreCounts, *, unsent: bool) -> None:
+    """Write ``counts`` into a status.stores entry (``unsent`` only from a flush report)."""
+    for key, name in _STORE_COUNT_KEYS:
+        if name in FINAL_ONLY and not unsent:
+            continue
+        value = getattr(counts, name)
+        if value or name in BASE_COUNTS:
+            entry[key] = list(value) if isinstance(value, list) else value
+        else:
+            entry.pop(key, None)
 
 
 def _assemble(
@@ -625,8 +584,79 @@ def _assemble(
     status["stores"] = _store_entries(
         stores, previous.get("stores"), outcome.mount_report, outcome.flush_report
     )
-    if outcome.last_sync is not None:
-        status["lastSyncTime"] = outcome.last_sync
+    if outcome.synced is not None:
+        status["conditions"] = merge_conditions(
+            status["conditions"], [outcome.synced], generation=generation, now=now
+        )
+        status["conditions"].sort(key=_condition_order)
+    _advance_last_sync(status, outcome.last_sync)
+    return status
+
+
+def _condition_order(entry: Mapping[str, Any]) -> int:
+    kind = entry.get("type")
+    return CONDITION_TYPES.index(kind) if kind in CONDITION_TYPES else len(CONDITION_TYPES)
+
+
+def _advance_last_sync(status: Status, when: str | None) -> None:
+    """``lastSyncTime`` only ever moves forward (RFC 3339 UTC strings of one format sort by time)."""
+    before = status.get("lastSyncTime")
+    if when is not None and (not isinstance(before, str) or when > before):
+        status["lastSyncTime"] = when
+
+
+# --------------------------------------------------------------------------------------------------
+# Live sync health, from the sidecar's /status document
+# --------------------------------------------------------------------------------------------------
+
+
+def synced_condition(health: SyncHealth | None, error: str | None = None) -> Cond:
+    """The ``Synced`` condition from the sidecar's health document (None: it could not be read, ``error``
+    says why). False while any store's last pass failed, naming each failing store and its last error."""
+    if health is None:
+        return Cond(SYNCED, "Unknown", STATUS_UNAVAILABLE, f"cannot read the sidecar's sync status: {error}")
+    failing = {sid: h for sid, h in health.stores.items() if not h.healthy}
+    if failing:
+        parts = [
+            f"{sid}: {_plural(h.failing_passes, 'failed pass', 'failed passes')}"
+            + (f", last error: {h.last_error}" if h.last_error else "")
+            for sid, h in sorted(failing.items())
+        ]
+        return Cond(SYNCED, "False", SYNC_FAILING, "; ".join(parts))
+    if not health.stores or any(h.outcome == "pending" for h in health.stores.values()):
+        return Cond(SYNCED, "Unknown", FIRST_SYNC_PENDING, "the first sync of every store has not finished")
+    return Cond(SYNCED, "True", IN_SYNC, f"every store synced ({_plural(len(health.stores), 'store')})")
+
+
+def health_status(
+    previous: Mapping[str, Any],
+    health: SyncHealth | None,
+    *,
+    error: str | None = None,
+    generation: int | None,
+    now: datetime,
+) -> Status | None:
+    """The status with the live sync health applied: the ``Synced`` condition, ``lastSyncTime`` (the oldest
+    store's last clean sync) and each store's running totals. None when the session is over (its final
+    report decides) or nothing is known yet."""
+    if previous.get("phase") in TERMINAL_PHASES or not previous.get("podName"):
+        return None
+    status: Status = {k: v for k, v in previous.items() if k != "kopf"}
+    conditions = merge_conditions(
+        previous.get("conditions"), [synced_condition(health, error)], generation=generation, now=now
+    )
+    status["conditions"] = sorted(conditions, key=_condition_order)
+    if health is None:
+        return status
+    successes = [h.last_success for h in health.stores.values()]
+    if successes and all(successes):
+        _advance_last_sync(status, min(s for s in successes if s))
+    entries = [dict(e) for e in previous.get("stores") or [] if isinstance(e, dict)]
+    for entry in entries:
+        store = health.stores.get(str(entry.get("memoryStoreId")))
+        if store is not None:
+            _put_counts(entry, store.totals, unsent=False)
+    status["stores"] = entries
     return status
 
 

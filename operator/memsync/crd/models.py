@@ -53,6 +53,7 @@ from pydantic.alias_generators import to_camel
 
 from memsync.api.constants import DEFAULT_BASE_URL, MAX_STORES_PER_SESSION, MOUNT_ROOT, STORE_NAME_MAX
 from memsync.api.paths import default_mount_path, is_ancestor
+from memsync.contracts.env import CONFLICT_POLICIES, RESERVED_PREFIXES, ConflictPolicy, is_reserved
 
 # --- names -------------------------------------------------------------------------------------------------
 
@@ -106,6 +107,7 @@ FINAL_FLUSH_MAX: Final = 300
 
 ACCESS_VALUES: Final = ("read_write", "read_only")
 DELETIONS_VALUES: Final = ("enabled", "log_only", "disabled")
+CONFLICT_POLICY_VALUES: Final = CONFLICT_POLICIES
 
 SANDBOX_CONTAINER_NAME: Final = "sandbox"
 #: The uid and gid every container of the sandbox Pod runs as. The sync agent writes the store files under
@@ -117,6 +119,12 @@ SANDBOX_FORBIDDEN_FIELDS: Final = ("volumeMounts", "volumeDevices", "restartPoli
 ALLOWED_ADDED_CAPABILITIES: Final = ("NET_BIND_SERVICE",)
 ALLOWED_SECCOMP_TYPES: Final = ("RuntimeDefault", "Localhost")
 CAPABILITIES_MAX: Final = 64
+#: An environment variable name, as Kubernetes accepts it.
+ENV_NAME_PATTERN: Final = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+ENV_NAME_MAX: Final = 256
+MEMSYNC_ENV_MAX: Final = 32
+#: The sources an extra memsync variable may take its value from (never the Pod's fields).
+ENV_VALUE_SOURCES: Final = ("secretKeyRef", "configMapKeyRef")
 
 Access = Literal["read_write", "read_only"]
 Deletions = Literal["enabled", "log_only", "disabled"]
@@ -138,6 +146,7 @@ PHASES: Final = tuple(p.value for p in Phase)
 CONDITION_READY: Final = "Ready"
 CONDITION_STORES_MOUNTED: Final = "StoresMounted"
 CONDITION_FLUSHED: Final = "Flushed"
+CONDITION_SYNCED: Final = "Synced"
 
 
 def _matched(value: str, pattern: str, max_length: int, requirement: str) -> str:
@@ -200,7 +209,58 @@ class StoreSpec(_SpecModel):
 class SyncSpec(_SpecModel):
     interval_seconds: Annotated[int, Field(ge=INTERVAL_MIN, le=INTERVAL_MAX)] = INTERVAL_DEFAULT
     deletions: Deletions = "enabled"
+    # None = the default, storeWins (kept unset so a stored object shows only what its author wrote)
+    conflict_policy: ConflictPolicy | None = None
     final_flush_seconds: Annotated[int, Field(ge=FINAL_FLUSH_MIN, le=FINAL_FLUSH_MAX)] = FINAL_FLUSH_DEFAULT
+
+
+class EnvVarSpec(_SpecModel):
+    """One extra environment variable of the memsync containers (a proxy, a CA bundle path...)."""
+
+    name: str
+    value: str | None = None
+    value_from: dict[str, Any] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str) -> str:
+        _matched(
+            value,
+            ENV_NAME_PATTERN,
+            ENV_NAME_MAX,
+            "must be an environment variable name (letters, digits, '_', '-' or '.', not starting with a "
+            f"digit), at most {ENV_NAME_MAX} characters",
+        )
+        if is_reserved(value):
+            raise ValueError(
+                f"{value} is memsync's own variable (names starting with {' or '.join(RESERVED_PREFIXES)} "
+                "are set by the operator and cannot be overridden)"
+            )
+        return value
+
+    @field_validator("value_from")
+    @classmethod
+    def _check_value_from(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and (len(value) != 1 or next(iter(value)) not in ENV_VALUE_SOURCES):
+            raise ValueError(f"must name exactly one of {', '.join(ENV_VALUE_SOURCES)}")
+        return value
+
+    def manifest(self) -> dict[str, Any]:
+        """The container ``env`` entry."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
+
+def env_problems(entries: list[EnvVarSpec]) -> list[str]:
+    """Each name once, and each entry with a value or a valueFrom (not both)."""
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        first = seen.setdefault(entry.name, i)
+        if first != i:
+            problems.append(f"[{i}].name {entry.name!r} repeats [{first}]: each variable may be set once")
+        if (entry.value is None) == (entry.value_from is None):
+            problems.append(f"[{i}] ({entry.name}): set exactly one of value or valueFrom")
+    return problems
 
 
 class SecretKeyRef(_SpecModel):
@@ -346,6 +406,17 @@ class SessionMemorySpec(_SpecModel):
     stores: Annotated[list[StoreSpec], Field(min_length=STORES_MIN, max_length=STORES_MAX)]
     sync: SyncSpec = Field(default_factory=SyncSpec)
     sandbox: dict[str, Any]
+    # Extra environment of the memsync containers (init and sidecar), e.g. HTTPS_PROXY, NO_PROXY,
+    # SSL_CERT_FILE; it replaces the operator's defaults of the same name. None: none.
+    memsync_env: Annotated[list[EnvVarSpec], Field(max_length=MEMSYNC_ENV_MAX)] | None = None
+
+    @field_validator("memsync_env")
+    @classmethod
+    def _check_memsync_env(cls, entries: list[EnvVarSpec] | None) -> list[EnvVarSpec] | None:
+        problems = env_problems(entries or [])
+        if problems:
+            raise ValueError("; ".join(problems))
+        return entries
 
     @field_validator("session_id")
     @classmethod
@@ -495,10 +566,16 @@ class StoreStatus(_StatusModel):
     mount_path: str | None = None
     memories_mounted: int | None = None
     uploaded: int | None = None
+    downloaded: int | None = None
     deleted: int | None = None
     conflicts: int | None = None
     refused: int | None = None
+    unreadable: int | None = None
+    held_deletes: int | None = None
     unsent: int | None = None
+    refused_paths: list[str] | None = None
+    unreadable_paths: list[str] | None = None
+    held_delete_paths: list[str] | None = None
 
 
 class SessionMemoryStatus(_StatusModel):

@@ -28,8 +28,10 @@ import sys
 from typing import Any, Final
 
 import yaml
+from pydantic.alias_generators import to_camel
 
 from memsync.api.constants import DEFAULT_BASE_URL, MOUNT_ROOT, STORE_NAME_MAX
+from memsync.contracts.report import CUMULATIVE, SAMPLE_MAX, count_fields
 from memsync.crd import models as m
 
 SYNC_WAVE_ANNOTATION: Final = "argocd.argoproj.io/sync-wave"
@@ -51,6 +53,25 @@ def _string(description: str, **extra: Any) -> dict[str, Any]:
 
 def _count(description: str) -> dict[str, Any]:
     return {"type": "integer", "format": "int64", "minimum": 0, "description": description}
+
+
+def _paths(description: str) -> dict[str, Any]:
+    return {
+        "type": "array",
+        "description": description,
+        "maxItems": SAMPLE_MAX,
+        "items": {"type": "string", "maxLength": 1024},
+    }
+
+
+def store_count_properties() -> dict[str, Any]:
+    """The counts of ``status.stores[]``: the report's counts in camelCase (cumulative ones are session
+    totals)."""
+    out: dict[str, Any] = {}
+    for name, description, is_paths in count_fields():
+        session = "Session total: " if name in CUMULATIVE else ""
+        out[to_camel(name)] = _paths(description) if is_paths else _count(session + description)
+    return out
 
 
 def _open_object(description: str, **extra: Any) -> dict[str, Any]:
@@ -149,6 +170,12 @@ def sync_schema() -> dict[str, Any]:
                 "pushed; disabled: ignored.",
                 enum=list(m.DELETIONS_VALUES),
                 default="enabled",
+            ),
+            "conflictPolicy": _string(
+                "storeWins (default): a local edit that conflicts with a change in the store loses to the "
+                "store's version; keepLocalCopy: the losing local content is also written beside the file as "
+                "<name>.conflict-<session>-<UTC time><ext>, which then syncs like any new file.",
+                enum=list(m.CONFLICT_POLICY_VALUES),
             ),
             "finalFlushSeconds": {
                 "type": "integer",
@@ -355,6 +382,29 @@ def spec_schema() -> dict[str, Any]:
             "stores": stores_schema(),
             "sync": sync_schema(),
             "sandbox": sandbox_schema(),
+            "memsyncEnv": memsync_env_schema(),
+        },
+    }
+
+
+def memsync_env_schema() -> dict[str, Any]:
+    return {
+        "type": "array",
+        "description": "Extra environment of the memsync containers (the mount init container and the sync "
+        "sidecar, never the sandbox), e.g. HTTPS_PROXY, NO_PROXY or SSL_CERT_FILE; an entry replaces the "
+        "operator's default of the same name. Names starting with MEMSYNC_ or ANTHROPIC_ are memsync's own "
+        "and are refused.",
+        "maxItems": m.MEMSYNC_ENV_MAX,
+        "items": {
+            "type": "object",
+            "required": ["name"],
+            "properties": {
+                "name": _string("Variable name.", pattern=m.ENV_NAME_PATTERN, maxLength=m.ENV_NAME_MAX),
+                "value": _string("Its value.", maxLength=32768),
+                "valueFrom": _open_object(
+                    "Where its value comes from: secretKeyRef or configMapKeyRef (in this namespace)."
+                ),
+            },
         },
     }
 
@@ -392,7 +442,9 @@ def status_schema() -> dict[str, Any]:
             "podName": _string("The sandbox Pod."),
             "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
             "message": _string("The latest human-readable status.", maxLength=m.MESSAGE_MAX),
-            "lastSyncTime": _string("When the sidecar last reported a completed sync.", format="date-time"),
+            "lastSyncTime": _string(
+                "When the sidecar last completed a sync of every store without errors.", format="date-time"
+            ),
             "conditions": {
                 "type": "array",
                 "items": condition_schema(),
@@ -409,11 +461,7 @@ def status_schema() -> dict[str, Any]:
                         "memoryStoreId": _string("The store."),
                         "mountPath": _string("Where it was mounted."),
                         "memoriesMounted": _count("Memories downloaded by memsync mount."),
-                        "uploaded": _count("Final flush: files uploaded."),
-                        "deleted": _count("Final flush: deletions pushed."),
-                        "conflicts": _count("Final flush: conflicts (the store won; local copy kept)."),
-                        "refused": _count("Final flush: files the store refused."),
-                        "unsent": _count("Final flush: files left unsent."),
+                        **store_count_properties(),
                     },
                 },
                 "x-kubernetes-list-type": "map",
@@ -428,6 +476,7 @@ def printer_columns() -> list[dict[str, Any]]:
     return [
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
+        {"name": "Synced", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Synced")].status'},
         {"name": "Stores", "type": "string", "jsonPath": ".spec.stores[*].memoryStoreId"},
         {"name": "Last Sync", "type": "date", "jsonPath": ".status.lastSyncTime"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -44,6 +44,7 @@ import click
 
 from memsync.api.constants import MARKER_FILENAME, MOUNT_ROOT
 from memsync.api.hashing import sha256_bytes
+from memsync.contracts import env
 
 Scenario = Literal["churn", "steady"]
 REPORT_PREFIX = "agent-report: "
@@ -53,7 +54,7 @@ _WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hote
 
 def resolve(path: str) -> Path:
     """An absolute path of the configuration, under ``MEMSYNC_TEST_ROOT`` when that is set (test-only)."""
-    root = os.environ.get("MEMSYNC_TEST_ROOT")
+    root = os.environ.get(env.TEST_ROOT)
     if root and path.startswith("/"):
         return Path(root) / PurePosixPath(path).relative_to("/")
     return Path(path)

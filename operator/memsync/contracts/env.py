@@ -1,0 +1,59 @@
+"""The sync agent's environment: every variable name, spelled here only, and the stores JSON.
+
+The operator sets these on the ``memsync-mount`` and ``memsync-sync`` containers; the agent's command line
+reads them (each is also a flag). ``RESERVED`` lists the names users may not override through the extra
+environment of the memsync containers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Final, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+SESSION_ID: Final = "MEMSYNC_SESSION_ID"
+STORES: Final = "MEMSYNC_STORES"
+SYNC_INTERVAL: Final = "MEMSYNC_SYNC_INTERVAL"
+SYNC_DELETIONS: Final = "MEMSYNC_SYNC_DELETIONS"
+CONFLICT_POLICY: Final = "MEMSYNC_CONFLICT_POLICY"
+FLUSH_TIMEOUT: Final = "MEMSYNC_FLUSH_TIMEOUT"
+STATE_DIR: Final = "MEMSYNC_STATE_DIR"
+TERMINATION_LOG: Final = "MEMSYNC_TERMINATION_LOG"
+METRICS_PORT: Final = "MEMSYNC_METRICS_PORT"
+LOG_FORMAT: Final = "MEMSYNC_LOG_FORMAT"
+LOG_LEVEL: Final = "MEMSYNC_LOG_LEVEL"
+BASE_URL: Final = "ANTHROPIC_BASE_URL"
+WORK_SECRET: Final = "ANTHROPIC_WORK_SECRET"  # noqa: S105 - the variable's name, not a secret
+# Test-only: map every absolute path of the configuration under this directory; shorten the delete window.
+TEST_ROOT: Final = "MEMSYNC_TEST_ROOT"
+TEST_DELETE_WINDOW: Final = "MEMSYNC_TEST_DELETE_WINDOW"
+
+#: Prefixes of the names memsync owns: extra environment for its containers may not set any of them.
+RESERVED_PREFIXES: Final = ("MEMSYNC_", "ANTHROPIC_")
+
+Access = Literal["read_write", "read_only"]
+ConflictPolicy = Literal["storeWins", "keepLocalCopy"]
+CONFLICT_POLICIES: Final = ("storeWins", "keepLocalCopy")
+
+
+def is_reserved(name: str) -> bool:
+    """Whether ``name`` is one of memsync's own variables (or could become one)."""
+    return name.upper().startswith(RESERVED_PREFIXES)
+
+
+class StoreEntry(BaseModel):
+    """One attached store as ``MEMSYNC_STORES`` lists it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    memory_store_id: str
+    name: str = ""
+    mount_path: str = ""
+    access: Access = "read_write"
+
+
+def encode_stores(stores: Sequence[StoreEntry]) -> str:
+    """``MEMSYNC_STORES``: a compact JSON array of the entries."""
+    return json.dumps([s.model_dump(mode="json") for s in stores], separators=(",", ":"), ensure_ascii=False)

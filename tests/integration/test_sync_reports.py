@@ -1,0 +1,287 @@
+"""What the sync reports beyond the reference rules, against the real store server: a synced file replaced by
+a folder of the same name (and the reverse), held deletes at session end, and memories the agent can never
+write locally. Each must be counted and named, never silently dropped or reported as a conflict.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from memsync.agent import messages
+from memsync.agent.conflicts import conflict_copy_name
+from memsync.agent.testing import Harness, make_harness
+
+FILES = {"a.md": "alpha", "b.md": "bravo", "notes/c.md": "charlie", "notes/d.md": "delta"}
+
+
+def logged(caplog: pytest.LogCaptureFixture, fragment: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if fragment in r.getMessage()]
+
+
+@pytest.fixture
+def caplog_agent(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.DEBUG, logger="memsync.agent")
+    return caplog
+
+
+async def make(store_server, tmp_path: Path, **kw) -> Harness:
+    return await make_harness(store_server.url, store_server.admin_key, tmp_path, **kw)
+
+
+# --- a file replaced by a folder of the same name, and the reverse -------------------------------------
+
+
+async def test_file_replaced_by_a_folder_deletes_the_memory_then_uploads_the_folder(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    h = await make(store_server, tmp_path, files=FILES, delete_window=30)
+    try:
+        (h.root / "a.md").unlink()
+        h.write("a.md/inside.md", "now a folder")
+        h.write("a.md/deeper/more.md", "and more")
+        await h.sync()
+        # The old memory waits for the delete window like any local deletion; the new files wait for it.
+        assert (await h.remote())["a.md"] == "alpha"
+        assert logged(caplog_agent, messages.WAITS_FOR_DELETE)
+        h.clock.now += 31
+        await h.sync()
+        remote = await h.remote()
+        assert "a.md" not in remote
+        assert remote["a.md/inside.md"] == "now a folder" and remote["a.md/deeper/more.md"] == "and more"
+        assert h.engine.tally.conflicts == 0
+        assert not logged(caplog_agent, messages.PATH_TAKEN)
+    finally:
+        await h.aclose()
+
+
+async def test_file_replaced_by_a_folder_at_session_end_is_saved_in_one_final_sync(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    h = await make(store_server, tmp_path, files=FILES, delete_window=30)
+    try:
+        (h.root / "b.md").unlink()
+        h.write("b.md/inside.md", "folder at the end")
+        out = await h.final()
+        assert out.complete
+        counts = out.stores[h.store_id]
+        assert counts["conflicts"] == 0 and counts["deleted"] == 1 and counts["uploaded"] == 1
+        remote = await h.remote()
+        assert "b.md" not in remote and remote["b.md/inside.md"] == "folder at the end"
+    finally:
+        await h.aclose()
+
+
+async def test_folder_replaced_by_a_file_deletes_the_memories_then_uploads_the_file(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    h = await make(store_server, tmp_path, files=FILES, delete_window=30)
+    try:
+        shutil.rmtree(h.root / "notes")
+        h.write("notes", "now a file")
+        await h.sync()
+        assert (await h.remote())["notes/c.md"] == "charlie"  # the window runs
+        assert logged(caplog_agent, messages.WAITS_FOR_DELETE)
+        out = await h.final()
+        assert out.complete
+        assert out.stores[h.store_id]["conflicts"] == 0
+        remote = await h.remote()
+        assert remote == {"a.md": "alpha", "b.md": "bravo", "notes": "now a file"}
+        assert h.read("notes") == "now a file"
+    finally:
+        await h.aclose()
+
+
+async def test_a_push_only_flush_counts_a_create_in_the_way_of_its_own_memory_as_unsent(
+    store_server, tmp_path: Path
+) -> None:
+    h = await make(store_server, tmp_path, files=FILES, delete_window=30)
+    try:
+        (h.root / "a.md").unlink()
+        h.write("a.md/inside.md", "waits for a sync to delete a.md")
+        out = await h.flush()
+        assert not out.complete
+        assert out.stores[h.store_id]["unsent"] == 1 and out.stores[h.store_id]["conflicts"] == 0
+        assert (await h.remote())["a.md"] == "alpha"
+    finally:
+        await h.aclose()
+
+
+async def test_with_deletes_disabled_a_blocked_create_is_refused_not_a_conflict(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    h = await make(store_server, tmp_path, files=FILES, delete_window=0, deletions="disabled")
+    try:
+        (h.root / "a.md").unlink()
+        h.write("a.md/inside.md", "cannot be created while a.md stays")
+        out = await h.final()
+        counts = out.stores[h.store_id]
+        assert counts["conflicts"] == 0
+        assert counts["refused"] == 1 and counts["refused_paths"] == ["a.md/inside.md"]
+        assert logged(caplog_agent, messages.BLOCKED_BY_KEPT_MEMORY)
+        assert (await h.remote())["a.md"] == "alpha"
+    finally:
+        await h.aclose()
+
+
+# --- held deletes at session end --------------------------------------------------------------------------
+
+
+async def test_deletes_held_by_the_cap_at_session_end_are_reported(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    files = {f"f{i:02d}.md": str(i) for i in range(12)}
+    h = await make(store_server, tmp_path, files=files, delete_window=0)
+    try:
+        for rel in files:
+            (h.root / rel).unlink()
+        h.write("keep.md", "so the folder is not taken for a wipe")
+        out = await h.final()
+        counts = out.stores[h.store_id]
+        assert counts["deleted"] == 8 and counts["held_deletes"] == 4
+        assert counts["held_delete_paths"] == ["f08.md", "f09.md", "f10.md", "f11.md"]
+        assert len(await h.remote()) == 5  # those four stay in the store, and the report says so
+        assert logged(caplog_agent, messages.HELD_AT_END.format(held=4))
+        assert out.report.totals[h.store_id].held_deletes == 4
+    finally:
+        await h.aclose()
+
+
+# --- memories the agent can never write locally -----------------------------------------------------------
+
+
+async def test_memories_that_cannot_be_local_files_are_counted_as_refused(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    long_segment = "x" * 300 + ".md"
+    hostile = {
+        "a\\b.md": "backslash",
+        ".anthropic-memory-store": "fake marker",
+        f"dir/{long_segment}": "a segment over 255 bytes",
+        "ok.md": "fine",
+    }
+    h = await make(store_server, tmp_path, files=hostile, delete_window=0)
+    try:
+        assert h.local_files() == {"ok.md": "fine"}
+        await h.sync()
+        expected = sorted([".anthropic-memory-store", "a\\b.md", f"dir/{long_segment}"])
+        assert h.engine.tally.refused == 3 and h.engine.tally.refused_paths == expected
+        gauge = h.agent.metrics.registry.get_sample_value("memsync_refused_paths", {"store": h.store_id})
+        assert gauge == 3
+        warned = {getattr(r, "remote_path", "") for r in logged(caplog_agent, messages.UNSAFE_REMOTE_PATH)}
+        assert warned == {"/a\\b.md", f"/dir/{long_segment}"}
+        out = await h.final()
+        assert out.complete
+        assert out.stores[h.store_id]["refused"] == 3
+        assert out.report.totals[h.store_id].refused_paths == expected
+        assert await h.remote() == hostile  # never deleted, never overwritten
+    finally:
+        await h.aclose()
+
+
+# --- conflictPolicy: keepLocalCopy ------------------------------------------------------------------------
+
+
+def test_conflict_copy_names() -> None:
+    when = "20261130T190628Z"
+    assert conflict_copy_name("notes/todo.md", "sesn_1", when) == f"notes/todo.conflict-sesn_1-{when}.md"
+    assert conflict_copy_name("README", "sesn_1", when) == f"README.conflict-sesn_1-{when}"
+    assert conflict_copy_name(".env", "sesn_1", when, 2) == f".env.conflict-sesn_1-{when}-2"
+    assert conflict_copy_name("a.tar.gz", "s", when) == f"a.tar.conflict-s-{when}.gz"
+
+
+async def test_store_wins_by_default_and_no_copy_is_written(store_server, tmp_path: Path) -> None:
+    h = await make(store_server, tmp_path, files=FILES, delete_window=0, session_id="sesn_default")
+    try:
+        h.write("a.md", "local edit")
+        await h.put("a.md", "remote edit")
+        await h.sync()
+        assert h.local_files()["a.md"] == "remote edit"
+        assert not [rel for rel in h.local_files() if ".conflict-" in rel]
+    finally:
+        await h.aclose()
+
+
+async def test_keep_local_copy_writes_the_losing_edit_beside_the_file_and_syncs_it(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    h = await make(
+        store_server,
+        tmp_path,
+        files=FILES,
+        delete_window=0,
+        conflict_policy="keepLocalCopy",
+        session_id="sesn_keep",
+    )
+    try:
+        h.clock.now = 1_796_065_588.0  # 2026-11-30T19:06:28Z
+        h.write("notes/c.md", "the agent's edit")
+        await h.put("notes/c.md", "someone else's edit")
+        await h.sync()
+        copy = "notes/c.conflict-sesn_keep-20261130T190628Z.md"
+        local = h.local_files()
+        assert local["notes/c.md"] == "someone else's edit"  # the store wins, as in the reference
+        assert local[copy] == "the agent's edit"  # and the agent's edit survives beside it
+        assert logged(caplog_agent, messages.BOTH_CHANGED) and logged(caplog_agent, messages.CONFLICT_COPY)
+        out = await h.final()
+        assert out.complete
+        remote = await h.remote()
+        assert remote[copy] == "the agent's edit" and remote["notes/c.md"] == "someone else's edit"
+        assert out.stores[h.store_id]["conflicts"] == 0 and out.report.totals[h.store_id].conflicts == 1
+    finally:
+        await h.aclose()
+
+
+async def test_keep_local_copy_refuses_a_copy_name_that_cannot_be_a_memory_and_keeps_the_edit(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    name = "n" * 240 + ".md"  # the copy's name would pass 255 bytes
+    h = await make(
+        store_server,
+        tmp_path,
+        files={name: "base", "ok.md": "ok"},
+        delete_window=0,
+        conflict_policy="keepLocalCopy",
+        session_id="sesn_keep",
+    )
+    try:
+        h.write(name, "the agent's edit")
+        await h.put(name, "someone else's edit")
+        await h.sync()
+        assert h.local_files()[name] == "the agent's edit"  # not overwritten: never lost
+        assert logged(caplog_agent, messages.CONFLICT_COPY_REFUSED)
+        assert h.engine.tally.refused == 1 and h.engine.tally.refused_paths == [name]
+    finally:
+        await h.aclose()
+
+
+async def test_keep_local_copy_in_a_push_only_flush_saves_the_losing_edit_once(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    h = await make(
+        store_server,
+        tmp_path,
+        files=FILES,
+        delete_window=0,
+        conflict_policy="keepLocalCopy",
+        session_id="sesn_flush",
+    )
+    try:
+        h.write("a.md", "edited just before the end")
+        await h.put("a.md", "changed in the store meanwhile")
+        flushed = await h.flush()  # the preStop flush: its conditional update loses (409)
+        assert flushed.complete and flushed.stores[h.store_id]["conflicts"] == 1
+        assert logged(caplog_agent, messages.UPLOAD_LOST)
+        copies = {rel: c for rel, c in (await h.remote()).items() if rel.startswith("a.conflict-sesn_flush-")}
+        assert list(copies.values()) == ["edited just before the end"]
+        final = await h.final()  # the final sync sees the conflict again: the copy is reused, not doubled
+        assert final.complete
+        remote = await h.remote()
+        assert remote["a.md"] == "changed in the store meanwhile"
+        assert [c for rel, c in remote.items() if ".conflict-" in rel] == ["edited just before the end"]
+        assert [rel for rel in h.local_files() if ".conflict-" in rel] == list(copies)
+    finally:
+        await h.aclose()

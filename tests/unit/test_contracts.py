@@ -1,0 +1,93 @@
+"""The contracts between memsync's processes: defined once (``memsync.contracts``), used by both sides."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from memsync.contracts import env
+from memsync.contracts.report import (
+    FlushReport,
+    MountFailure,
+    MountReport,
+    StoreCounts,
+    parse_report,
+    render_report,
+)
+
+PACKAGE = Path(env.__file__).resolve().parents[1]
+ENV_NAMES = sorted(
+    value
+    for name, value in vars(env).items()
+    if name.isupper() and isinstance(value, str) and value.isupper()
+)
+REPORT_FIELDS = [*sorted(f.name for f in dataclasses.fields(StoreCounts)), "totals"]
+
+
+# The store server and the wire models speak the store API (whose "deleted" is a version's operation), and
+# the scripted agent writes its own report: neither reads or writes the sync agent's termination report.
+OTHER_CONTRACTS = ("server/", "api/", "devtools/")
+
+
+def _string_constants() -> dict[str, set[str]]:
+    """string literal -> the runtime modules (relative paths) where it is written."""
+    found: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found.setdefault(node.value, set()).add(rel)
+    return found
+
+
+@pytest.fixture(scope="module")
+def constants() -> dict[str, set[str]]:
+    return _string_constants()
+
+
+@pytest.mark.parametrize("name", ENV_NAMES)
+def test_each_env_name_is_spelled_in_one_runtime_module(name: str, constants: dict[str, set[str]]) -> None:
+    assert constants.get(name) == {"contracts/env.py"}
+
+
+@pytest.mark.parametrize("field", REPORT_FIELDS)
+def test_each_report_field_is_spelled_in_one_runtime_module(
+    field: str, constants: dict[str, set[str]]
+) -> None:
+    where = {m for m in constants.get(field, set()) if not m.startswith(OTHER_CONTRACTS)}
+    assert where <= {"contracts/report.py"}  # a dataclass field is an identifier there, not a string
+
+
+def test_env_names_cover_what_the_pod_sets() -> None:
+    assert {"MEMSYNC_STORES", "ANTHROPIC_WORK_SECRET", "MEMSYNC_CONFLICT_POLICY"} <= set(ENV_NAMES)
+    assert all(env.is_reserved(name) for name in ENV_NAMES)
+    assert not env.is_reserved("HTTPS_PROXY") and env.is_reserved("memsync_anything")
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        MountReport(memories={"memstore_a": 3}),
+        MountFailure(store=None, error="boom"),
+        FlushReport(
+            complete=False,
+            stores={"memstore_a": StoreCounts(uploaded=1, unsent=2, unreadable=1, unreadable_paths=["x.md"])},
+            totals={"memstore_a": StoreCounts(uploaded=5, downloaded=7)},
+        ),
+    ],
+)
+def test_what_the_agent_writes_the_operator_reads(report: MountReport | MountFailure | FlushReport) -> None:
+    assert parse_report(render_report(report)) == report
+
+
+def test_the_report_keeps_its_wire_shape_for_older_readers() -> None:
+    text = render_report(
+        FlushReport(complete=True, stores={"memstore_a": StoreCounts(uploaded=2, deleted=1)})
+    )
+    assert text == (
+        '{"complete":true,"phase":"flushed","stores":{"memstore_a":'
+        '{"conflicts":0,"deleted":1,"refused":0,"unsent":0,"uploaded":2}}}'
+    )
