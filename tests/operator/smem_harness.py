@@ -11,6 +11,7 @@ behaviours the controller's correctness depends on, so the tests can fail where 
 - the status subresource: a patch of the main resource cannot change ``status``, a patch of ``/status``
   can change nothing else; and status fields the CRD does not declare are pruned (as the API server does);
 - DeleteOptions ``preconditions.uid``;
+- refusals on demand: a Pod create or Secret read answered with a 4xx, as admission or RBAC answers it;
 - graceful Pod deletion: a Pod is not removed at once but gets ``deletionTimestamp`` (kmock does that only
   for objects with finalizers, so every Pod carries a test-only finalizer, ``KUBELET_FINALIZER``); the test
   then plays the kubelet (final container statuses, then removing the finalizer removes the Pod).
@@ -50,6 +51,7 @@ AGENT_IMAGE = "registry.test/memsync:test"
 
 POD_RES = km.resource("v1/pods")
 EVENT_RES = km.resource("v1/events")
+SECRET_RES = km.resource("v1/secrets")
 SMEM_RES = km.resource(SMEM)
 
 
@@ -108,6 +110,11 @@ class MemsyncEmulator(km.KubernetesEmulator):
     """
 
     refuse_status_writes: int = 0
+    #: While set, every Pod create (``reject_pod_creates``) or Secret read (``reject_secret_reads``) is
+    #: answered with this error, as admission (Pod Security, quota) or RBAC would answer it.
+    reject_pod_creates: km.KubernetesError | None = None
+    reject_secret_reads: km.KubernetesError | None = None
+    rejected: int = 0  # how many requests were answered with one of those
 
     async def _handle(self, request: rendering.Request) -> Any:
         if request.resource is not None:
@@ -145,6 +152,12 @@ class MemsyncEmulator(km.KubernetesEmulator):
     def _emulate(self, request: rendering.Request) -> None:
         resource = request.resource
         data = request.data
+        if request.action == enums.action.CREATE and resource == POD_RES and self.reject_pod_creates:
+            self.rejected += 1
+            raise self.reject_pod_creates
+        if request.action == enums.action.FETCH and resource == SECRET_RES and self.reject_secret_reads:
+            self.rejected += 1
+            raise self.reject_secret_reads
         if request.action == enums.action.CREATE and isinstance(data, dict):
             meta = data.setdefault("metadata", {})
             if not meta.get("name") and meta.get("generateName"):

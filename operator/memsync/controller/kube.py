@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import kopf
 import kubernetes.client
@@ -38,6 +39,36 @@ class KubeApiError(Exception):
         self.status = status
         self.reason = reason
         self.message = message
+
+
+#: API statuses that are not a verdict on the request: the same call can succeed later without anyone
+#: changing it. 401 (a rotated token; kopf logs in again), 404 (on a create: the namespace is going away
+#: with the SessionMemory), 408, 409 (a conflict of concurrent writers), 429 (API Priority and Fairness
+#: throttling) and every 5xx. Every other 4xx is a refusal the user must act on.
+TRANSIENT_STATUSES: Final = frozenset({401, 404, 408, 409, 429})
+
+#: The 403 the ServiceAccount admission plugin answers for a Pod created in a namespace whose ``default``
+#: ServiceAccount does not exist yet: the namespace was just created and the serviceaccount controller
+#: creates it within moments, so this 403 is transient, unlike every other 403.
+_MISSING_SERVICE_ACCOUNT = re.compile(r"error looking up service account|serviceaccount \S+ not found")
+
+#: ``Invalid value: <v>`` (and Duplicate/Unsupported): field errors echo the value they refuse, which for
+#: the sandbox's environment may be a literal the user did not mean to publish.
+_ECHOED_VALUE = re.compile(
+    r'((?:Invalid|Duplicate|Unsupported|Forbidden) value: )("(?:[^"\\]|\\.)*(?:"|$)|[^:,;\s]+)'
+)
+
+
+def is_refusal(exc: KubeApiError) -> bool:
+    """True when the API refused the request itself (repeating it unchanged cannot help)."""
+    if exc.status >= 500 or exc.status < 400 or exc.status in TRANSIENT_STATUSES:
+        return False
+    return not (exc.status == 403 and _MISSING_SERVICE_ACCOUNT.search(exc.message))
+
+
+def refusal_message(exc: KubeApiError) -> str:
+    """The API's own message for a status or an Event, with any echoed field value hidden."""
+    return _ECHOED_VALUE.sub(r"\1(value hidden)", f"{exc.status} {exc.reason}: {exc.message}")
 
 
 class NotFound(KubeApiError):

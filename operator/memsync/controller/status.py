@@ -16,7 +16,8 @@ Phases move forward only: Pending -> Mounting -> Running -> Flushing -> Succeede
   sync and flush.
 - Succeeded: the sandbox ended well (exit 0, or ended by the Pod's deletion) and the sidecar reported a
   complete final flush.
-- Failed: a refusal before any Pod (invalid spec, duplicate session, missing Secret or key), a failed
+- Failed: a refusal before any Pod (invalid spec, duplicate session, missing Secret or key, a Secret the
+  operator may not read, a Pod the API refused), a failed
   mount, a failed sandbox, a final flush that left files unsent or was never reported, a Pod that
   disappeared without reporting an end, or a deletion that gave up waiting for the Pod.
 
@@ -61,8 +62,20 @@ DUPLICATE_SESSION: Final = "DuplicateSession"
 SECRET_NOT_FOUND: Final = "SecretNotFound"  # noqa: S105 - a reason, not a password
 SECRET_KEY_NOT_FOUND: Final = "SecretKeyNotFound"  # noqa: S105 - a reason, not a password
 POD_NAME_TAKEN: Final = "PodNameTaken"
+# The API refused the operator's request (admission: Pod Security, ResourceQuota, LimitRange, an invalid
+# field; or RBAC on the Secret read): the message is the API's own.
+POD_REJECTED: Final = "PodRejected"
+SECRET_FORBIDDEN: Final = "SecretForbidden"  # noqa: S105 - a reason, not a password
 REFUSAL_REASONS: Final = frozenset(
-    {INVALID_SPEC, DUPLICATE_SESSION, SECRET_NOT_FOUND, SECRET_KEY_NOT_FOUND, POD_NAME_TAKEN}
+    {
+        INVALID_SPEC,
+        DUPLICATE_SESSION,
+        SECRET_NOT_FOUND,
+        SECRET_KEY_NOT_FOUND,
+        POD_NAME_TAKEN,
+        POD_REJECTED,
+        SECRET_FORBIDDEN,
+    }
 )
 
 # Reasons of the Pod-derived outcomes.
