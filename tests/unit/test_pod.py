@@ -366,7 +366,60 @@ BREAKERS: list[tuple[str, Any]] = [
         "sysctl",
         lambda p: p["spec"]["securityContext"].update(sysctls=[{"name": "kernel.msgmax", "value": "1"}]),
     ),
+    (
+        "selinux-type-container",
+        lambda p: p["spec"]["containers"][0]["securityContext"].update(seLinuxOptions={"type": "spc_t"}),
+    ),
+    (
+        "selinux-type-pod",
+        lambda p: p["spec"]["securityContext"].update(seLinuxOptions={"type": "unconfined_t"}),
+    ),
+    (
+        "apparmor-container",
+        lambda p: p["spec"]["initContainers"][1]["securityContext"].update(
+            appArmorProfile={"type": "Unconfined"}
+        ),
+    ),
+    ("apparmor-pod", lambda p: p["spec"]["securityContext"].update(appArmorProfile={"type": "Unconfined"})),
+    (
+        "apparmor-annotation",
+        lambda p: p["metadata"]["annotations"].update(
+            {"container.apparmor.security.beta.kubernetes.io/sandbox": "unconfined"}
+        ),
+    ),
 ]
+
+#: What the restricted standard allows of the same fields (the checker must not refuse these).
+ALLOWED: list[tuple[str, Any]] = [
+    (
+        f"selinux-{t}",
+        lambda p, t=t: p["spec"]["containers"][0]["securityContext"].update(seLinuxOptions={"type": t}),
+    )
+    for t in ("container_t", "container_init_t", "container_kvm_t")
+] + [
+    ("selinux-level", lambda p: p["spec"]["securityContext"].update(seLinuxOptions={"level": "s0:c1,c2"})),
+    (
+        "apparmor-default",
+        lambda p: p["spec"]["securityContext"].update(appArmorProfile={"type": "RuntimeDefault"}),
+    ),
+    (
+        "apparmor-annotation-localhost",
+        lambda p: p["metadata"]["annotations"].update(
+            {"container.apparmor.security.beta.kubernetes.io/sandbox": "localhost/agent"}
+        ),
+    ),
+    (
+        "host-port-zero",
+        lambda p: p["spec"]["containers"][0].update(ports=[{"containerPort": 80, "hostPort": 0}]),
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "allow"), ALLOWED, ids=[a[0] for a in ALLOWED])
+def test_the_restricted_checker_allows_what_restricted_allows(case: str, allow: Any) -> None:
+    pod = build(MINIMAL_SPEC)
+    allow(pod)
+    assert restricted_violations(pod) == [], case
 
 
 @pytest.mark.parametrize(("case", "breaker"), BREAKERS, ids=[b[0] for b in BREAKERS])
@@ -384,6 +437,9 @@ def test_builder_refuses_a_sandbox_that_skipped_validation() -> None:
         ({"image": "x", "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}, "capabilities.add"),
         ({"image": "x", "volumeMounts": [{"name": "memsync-state", "mountPath": "/s"}]}, "volumeMounts"),
         ({"image": "x", "name": "other"}, "name"),
+        ({"image": "x", "securityContext": {"seLinuxOptions": {"type": "spc_t"}}}, "seLinuxOptions.type"),
+        ({"image": "x", "securityContext": {"appArmorProfile": {"type": "Unconfined"}}}, "appArmorProfile"),
+        ({"image": "x", "ports": [{"containerPort": 80, "hostPort": 80}]}, "ports[0].hostPort"),
     ]:
         unchecked = spec.model_copy(update={"sandbox": sandbox})
         with pytest.raises(ValueError, match=re.escape(field)):

@@ -41,7 +41,9 @@ from typing import Any, Final
 from memsync.api.constants import MOUNT_ROOT
 from memsync.crd.models import (
     ALLOWED_ADDED_CAPABILITIES,
+    ALLOWED_SELINUX_TYPES,
     API_VERSION,
+    APPARMOR_UNCONFINED,
     KIND,
     LABEL_APP_COMPONENT,
     LABEL_APP_NAME,
@@ -337,6 +339,26 @@ _SAFE_SYSCTLS: Final = frozenset(
 )
 
 
+#: The Pod-annotation form of a container's AppArmor profile (before the appArmorProfile field).
+_APPARMOR_ANNOTATION: Final = "container.apparmor.security.beta.kubernetes.io/"
+
+
+def _selinux_violations(where: str, sc: Mapping[str, Any]) -> list[str]:
+    selinux: Mapping[str, Any] = sc.get("seLinuxOptions") or {}
+    out: list[str] = []
+    if selinux.get("user") or selinux.get("role"):
+        out.append(f"{where}.seLinuxOptions must not set user or role")
+    if selinux.get("type", "") not in ALLOWED_SELINUX_TYPES:
+        out.append(f"{where}.seLinuxOptions.type {selinux['type']!r} is not an allowed type")
+    return out
+
+
+def _apparmor_violations(where: str, sc: Mapping[str, Any]) -> list[str]:
+    if (sc.get("appArmorProfile") or {}).get("type") == APPARMOR_UNCONFINED:
+        return [f"{where}.appArmorProfile.type must not be Unconfined"]
+    return []
+
+
 def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
     """Every way ``pod`` breaks the restricted Pod Security Standard (baseline checks included); [] if none.
 
@@ -362,8 +384,14 @@ def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
     pod_seccomp = (psc.get("seccompProfile") or {}).get("type")
     if pod_seccomp is not None and pod_seccomp not in ("RuntimeDefault", "Localhost"):
         out.append("spec.securityContext.seccompProfile.type must be RuntimeDefault or Localhost")
-    if (psc.get("seLinuxOptions") or {}).get("user") or (psc.get("seLinuxOptions") or {}).get("role"):
-        out.append("spec.securityContext.seLinuxOptions must not set user or role")
+    out += _selinux_violations("spec.securityContext", psc)
+    out += _apparmor_violations("spec.securityContext", psc)
+    annotations: Mapping[str, Any] = (pod.get("metadata") or {}).get("annotations") or {}
+    for key, value in annotations.items():
+        if key.startswith(_APPARMOR_ANNOTATION) and not (
+            value in ("runtime/default", "") or str(value).startswith("localhost/")
+        ):
+            out.append(f"metadata.annotations[{key}] must be runtime/default or localhost/* (got {value!r})")
     if (psc.get("windowsOptions") or {}).get("hostProcess"):
         out.append("spec.securityContext.windowsOptions.hostProcess must not be true")
 
@@ -396,10 +424,8 @@ def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
             out.append(f"{where}.securityContext.procMount must be Default")
         if (sc.get("windowsOptions") or {}).get("hostProcess"):
             out.append(f"{where}.securityContext.windowsOptions.hostProcess must not be true")
-        if (sc.get("seLinuxOptions") or {}).get("user") or (sc.get("seLinuxOptions") or {}).get("role"):
-            out.append(f"{where}.securityContext.seLinuxOptions must not set user or role")
-        if (sc.get("appArmorProfile") or {}).get("type") == "Unconfined":
-            out.append(f"{where}.securityContext.appArmorProfile.type must not be Unconfined")
+        out += _selinux_violations(f"{where}.securityContext", sc)
+        out += _apparmor_violations(f"{where}.securityContext", sc)
         for port in c.get("ports") or []:
             if port.get("hostPort"):
                 out.append(f"{where}: hostPort must not be set")

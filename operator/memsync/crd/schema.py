@@ -208,6 +208,51 @@ def sandbox_schema() -> dict[str, Any]:
                     ]
                 },
             ),
+            "seLinuxOptions": _open_object(
+                "SELinux type: unset, empty, container_t, container_init_t or container_kvm_t; no user or "
+                "role.",
+                properties={
+                    field: {"type": "string", "maxLength": m.SECURITY_STRING_MAX}
+                    for field in ("type", "user", "role")
+                },
+                **{
+                    "x-kubernetes-validations": [
+                        _rule(
+                            f"!has(self.type) || self.type in {list(m.ALLOWED_SELINUX_TYPES)!r}",
+                            "sandbox.securityContext.seLinuxOptions.type must be unset, empty, or one of "
+                            + ", ".join(t for t in m.ALLOWED_SELINUX_TYPES if t),
+                            reason="FieldValueForbidden",
+                            field_path=".type",
+                        ),
+                        _rule(
+                            "!has(self.user) || self.user == ''",
+                            "sandbox.securityContext.seLinuxOptions.user must not be set",
+                            reason="FieldValueForbidden",
+                            field_path=".user",
+                        ),
+                        _rule(
+                            "!has(self.role) || self.role == ''",
+                            "sandbox.securityContext.seLinuxOptions.role must not be set",
+                            reason="FieldValueForbidden",
+                            field_path=".role",
+                        ),
+                    ]
+                },
+            ),
+            "appArmorProfile": _open_object(
+                "RuntimeDefault or Localhost; Unconfined is not allowed.",
+                properties={"type": {"type": "string", "maxLength": m.SECURITY_STRING_MAX}},
+                **{
+                    "x-kubernetes-validations": [
+                        _rule(
+                            f"!has(self.type) || self.type != '{m.APPARMOR_UNCONFINED}'",
+                            "sandbox.securityContext.appArmorProfile.type must not be Unconfined",
+                            reason="FieldValueForbidden",
+                            field_path=".type",
+                        )
+                    ]
+                },
+            ),
             "windowsOptions": _open_object(
                 "Windows options; hostProcess is not allowed.",
                 properties={"hostProcess": {"type": "boolean"}},
@@ -281,6 +326,22 @@ def sandbox_schema() -> dict[str, Any]:
                 "items": _open_object("A volume device."),
             },
             "restartPolicy": _string("Refused: the Pod ends when the sandbox ends.", maxLength=64),
+            "ports": {
+                "type": "array",
+                "description": f"Container ports (at most {m.PORTS_MAX}); hostPort is not allowed.",
+                "maxItems": m.PORTS_MAX,
+                "items": _open_object(
+                    "A container port.", properties={"hostPort": {"type": "integer", "format": "int32"}}
+                ),
+                "x-kubernetes-validations": [
+                    _rule(
+                        "self.all(p, !has(p.hostPort) || p.hostPort == 0)",
+                        "sandbox.ports[].hostPort must not be set: the Pod Security Standards forbid host "
+                        "ports",
+                        reason="FieldValueForbidden",
+                    )
+                ],
+            },
             "securityContext": security_context,
         },
         **{
