@@ -126,6 +126,12 @@ def expected_pod(
         {
             "restartPolicy": "Always",
             "ports": [{"name": "metrics", "containerPort": 9477, "protocol": "TCP"}],
+            "startupProbe": {
+                "httpGet": {"path": "/readyz", "port": 9477},
+                "periodSeconds": 2,
+                "timeoutSeconds": 3,
+                "failureThreshold": 90,
+            },
             "readinessProbe": {
                 "httpGet": {"path": "/readyz", "port": 9477},
                 "periodSeconds": 5,

@@ -9,7 +9,8 @@ Shape (design §4, issue §3, the sync agent's Contract 3):
 * volumes ``memory`` (emptyDir, ``/mnt/memory`` in every container) and ``memsync-state`` (emptyDir,
   ``/var/lib/memsync`` in the two memsync containers only: the agent can neither see nor alter the baseline);
 * init container ``memsync-mount`` (``memsync mount``), then the native sidecar ``memsync-sync``
-  (``restartPolicy: Always``, ``memsync sync``, readiness on ``/readyz`` :9477, ``preStop: memsync flush``);
+  (``restartPolicy: Always``, ``memsync sync``, startup and readiness probes on ``/readyz`` :9477,
+  ``preStop: memsync flush``): the kubelet starts the sandbox only once the startupProbe passed;
 * container ``sandbox`` from ``spec.sandbox``, with ``/mnt/memory`` mounted and a restricted security context
   merged into the user's.
 
@@ -72,6 +73,9 @@ RUN_AS_ID: Final = POD_UID
 SANDBOX_SHUTDOWN_SECONDS: Final = 30
 #: Extra seconds on top of the shutdown passes (process start-up, the kubelet's bookkeeping).
 GRACE_MARGIN_SECONDS: Final = 10
+#: The sidecar's startupProbe: up to 2 x 90 = 180 s for it to serve /readyz before the kubelet restarts it.
+STARTUP_PROBE_PERIOD_SECONDS: Final = 2
+STARTUP_PROBE_FAILURES: Final = 90
 
 POD_NAME_SUFFIX: Final = "-sandbox"
 DNS_LABEL_MAX: Final = 63
@@ -261,6 +265,15 @@ def build_sandbox_pod(
     sync["restartPolicy"] = "Always"
     sync["env"].append({"name": "MEMSYNC_METRICS_PORT", "value": str(METRICS_PORT)})
     sync["ports"] = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
+    # The kubelet starts the next container (the sandbox) once this sidecar has *started*; readiness gates
+    # nothing. The startupProbe makes "started" mean "serving, every store verified": until it passes the
+    # sandbox waits, and if it never passes the kubelet restarts the sidecar and the agent never runs.
+    sync["startupProbe"] = {
+        "httpGet": {"path": "/readyz", "port": METRICS_PORT},
+        "periodSeconds": STARTUP_PROBE_PERIOD_SECONDS,
+        "timeoutSeconds": 3,
+        "failureThreshold": STARTUP_PROBE_FAILURES,
+    }
     sync["readinessProbe"] = {
         "httpGet": {"path": "/readyz", "port": METRICS_PORT},
         "periodSeconds": 5,
