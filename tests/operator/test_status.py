@@ -409,6 +409,24 @@ def test_a_sandbox_ended_by_deletion_is_not_a_failure() -> None:
     assert summary(status) == ("Succeeded", "SessionSucceeded", "True", "True", "FlushComplete")
 
 
+def test_a_sandbox_killed_at_the_grace_deadline_has_its_own_reason() -> None:
+    # PID 1 ignored SIGTERM: SIGKILL at the deadline, and the sidecar's final flush got the 2 s minimum.
+    status = derive(ended_pod(137, None, phase="Failed", deleting=True, sync_code=137))
+    assert summary(status) == ("Failed", "SandboxKilled", "True", "False", "FlushNotReported")
+    assert "ignored SIGTERM" in status["message"] and "tini" in status["message"]
+    assert "did not report a final flush" in status["message"]
+    # Its memory may still have been flushed; the reason stays, the Flushed condition says so.
+    flushed_anyway = derive(ended_pod(137, flushed(), phase="Failed", deleting=True))
+    assert summary(flushed_anyway) == ("Failed", "SandboxKilled", "True", "True", "FlushComplete")
+
+
+def test_an_oom_kill_or_a_kill_outside_deletion_is_not_a_deadline_kill() -> None:
+    oom = ended_pod(137, flushed(), phase="Failed", deleting=True)
+    oom["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = "OOMKilled"
+    assert cond(derive(oom), "Ready")["reason"] == "SessionSucceeded"
+    assert cond(derive(ended_pod(137, flushed(), phase="Failed")), "Ready")["reason"] == "SandboxFailed"
+
+
 @pytest.mark.parametrize(
     "error",
     [

@@ -18,7 +18,8 @@ Phases move forward only: Pending -> Mounting -> Running -> Flushing -> Succeede
   complete final flush.
 - Failed: a refusal before any Pod (invalid spec, duplicate session, missing Secret or key, a Secret the
   operator may not read, a Pod the API refused), a failed
-  mount, a failed sandbox, a final flush that left files unsent or was never reported, a Pod that
+  mount, a failed sandbox, a sandbox killed at the end of the grace period because it ignored SIGTERM,
+  a final flush that left files unsent or was never reported, a Pod that
   disappeared without reporting an end, or a deletion that gave up waiting for the Pod.
 
 The sync agent reports through termination messages (one line of JSON, see the agent's contract):
@@ -81,6 +82,7 @@ REFUSAL_REASONS: Final = frozenset(
 # Reasons of the Pod-derived outcomes.
 MOUNT_FAILED: Final = "MountFailed"
 SANDBOX_FAILED: Final = "SandboxFailed"
+SANDBOX_KILLED: Final = "SandboxKilled"
 POD_FAILED: Final = "PodFailed"
 POD_LOST: Final = "PodLost"
 DELETION_TIMED_OUT: Final = "DeletionTimedOut"
@@ -435,6 +437,21 @@ def _flush_summary(report: FlushReport) -> str:
     return f"the final flush completed: {text}"
 
 
+#: What a container runtime reports for a process ended by SIGKILL (128 + 9).
+SIGKILL_EXIT_CODE: Final = 137
+
+
+def _killed_at_deadline(view: PodView) -> bool:
+    """The sandbox was SIGKILLed while the Pod was being deleted (not OOM): it ignored its SIGTERM."""
+    sandbox = view.sandbox
+    return (
+        view.deleting
+        and sandbox.state == "terminated"
+        and sandbox.exit_code == SIGKILL_EXIT_CODE
+        and sandbox.reason != "OOMKilled"
+    )
+
+
 def _terminal_outcome(view: PodView, mounted: Cond, pod_gone: bool) -> Outcome | None:
     """The outcome of a Pod that has ended (or is gone), or None while it still runs."""
     sandbox, sync = view.sandbox, view.sync
@@ -483,6 +500,14 @@ def _terminal_outcome(view: PodView, mounted: Cond, pod_gone: bool) -> Outcome |
         else:
             why = view.message or view.reason or "it ended before the stores were mounted"
             reason, text = POD_FAILED, f"the sandbox Pod {view.name} failed: {why}"
+    elif _killed_at_deadline(view):
+        reason = SANDBOX_KILLED
+        text = (
+            "the sandbox container ignored SIGTERM and was killed at the end of the grace period (exit "
+            f"code {SIGKILL_EXIT_CODE}); memsync-sync got its SIGTERM only then, with about 2 s left for its "
+            "final sync and flush. The sandbox's PID 1 must handle SIGTERM (run the agent under tini, or "
+            "exec it from the shell)"
+        )
     elif sandbox_ended and sandbox.exit_code not in (0, None) and not view.deleting:
         why = f" ({sandbox.reason})" if sandbox.reason else ""
         reason, text = SANDBOX_FAILED, f"the sandbox container exited with code {sandbox.exit_code}{why}"
