@@ -11,6 +11,7 @@ behaviours the controller's correctness depends on, so the tests can fail where 
 - the status subresource: a patch of the main resource cannot change ``status``, a patch of ``/status``
   can change nothing else; and status fields the CRD does not declare are pruned (as the API server does);
 - DeleteOptions ``preconditions.uid``;
+- ``/version`` answers a supported release (``server_version``);
 - refusals on demand: a Pod create or Secret read answered with a 4xx, as admission or RBAC answers it;
 - graceful Pod deletion: a Pod is not removed at once but gets ``deletionTimestamp`` (kmock does that only
   for objects with finalizers, so every Pod carries a test-only finalizer, ``KUBELET_FINALIZER``); the test
@@ -115,6 +116,13 @@ class MemsyncEmulator(km.KubernetesEmulator):
     reject_pod_creates: km.KubernetesError | None = None
     reject_secret_reads: km.KubernetesError | None = None
     rejected: int = 0  # how many requests were answered with one of those
+    #: What ``/version`` answers (kmock's own default is an old 1.26).
+    server_version: tuple[str, str] = ("1", "36")
+
+    async def _serve_server_version(self, request: rendering.Request) -> Any:
+        payload = await super()._serve_server_version(request)
+        major, minor = self.server_version
+        return {**payload, "major": major, "minor": minor, "gitVersion": f"v{major}.{minor.rstrip('+')}.0"}
 
     async def _handle(self, request: rendering.Request) -> Any:
         if request.resource is not None:
@@ -259,6 +267,8 @@ _VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 
 def declare_resources(kmock: km.KubernetesEmulator) -> None:
     """Discovery: what kopf needs to start watching (namespaces and CRDs, even unused), and our kinds."""
+    # The official client asks for "/version/" (the API server serves both spellings; kmock only one).
+    kmock.fallback["get /version/"] << kmock._serve_server_version
     kmock.resources["v1/namespaces"] = km.ResourceInfo(kind="Namespace", namespaced=False, verbs=_VERBS)
     kmock.resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = km.ResourceInfo(
         kind="CustomResourceDefinition", namespaced=False, verbs=_VERBS

@@ -71,6 +71,41 @@ def refusal_message(exc: KubeApiError) -> str:
     return _ECHOED_VALUE.sub(r"\1(value hidden)", f"{exc.status} {exc.reason}: {exc.message}")
 
 
+#: The oldest Kubernetes release the operator runs against: the first where native sidecars (init
+#: containers with ``restartPolicy: Always``, and their probes) are on by default, and where CRD validation
+#: rules (CEL) are generally available. Older API servers drop ``restartPolicy`` from init containers and
+#: then refuse the sidecar's probes, so no session could ever start.
+MIN_KUBERNETES: Final = (1, 29)
+
+
+def parse_server_version(info: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(major, minor) from the API server's ``/version`` answer; None when it cannot be read.
+
+    Providers decorate the minor (``"29+"``) or only the gitVersion (``v1.29.3-eks-...``) is usable.
+    """
+    major, minor = (
+        re.match(r"\d+", str(info.get("major") or "")),
+        re.match(r"\d+", str(info.get("minor") or "")),
+    )
+    if major and minor:
+        return int(major.group()), int(minor.group())
+    found = re.match(r"v?(\d+)\.(\d+)", str(info.get("gitVersion") or ""))
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def version_refusal(info: Mapping[str, Any]) -> str | None:
+    """Why the operator must not run against this API server (too old), or None."""
+    version = parse_server_version(info)
+    if version is None or version >= MIN_KUBERNETES:
+        return None
+    want = ".".join(map(str, MIN_KUBERNETES))
+    have = info.get("gitVersion") or ".".join(map(str, version))
+    return (
+        f"the Kubernetes API server is {have}; memsync needs {want} or newer (native sidecar containers on "
+        "by default): upgrade the cluster"
+    )
+
+
 class NotFound(KubeApiError):
     pass
 
@@ -178,6 +213,10 @@ class KubeApi:
             return _decode(response)
 
         return await asyncio.to_thread(run)
+
+    async def server_version(self) -> dict[str, Any]:
+        """The API server's ``/version`` answer (major, minor, gitVersion, ...)."""
+        return await self._call(kubernetes.client.VersionApi(self._client).get_code)
 
     # --- Pods --------------------------------------------------------------------------------------------
 
