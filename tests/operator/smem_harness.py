@@ -461,7 +461,6 @@ def fast_settings() -> kopf.OperatorSettings:
         timeouts=WatchTimeouts(
             server_timeout=60, client_timeout=70, connect_timeout=5, reconnect_backoff=0.1
         ),
-        namespaced_only=True,
     )
     settings.networking.error_backoffs = [0.1, 0.2, 0.5]
     settings.posting.default_backoffs = [0.1, 0.2]
@@ -480,9 +479,14 @@ class RunningOperator:
 
 
 @contextlib.asynccontextmanager
-async def run_operator(cluster: Cluster, config: ControllerConfig = FAST) -> AsyncIterator[RunningOperator]:
+async def run_operator(
+    cluster: Cluster, config: ControllerConfig = FAST, *, clusterwide: bool = False
+) -> AsyncIterator[RunningOperator]:
     """kopf in a thread with its own event loop (as ``kopf.testing.KopfRunner`` does), pointed at the
-    emulator, which keeps serving from the test's loop. Stopped, and checked for a crash, on exit."""
+    emulator, which keeps serving from the test's loop. Stopped, and checked for a crash, on exit.
+
+    ``clusterwide``: serve every namespace (as the manifests deploy it), else only the test's namespace.
+    """
     kube = KubeApi.for_host(cluster.url)
 
     def login(**_: Any) -> kopf.ConnectionInfo:
@@ -501,7 +505,8 @@ async def run_operator(cluster: Cluster, config: ControllerConfig = FAST) -> Asy
                     settings=fast_settings(),
                     memo=build_memo(kube, config),
                     standalone=True,
-                    namespaces=[cluster.namespace],
+                    namespaces=[] if clusterwide else [cluster.namespace],
+                    clusterwide=clusterwide,
                     stop_flag=stop_flag,
                     ready_flag=ready_flag,
                 )

@@ -174,7 +174,7 @@ def _run(
             "--agent-image (or MEMSYNC_AGENT_IMAGE) is required: the image of the memsync "
             "containers in the sandbox Pods, normally the operator's own image"
         )
-    exact = bool(namespaces) and not any(ch in ns for ns in namespaces for ch in "*?[!")
+    patterns = any(ch in ns for ns in namespaces for ch in "*?[!")
     config = ControllerConfig(
         agent_image=agent_image,
         agent_image_pull_policy=agent_image_pull_policy,
@@ -182,7 +182,7 @@ def _run(
     )
     settings = configure_settings(
         kopf.OperatorSettings(),
-        namespaced_only=exact,
+        namespace_patterns=patterns,
         reporting_instance=os.environ.get("POD_NAME") or socket.gethostname(),
     )
     try:
