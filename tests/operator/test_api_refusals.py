@@ -64,6 +64,7 @@ async def test_a_refused_pod_create_fails_the_session_then_starts_once_allowed(
         assert fragment in ready["message"] and "403 Forbidden" in ready["message"]
         assert status["message"] == ready["message"]
         assert "podName" not in status and cluster.pods() == []
+        assert status["storeCount"] == 2  # the Stores column (kept by the API: the schema declares it)
         warning = await eventually(
             lambda: next((e for e in cluster.events("s1") if e["reason"] == "PodRejected"), None),
             what="a PodRejected event",

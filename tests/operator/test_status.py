@@ -731,3 +731,12 @@ def test_any_pod_sequence_gives_a_valid_stable_status(
     elif b["phase"] not in st.TERMINAL_PHASES:
         order = ["Pending", "Mounting", "Running", "Flushing"]
         assert order.index(b["phase"]) >= order.index(a["phase"])
+
+
+def test_the_store_count_is_written_for_the_stores_column() -> None:
+    assert derive(pod())["storeCount"] == 2
+    assert derive(ended_pod(0, flushed()), stores={"memstore_01aa": None})["storeCount"] == 1
+    refused = st.refusal_status(
+        None, reason=st.INVALID_SPEC, message="m", stores=STORES, generation=1, now=T0
+    )
+    assert refused["storeCount"] == 2

@@ -855,6 +855,8 @@ def test_crd_names_and_columns() -> None:
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
     assert {"Phase", "Ready", "Stores", "Last Sync", "Age"} <= set(columns)
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
+    # A count, not the first store's id (a printer column's JSONPath cannot count: the operator writes it).
+    assert columns["Stores"] == {"name": "Stores", "type": "integer", "jsonPath": ".status.storeCount"}
     assert columns["Age"]["type"] == "date" and columns["Last Sync"]["type"] == "date"
     assert crd["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"] == "-1"
 

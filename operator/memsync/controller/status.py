@@ -663,6 +663,7 @@ def _assemble(
     status["stores"] = _store_entries(
         stores, previous.get("stores"), outcome.mount_report, outcome.flush_report
     )
+    status["storeCount"] = len(stores)  # the "Stores" column of kubectl get (printer columns cannot count)
     if outcome.last_sync is not None:
         status["lastSyncTime"] = outcome.last_sync
     return status

@@ -581,6 +581,7 @@ class SessionMemoryStatus(_StatusModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
     stores: list[StoreStatus] = Field(default_factory=list)
+    store_count: int | None = None
     last_sync_time: K8sTime | None = None
     message: str | None = None
 

@@ -454,6 +454,7 @@ def status_schema() -> dict[str, Any]:
             "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
             "message": _string("The latest human-readable status.", maxLength=m.MESSAGE_MAX),
             "lastSyncTime": _string("When the sidecar last reported a completed sync.", format="date-time"),
+            "storeCount": _count("How many stores the session attaches (the Stores column)."),
             "conditions": {
                 "type": "array",
                 "items": condition_schema(),
@@ -489,7 +490,7 @@ def printer_columns() -> list[dict[str, Any]]:
     return [
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
-        {"name": "Stores", "type": "string", "jsonPath": ".spec.stores[*].memoryStoreId"},
+        {"name": "Stores", "type": "integer", "jsonPath": ".status.storeCount"},
         {"name": "Last Sync", "type": "date", "jsonPath": ".status.lastSyncTime"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         {"name": "Session", "type": "string", "jsonPath": ".spec.sessionId", "priority": 1},
