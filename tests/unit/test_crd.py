@@ -19,6 +19,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 from test_crd_apiserver import admit, openapi_schema, structural_errors
+from test_manifests import K8S_VERSION
 
 from memsync.crd import models
 from memsync.crd.models import (
@@ -39,7 +40,6 @@ from memsync.crd.schema import build_crd, render_crd_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "sessionmemories.agents.memsync.dev.yaml"
-K8S_VERSION = "1.32"
 
 
 def base_spec() -> dict[str, Any]:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_crd import base_spec
+from test_manifests import K8S_VERSION
 
 from memsync.controller.pod import (
     GRACE_MARGIN_SECONDS,
@@ -24,7 +25,6 @@ from memsync.controller.pod import (
 )
 from memsync.crd.models import SessionMemorySpec
 
-K8S_VERSION = "1.32"
 IMAGE = "memsync:0.1.0"
 UID = "5f1b7c2e-0d7a-4c53-9b1e-3f1f0b1d2a11"
 
