@@ -25,10 +25,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The test command CI runs: lint, types, then every tier that this machine can run
-# (the kind tier skips itself, with the reason, when docker or kind is absent).
+# The test command CI runs: lint, types, then every tier that this machine can run. The kind tier runs
+# apart, serially, after the xdist run: its tests share one cluster (two workers would each create, use and
+# delete it); it skips itself, with the reason, when docker or kind is absent.
 test: lint typecheck
-	$(BIN)/pytest -n 2 $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 -m "not kind" $(PYTEST_ARGS)
+	$(BIN)/pytest -m kind tests/kind $(PYTEST_ARGS)
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)

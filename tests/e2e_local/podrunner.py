@@ -36,11 +36,11 @@ Lifecycle (``restartPolicy: Never`` Pods)
 -----------------------------------------
 * Init containers run one after another. A regular init container must exit 0; a failure stops the Pod
   (phase ``Failed``, the main containers never start). A native sidecar (``restartPolicy: Always``) is
-  started and awaited before the next container: until its ``startupProbe`` passes, else its
-  ``readinessProbe`` (``httpGet`` or ``tcpSocket``, polled every ``probe_interval`` seconds), else until
-  its process runs. (The kubelet itself only waits for "started"; gating on readiness is what the memsync
-  scenarios want — the agent starts once the sync agent serves ``/readyz`` — and ``gate_sidecars_on``
-  can be set to ``"started"`` for the kubelet's exact behaviour.) Then all main containers start.
+  started and the next container waits until it has *started*, as the kubelet does: until its
+  ``startupProbe`` passes (``httpGet`` or ``tcpSocket``, polled every ``probe_interval`` seconds), else
+  until its process runs. Readiness gates nothing (a ``readinessProbe`` only sets ``ready``); a sidecar
+  whose startupProbe never passes keeps every later container from starting. Then all main containers
+  start.
 * A sidecar that exits while the Pod is not terminating is restarted after a backoff (``restart_backoff``,
   doubling, capped at ``max_restart_backoff``); its ``restartCount`` grows and ``lastState`` keeps the
   previous termination. ``kill(name)`` SIGKILLs a container's process group on demand.
@@ -211,7 +211,6 @@ class PodRunner:
         probe_interval: float = 0.1,
         restart_backoff: float = 0.2,
         max_restart_backoff: float = 2.0,
-        gate_sidecars_on: Literal["ready", "started"] = "ready",
         port_env_vars: frozenset[str] = PORT_ENV_VARS,
     ) -> None:
         self.pod = pod
@@ -233,7 +232,6 @@ class PodRunner:
         self.probe_interval = probe_interval
         self.restart_backoff = restart_backoff
         self.max_restart_backoff = max_restart_backoff
-        self.gate_sidecars_on = gate_sidecars_on
         self.port_env_vars = port_env_vars
         self.grace_seconds = float(spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS))
         self.events: list[PodEvent] = []
@@ -673,9 +671,9 @@ class PodRunner:
             self._finished.set()
 
     async def _gate(self, c: _Container) -> None:
-        """Wait until sidecar ``c`` is started (or ready), as the next container's precondition."""
+        """Wait until sidecar ``c`` has started (startupProbe passed, or running without one)."""
         while not self._terminating:
-            if c.alive and c.started and (self.gate_sidecars_on == "started" or c.ready):
+            if c.alive and c.started:
                 return
             await asyncio.sleep(self.probe_interval / 2)
 

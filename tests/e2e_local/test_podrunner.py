@@ -81,13 +81,20 @@ while True:
 """
 
 
-def sidecar(code: str = SIDECAR, pre_stop: list[str] | None = None) -> dict[str, Any]:
+PROBE = {"httpGet": {"path": "/readyz", "port": 9477}, "periodSeconds": 1}
+
+
+def sidecar(
+    code: str = SIDECAR, pre_stop: list[str] | None = None, *, startup: bool = True
+) -> dict[str, Any]:
+    """A native sidecar; with ``startup`` it has a startupProbe (as memsync-sync has), else readiness only."""
+    probes = {"startupProbe": PROBE, "readinessProbe": PROBE} if startup else {"readinessProbe": PROBE}
     spec = container(
         "sync",
         code,
         restartPolicy="Always",
         env=[{"name": "MEMSYNC_METRICS_PORT", "value": "9477"}],
-        readinessProbe={"httpGet": {"path": "/readyz", "port": 9477}, "periodSeconds": 1},
+        **probes,
     )
     if pre_stop is not None:
         spec["lifecycle"] = {"preStop": {"exec": {"command": pre_stop}}}
@@ -164,7 +171,51 @@ async def test_failed_init_container_falls_back_to_logs_when_asked(tmp_path: Pat
         assert status_of(status, "first")["state"]["terminated"]["message"] == "boom: the reason"
 
 
-async def test_sidecar_is_ready_before_the_next_container_and_ports_are_mapped(tmp_path: Path) -> None:
+# Serves /readyz with 503 (noting each probe) until the test creates <shared>/open, then 200.
+GATED_SIDECAR = """
+import http.server, os, signal, sys, threading, time
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+gate = os.environ["MEMSYNC_TEST_ROOT"] + "/mnt/shared/open"
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = os.path.exists(gate)
+        note("probe " + ("200" if ok else "503"))
+        self.send_response(200 if ok else 503); self.end_headers()
+    def log_message(self, *a): pass
+srv = http.server.HTTPServer(("127.0.0.1", int(os.environ["MEMSYNC_METRICS_PORT"])), H)
+note("sidecar-listening")
+srv.serve_forever()
+"""
+
+
+async def test_the_next_container_waits_for_the_startup_probe_not_for_readiness(tmp_path: Path) -> None:
+    manifest = pod([sidecar(GATED_SIDECAR)], [container("main", 'note("main")')])
+    async with PodRunner(manifest, workdir=tmp_path) as runner:
+        await runner.start()
+        # The sidecar runs and answers its startupProbe with 503, again and again: main never starts.
+        await runner.wait_until(lambda r: trace(r).count("probe 503") >= 3, 30, "three failed probes")
+        assert "main" not in trace(runner)
+        assert runner.status()["containerStatuses"][0]["state"] == {"waiting": {"reason": "PodInitializing"}}
+        assert status_of(runner.status(), "sync")["started"] is False
+        (runner.volume_dir("shared") / "open").touch()
+        status = await runner.wait(timeout=30)
+        lines = trace(runner)
+        assert lines.index("probe 200") < lines.index("main")
+        assert status["phase"] == "Succeeded"
+
+
+async def test_a_sidecar_without_startup_probe_gates_on_running_not_on_readiness(tmp_path: Path) -> None:
+    # Its readinessProbe never passes; the kubelet still starts the next container once it runs.
+    manifest = pod([sidecar(GATED_SIDECAR, startup=False)], [container("main", 'note("main")')])
+    async with PodRunner(manifest, workdir=tmp_path) as runner:
+        await runner.start()
+        status = await runner.wait(timeout=30)
+        assert "main" in trace(runner) and "probe 200" not in trace(runner)
+        assert status["phase"] == "Succeeded"
+        assert runner.event_index("sync", "started") < runner.event_index("main", "started")
+
+
+async def test_sidecar_has_started_before_the_next_container_and_ports_are_mapped(tmp_path: Path) -> None:
     manifest = pod([sidecar(), container("after", 'note("after")')], [container("main", 'note("main")')])
     async with PodRunner(manifest, workdir=tmp_path) as runner:
         other = PodRunner(manifest, workdir=tmp_path / "other")

@@ -28,7 +28,9 @@ from memsync.devtools.scripted_agent import REPORT_PREFIX
 
 from .conftest import CLUSTER, IN_CLUSTER_STORE_URL, KindEnv, apply, kubectl, kubectl_json, run
 
-pytestmark = [pytest.mark.kind, pytest.mark.timeout(600)]
+# The timeout covers each test's own body only: the cluster (created, image built and loaded, operator
+# deployed) is set up once by the session fixture, bounded by its own subprocess timeouts.
+pytestmark = [pytest.mark.kind, pytest.mark.timeout(600, func_only=True)]
 SECRET_KEY = "work-secret"
 FINAL = ("Succeeded", "Failed")
 

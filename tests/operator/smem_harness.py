@@ -11,6 +11,8 @@ behaviours the controller's correctness depends on, so the tests can fail where 
 - the status subresource: a patch of the main resource cannot change ``status``, a patch of ``/status``
   can change nothing else; and status fields the CRD does not declare are pruned (as the API server does);
 - DeleteOptions ``preconditions.uid``;
+- ``/version`` answers a supported release (``server_version``);
+- refusals on demand: a Pod create or Secret read answered with a 4xx, as admission or RBAC answers it;
 - graceful Pod deletion: a Pod is not removed at once but gets ``deletionTimestamp`` (kmock does that only
   for objects with finalizers, so every Pod carries a test-only finalizer, ``KUBELET_FINALIZER``); the test
   then plays the kubelet (final container statuses, then removing the finalizer removes the Pod).
@@ -50,6 +52,7 @@ AGENT_IMAGE = "registry.test/memsync:test"
 
 POD_RES = km.resource("v1/pods")
 EVENT_RES = km.resource("v1/events")
+SECRET_RES = km.resource("v1/secrets")
 SMEM_RES = km.resource(SMEM)
 
 
@@ -108,6 +111,18 @@ class MemsyncEmulator(km.KubernetesEmulator):
     """
 
     refuse_status_writes: int = 0
+    #: While set, every Pod create (``reject_pod_creates``) or Secret read (``reject_secret_reads``) is
+    #: answered with this error, as admission (Pod Security, quota) or RBAC would answer it.
+    reject_pod_creates: km.KubernetesError | None = None
+    reject_secret_reads: km.KubernetesError | None = None
+    rejected: int = 0  # how many requests were answered with one of those
+    #: What ``/version`` answers (kmock's own default is an old 1.26).
+    server_version: tuple[str, str] = ("1", "36")
+
+    async def _serve_server_version(self, request: rendering.Request) -> Any:
+        payload = await super()._serve_server_version(request)
+        major, minor = self.server_version
+        return {**payload, "major": major, "minor": minor, "gitVersion": f"v{major}.{minor.rstrip('+')}.0"}
 
     async def _handle(self, request: rendering.Request) -> Any:
         if request.resource is not None:
@@ -145,6 +160,12 @@ class MemsyncEmulator(km.KubernetesEmulator):
     def _emulate(self, request: rendering.Request) -> None:
         resource = request.resource
         data = request.data
+        if request.action == enums.action.CREATE and resource == POD_RES and self.reject_pod_creates:
+            self.rejected += 1
+            raise self.reject_pod_creates
+        if request.action == enums.action.FETCH and resource == SECRET_RES and self.reject_secret_reads:
+            self.rejected += 1
+            raise self.reject_secret_reads
         if request.action == enums.action.CREATE and isinstance(data, dict):
             meta = data.setdefault("metadata", {})
             if not meta.get("name") and meta.get("generateName"):
@@ -246,6 +267,8 @@ _VERBS = {"get", "list", "watch", "create", "update", "patch", "delete"}
 
 def declare_resources(kmock: km.KubernetesEmulator) -> None:
     """Discovery: what kopf needs to start watching (namespaces and CRDs, even unused), and our kinds."""
+    # The official client asks for "/version/" (the API server serves both spellings; kmock only one).
+    kmock.fallback["get /version/"] << kmock._serve_server_version
     kmock.resources["v1/namespaces"] = km.ResourceInfo(kind="Namespace", namespaced=False, verbs=_VERBS)
     kmock.resources["apiextensions.k8s.io/v1/customresourcedefinitions"] = km.ResourceInfo(
         kind="CustomResourceDefinition", namespaced=False, verbs=_VERBS
@@ -438,7 +461,6 @@ def fast_settings() -> kopf.OperatorSettings:
         timeouts=WatchTimeouts(
             server_timeout=60, client_timeout=70, connect_timeout=5, reconnect_backoff=0.1
         ),
-        namespaced_only=True,
     )
     settings.networking.error_backoffs = [0.1, 0.2, 0.5]
     settings.posting.default_backoffs = [0.1, 0.2]
@@ -457,9 +479,14 @@ class RunningOperator:
 
 
 @contextlib.asynccontextmanager
-async def run_operator(cluster: Cluster, config: ControllerConfig = FAST) -> AsyncIterator[RunningOperator]:
+async def run_operator(
+    cluster: Cluster, config: ControllerConfig = FAST, *, clusterwide: bool = False
+) -> AsyncIterator[RunningOperator]:
     """kopf in a thread with its own event loop (as ``kopf.testing.KopfRunner`` does), pointed at the
-    emulator, which keeps serving from the test's loop. Stopped, and checked for a crash, on exit."""
+    emulator, which keeps serving from the test's loop. Stopped, and checked for a crash, on exit.
+
+    ``clusterwide``: serve every namespace (as the manifests deploy it), else only the test's namespace.
+    """
     kube = KubeApi.for_host(cluster.url)
 
     def login(**_: Any) -> kopf.ConnectionInfo:
@@ -478,7 +505,8 @@ async def run_operator(cluster: Cluster, config: ControllerConfig = FAST) -> Asy
                     settings=fast_settings(),
                     memo=build_memo(kube, config),
                     standalone=True,
-                    namespaces=[cluster.namespace],
+                    namespaces=[] if clusterwide else [cluster.namespace],
+                    clusterwide=clusterwide,
                     stop_flag=stop_flag,
                     ready_flag=ready_flag,
                 )

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from smem_harness import NAMESPACE, Cluster, eventually, smem_body
 
 from memsync.cli import cli
+from memsync.controller.kube import version_refusal
 from memsync.controller.pod import pod_name_for
 from memsync.crd.schema import build_crd, render_crd_yaml
 
@@ -39,6 +40,65 @@ def test_namespace_and_all_namespaces_exclude_each_other() -> None:
     result = CliRunner().invoke(cli, ["operator", "-n", "agents", "--all-namespaces", "--agent-image", "x"])
     assert result.exit_code == 2
     assert "exclude each other" in result.output
+
+
+def _kubeconfig(cluster: Cluster, path: Path) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "emulated", "cluster": {"server": cluster.url}}],
+                "users": [{"name": "tester", "user": {"token": "test-token"}}],
+                "contexts": [{"name": "emulated", "context": {"cluster": "emulated", "user": "tester"}}],
+                "current-context": "emulated",
+            }
+        )
+    )
+    return path
+
+
+async def test_the_operator_refuses_to_start_on_a_kubernetes_older_than_1_29(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.kmock.server_version = ("1", "28+")  # type: ignore[attr-defined]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env.update(KUBECONFIG=str(_kubeconfig(cluster, tmp_path / "kubeconfig")), MEMSYNC_LOG_FORMAT="json")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "memsync",
+        "operator",
+        "--namespace",
+        NAMESPACE,
+        "--agent-image",
+        "registry.test/memsync:cli",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output = (await asyncio.wait_for(proc.communicate(), timeout=60))[0].decode()
+    assert proc.returncode == 1, output
+    assert "the Kubernetes API server is v1.28.0; memsync needs 1.29 or newer" in output
+    assert "unsupported Kubernetes version" in output  # the error log line, not only the exit message
+    # It never started handling: no watch of SessionMemories was opened.
+    assert not any("sessionmemories" in str(r.url) for r in list(cluster.kmock))
+
+
+@pytest.mark.parametrize(
+    ("info", "refused"),
+    [
+        ({"major": "1", "minor": "28", "gitVersion": "v1.28.15"}, True),
+        ({"major": "1", "minor": "27+", "gitVersion": "v1.27.16-eks-a18cd3a"}, True),
+        ({"major": "", "minor": "", "gitVersion": "v1.26.4+k3s1"}, True),
+        ({"major": "1", "minor": "29", "gitVersion": "v1.29.0"}, False),
+        ({"major": "1", "minor": "36+", "gitVersion": "v1.36.3-gke.100"}, False),
+        ({"major": "2", "minor": "0", "gitVersion": "v2.0.0"}, False),
+        ({"gitVersion": "unknown"}, False),  # cannot tell: start (with a warning) rather than refuse
+    ],
+)
+def test_version_refusal(info: dict[str, str], refused: bool) -> None:
+    assert (version_refusal(info) is not None) is refused
 
 
 def _free_port() -> int:

@@ -139,8 +139,9 @@ def test_kopf_settings() -> None:
     assert POD_SELECTOR == "app.kubernetes.io/managed-by=memsync"
     assert settings.posting.level == logging.INFO
     assert settings.posting.reporting_instance == "pod-1"
-    assert settings.scanning.disabled is False
-    assert configure_settings(kopf.OperatorSettings(), namespaced_only=True).scanning.disabled is True
+    # No CRD or Namespace watches (so no RBAC on them) unless namespace globs must be matched.
+    assert settings.scanning.disabled is True
+    assert configure_settings(kopf.OperatorSettings(), namespace_patterns=True).scanning.disabled is False
 
 
 def test_api_errors_are_classified_without_request_bodies() -> None:

@@ -593,3 +593,22 @@ async def test_pods_are_listed_and_watched_by_label_only(cluster: Cluster) -> No
     assert any(r.params.get("watch") == "true" for r in pod_reads), pod_reads
     for request in pod_reads:
         assert request.params.get("labelSelector") == "app.kubernetes.io/managed-by=memsync", request.url
+
+
+async def test_cluster_wide_the_operator_never_reads_crds_or_namespaces(cluster: Cluster) -> None:
+    """What lets the manifests' RBAC leave out CRDs and Namespaces: kopf and the controller never ask."""
+    await with_secret(cluster)
+    async with run_operator(cluster, clusterwide=True):
+        await cluster.create_smem(smem_body("s1"))
+        await eventually(phase_is(cluster, "s1", "Pending"), what="Pending")
+    paths = {str(r.url.path) for r in list(cluster.kmock)}
+    assert any(p.endswith("/sessionmemories") and "/namespaces/" not in p for p in paths), paths
+    crd_reads = [p for p in paths if p.startswith("/apis/apiextensions.k8s.io/v1/customresourcedefinitions")]
+    # GET /api/v1/namespaces (list, watch) or /api/v1/namespaces/NAME (get); not a namespaced resource.
+    namespace_reads = [
+        p
+        for p in paths
+        if p.rstrip("/") == "/api/v1/namespaces"
+        or (p.startswith("/api/v1/namespaces/") and p.count("/") == 4)
+    ]
+    assert crd_reads == [] and namespace_reads == [], (crd_reads, namespace_reads)

@@ -409,6 +409,24 @@ def test_a_sandbox_ended_by_deletion_is_not_a_failure() -> None:
     assert summary(status) == ("Succeeded", "SessionSucceeded", "True", "True", "FlushComplete")
 
 
+def test_a_sandbox_killed_at_the_grace_deadline_has_its_own_reason() -> None:
+    # PID 1 ignored SIGTERM: SIGKILL at the deadline, and the sidecar's final flush got the 2 s minimum.
+    status = derive(ended_pod(137, None, phase="Failed", deleting=True, sync_code=137))
+    assert summary(status) == ("Failed", "SandboxKilled", "True", "False", "FlushNotReported")
+    assert "ignored SIGTERM" in status["message"] and "tini" in status["message"]
+    assert "did not report a final flush" in status["message"]
+    # Its memory may still have been flushed; the reason stays, the Flushed condition says so.
+    flushed_anyway = derive(ended_pod(137, flushed(), phase="Failed", deleting=True))
+    assert summary(flushed_anyway) == ("Failed", "SandboxKilled", "True", "True", "FlushComplete")
+
+
+def test_an_oom_kill_or_a_kill_outside_deletion_is_not_a_deadline_kill() -> None:
+    oom = ended_pod(137, flushed(), phase="Failed", deleting=True)
+    oom["status"]["containerStatuses"][0]["state"]["terminated"]["reason"] = "OOMKilled"
+    assert cond(derive(oom), "Ready")["reason"] == "SessionSucceeded"
+    assert cond(derive(ended_pod(137, flushed(), phase="Failed")), "Ready")["reason"] == "SandboxFailed"
+
+
 @pytest.mark.parametrize(
     "error",
     [
@@ -713,3 +731,12 @@ def test_any_pod_sequence_gives_a_valid_stable_status(
     elif b["phase"] not in st.TERMINAL_PHASES:
         order = ["Pending", "Mounting", "Running", "Flushing"]
         assert order.index(b["phase"]) >= order.index(a["phase"])
+
+
+def test_the_store_count_is_written_for_the_stores_column() -> None:
+    assert derive(pod())["storeCount"] == 2
+    assert derive(ended_pod(0, flushed()), stores={"memstore_01aa": None})["storeCount"] == 1
+    refused = st.refusal_status(
+        None, reason=st.INVALID_SPEC, message="m", stores=STORES, generation=1, now=T0
+    )
+    assert refused["storeCount"] == 2

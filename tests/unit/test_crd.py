@@ -19,6 +19,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 from test_crd_apiserver import admit, openapi_schema, structural_errors
+from test_manifests import K8S_VERSION
 
 from memsync.crd import models
 from memsync.crd.models import (
@@ -39,7 +40,6 @@ from memsync.crd.schema import build_crd, render_crd_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "sessionmemories.agents.memsync.dev.yaml"
-K8S_VERSION = "1.32"
 
 
 def base_spec() -> dict[str, Any]:
@@ -576,6 +576,122 @@ CORPUS: list[tuple[str, Callable[[], dict[str, Any]], Mutation | None, bool | st
         False,
         "securityContext must be an object",
     ),
+    *[
+        (
+            f"selinux-{t or 'empty'}",
+            base_spec,
+            setting("sandbox.securityContext.seLinuxOptions", {"type": t}),
+            True,
+            "",
+        )
+        for t in ("", "container_t", "container_init_t", "container_kvm_t")
+    ],
+    (
+        "selinux-level-only",
+        base_spec,
+        setting("sandbox.securityContext.seLinuxOptions", {"level": "s0:c123,c456"}),
+        True,
+        "",
+    ),
+    (
+        "selinux-spc",
+        base_spec,
+        setting("sandbox.securityContext.seLinuxOptions", {"type": "spc_t"}),
+        False,
+        "seLinuxOptions.type must be unset, empty, or one of container_t",
+    ),
+    (
+        "selinux-type-int",
+        base_spec,
+        setting("sandbox.securityContext.seLinuxOptions", {"type": 7}),
+        False,
+        "seLinuxOptions.type must be a string",
+    ),
+    (
+        "selinux-type-too-long",
+        base_spec,
+        setting("sandbox.securityContext.seLinuxOptions", {"type": "container_t" + "x" * 300}),
+        False,
+        "seLinuxOptions.type must be a string of at most 256",
+    ),
+    (
+        "selinux-user",
+        base_spec,
+        setting("sandbox.securityContext.seLinuxOptions", {"user": "system_u"}),
+        False,
+        "seLinuxOptions.user must not be set",
+    ),
+    (
+        "selinux-role",
+        base_spec,
+        setting("sandbox.securityContext.seLinuxOptions", {"role": "system_r"}),
+        False,
+        "seLinuxOptions.role must not be set",
+    ),
+    (
+        "selinux-not-object",
+        base_spec,
+        setting("sandbox.securityContext.seLinuxOptions", "spc_t"),
+        False,
+        "seLinuxOptions must be an object",
+    ),
+    (
+        "apparmor-runtime-default",
+        base_spec,
+        setting("sandbox.securityContext.appArmorProfile", {"type": "RuntimeDefault"}),
+        True,
+        "",
+    ),
+    (
+        "apparmor-unconfined",
+        base_spec,
+        setting("sandbox.securityContext.appArmorProfile", {"type": "Unconfined"}),
+        False,
+        "appArmorProfile.type must not be Unconfined",
+    ),
+    (
+        "apparmor-type-list",
+        base_spec,
+        setting("sandbox.securityContext.appArmorProfile", {"type": ["Unconfined"]}),
+        False,
+        "appArmorProfile.type must be a string",
+    ),
+    (
+        "ports-fine",
+        base_spec,
+        setting("sandbox.ports", [{"containerPort": 8080}, {"containerPort": 9090, "hostPort": 0}]),
+        True,
+        "",
+    ),
+    (
+        "ports-host-port",
+        base_spec,
+        setting("sandbox.ports", [{"containerPort": 8080}, {"containerPort": 80, "hostPort": 80}]),
+        False,
+        "ports[1].hostPort must not be set",
+    ),
+    (
+        "ports-host-port-string",
+        base_spec,
+        setting("sandbox.ports", [{"containerPort": 80, "hostPort": "80"}]),
+        False,
+        "ports[0].hostPort must be an integer",
+    ),
+    (
+        "ports-not-list",
+        base_spec,
+        setting("sandbox.ports", {"containerPort": 80}),
+        False,
+        "ports must be a list",
+    ),
+    ("ports-item-not-object", base_spec, setting("sandbox.ports", [80]), False, "ports[0] must be an object"),
+    (
+        "ports-too-many",
+        base_spec,
+        setting("sandbox.ports", [{"containerPort": 1000 + i} for i in range(models.PORTS_MAX + 1)]),
+        False,
+        f"ports may list at most {models.PORTS_MAX} entries",
+    ),
 ]
 
 
@@ -739,6 +855,8 @@ def test_crd_names_and_columns() -> None:
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
     assert {"Phase", "Ready", "Stores", "Last Sync", "Age"} <= set(columns)
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
+    # A count, not the first store's id (a printer column's JSONPath cannot count: the operator writes it).
+    assert columns["Stores"] == {"name": "Stores", "type": "integer", "jsonPath": ".status.storeCount"}
     assert columns["Age"]["type"] == "date" and columns["Last Sync"]["type"] == "date"
     assert crd["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"] == "-1"
 
@@ -787,6 +905,10 @@ def test_cel_inputs_are_bounded() -> None:
         assert stores["items"]["properties"][field]["maxLength"] <= 255
     add = nodes[".spec.sandbox.securityContext.capabilities.add"]
     assert add["maxItems"] <= 64 and add["items"]["maxLength"] <= 64
+    assert nodes[".spec.sandbox.ports"]["maxItems"] <= 64
+    for field in ("type", "user", "role"):
+        assert nodes[f".spec.sandbox.securityContext.seLinuxOptions.{field}"]["maxLength"] <= 256
+    assert nodes[".spec.sandbox.securityContext.appArmorProfile.type"]["maxLength"] <= 256
 
 
 #: Member functions and macros whose cost the API server can bound for our bounded fields. Kubernetes

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_crd import base_spec
+from test_manifests import K8S_VERSION
 
 from memsync.controller.pod import (
     GRACE_MARGIN_SECONDS,
@@ -24,7 +25,6 @@ from memsync.controller.pod import (
 )
 from memsync.crd.models import SessionMemorySpec
 
-K8S_VERSION = "1.32"
 IMAGE = "memsync:0.1.0"
 UID = "5f1b7c2e-0d7a-4c53-9b1e-3f1f0b1d2a11"
 
@@ -126,6 +126,12 @@ def expected_pod(
         {
             "restartPolicy": "Always",
             "ports": [{"name": "metrics", "containerPort": 9477, "protocol": "TCP"}],
+            "startupProbe": {
+                "httpGet": {"path": "/readyz", "port": 9477},
+                "periodSeconds": 2,
+                "timeoutSeconds": 3,
+                "failureThreshold": 90,
+            },
             "readinessProbe": {
                 "httpGet": {"path": "/readyz", "port": 9477},
                 "periodSeconds": 5,
@@ -366,7 +372,60 @@ BREAKERS: list[tuple[str, Any]] = [
         "sysctl",
         lambda p: p["spec"]["securityContext"].update(sysctls=[{"name": "kernel.msgmax", "value": "1"}]),
     ),
+    (
+        "selinux-type-container",
+        lambda p: p["spec"]["containers"][0]["securityContext"].update(seLinuxOptions={"type": "spc_t"}),
+    ),
+    (
+        "selinux-type-pod",
+        lambda p: p["spec"]["securityContext"].update(seLinuxOptions={"type": "unconfined_t"}),
+    ),
+    (
+        "apparmor-container",
+        lambda p: p["spec"]["initContainers"][1]["securityContext"].update(
+            appArmorProfile={"type": "Unconfined"}
+        ),
+    ),
+    ("apparmor-pod", lambda p: p["spec"]["securityContext"].update(appArmorProfile={"type": "Unconfined"})),
+    (
+        "apparmor-annotation",
+        lambda p: p["metadata"]["annotations"].update(
+            {"container.apparmor.security.beta.kubernetes.io/sandbox": "unconfined"}
+        ),
+    ),
 ]
+
+#: What the restricted standard allows of the same fields (the checker must not refuse these).
+ALLOWED: list[tuple[str, Any]] = [
+    (
+        f"selinux-{t}",
+        lambda p, t=t: p["spec"]["containers"][0]["securityContext"].update(seLinuxOptions={"type": t}),
+    )
+    for t in ("container_t", "container_init_t", "container_kvm_t")
+] + [
+    ("selinux-level", lambda p: p["spec"]["securityContext"].update(seLinuxOptions={"level": "s0:c1,c2"})),
+    (
+        "apparmor-default",
+        lambda p: p["spec"]["securityContext"].update(appArmorProfile={"type": "RuntimeDefault"}),
+    ),
+    (
+        "apparmor-annotation-localhost",
+        lambda p: p["metadata"]["annotations"].update(
+            {"container.apparmor.security.beta.kubernetes.io/sandbox": "localhost/agent"}
+        ),
+    ),
+    (
+        "host-port-zero",
+        lambda p: p["spec"]["containers"][0].update(ports=[{"containerPort": 80, "hostPort": 0}]),
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "allow"), ALLOWED, ids=[a[0] for a in ALLOWED])
+def test_the_restricted_checker_allows_what_restricted_allows(case: str, allow: Any) -> None:
+    pod = build(MINIMAL_SPEC)
+    allow(pod)
+    assert restricted_violations(pod) == [], case
 
 
 @pytest.mark.parametrize(("case", "breaker"), BREAKERS, ids=[b[0] for b in BREAKERS])
@@ -384,6 +443,9 @@ def test_builder_refuses_a_sandbox_that_skipped_validation() -> None:
         ({"image": "x", "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}, "capabilities.add"),
         ({"image": "x", "volumeMounts": [{"name": "memsync-state", "mountPath": "/s"}]}, "volumeMounts"),
         ({"image": "x", "name": "other"}, "name"),
+        ({"image": "x", "securityContext": {"seLinuxOptions": {"type": "spc_t"}}}, "seLinuxOptions.type"),
+        ({"image": "x", "securityContext": {"appArmorProfile": {"type": "Unconfined"}}}, "appArmorProfile"),
+        ({"image": "x", "ports": [{"containerPort": 80, "hostPort": 80}]}, "ports[0].hostPort"),
     ]:
         unchecked = spec.model_copy(update={"sandbox": sandbox})
         with pytest.raises(ValueError, match=re.escape(field)):

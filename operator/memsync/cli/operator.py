@@ -3,6 +3,9 @@
 ``memsync operator [OPTIONS]`` and ``memsync operator run [OPTIONS]`` start the controller; ``memsync
 operator crd`` prints the CustomResourceDefinition (``make crds`` writes it to ``crds/``).
 
+Before it starts it reads the API server's version and refuses (exit 1, with an error log) below
+Kubernetes 1.29, the first release whose native sidecar containers are on by default.
+
 The controller talks to the cluster with the credentials kopf uses: the in-cluster service account when it
 runs in a Pod, else the kubeconfig (``KUBECONFIG``, ``--context``). Every option is also an environment
 variable (shown in ``--help``).
@@ -10,6 +13,7 @@ variable (shown in ``--help``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -22,7 +26,7 @@ from prometheus_client import start_http_server
 from pydantic import TypeAdapter, ValidationError
 
 from memsync.controller.handlers import build_memo, build_registry
-from memsync.controller.kube import KubeApi
+from memsync.controller.kube import KubeApi, parse_server_version, version_refusal
 from memsync.controller.settings import ControllerConfig, configure_settings
 from memsync.crd.models import EnvVarSpec, describe_validation_error, env_problems
 from memsync.crd.schema import render_crd_yaml
@@ -161,6 +165,23 @@ def crd() -> None:
     click.echo(render_crd_yaml(), nl=False)
 
 
+def _check_server_version(kube: KubeApi) -> None:
+    """Refuse to start (exit 1, with an error log) against an API server older than the minimum."""
+    try:
+        info = asyncio.run(kube.server_version())
+    except Exception as exc:  # KubeApiError, or the connection itself failed
+        kube.close()
+        logger.error("cannot read the Kubernetes API server's version", extra={"error": str(exc)})
+        raise click.ClickException(f"cannot read the Kubernetes API server's version: {exc}") from None
+    refusal = version_refusal(info)
+    if refusal is not None:
+        kube.close()
+        logger.error("unsupported Kubernetes version; not starting", extra={"error": refusal})
+        raise click.ClickException(refusal)
+    if parse_server_version(info) is None:
+        logger.warning("cannot tell the Kubernetes version; starting anyway", extra={"version": info})
+
+
 def _run(
     *,
     namespaces: tuple[str, ...],
@@ -181,7 +202,7 @@ def _run(
             "--agent-image (or MEMSYNC_AGENT_IMAGE) is required: the image of the memsync "
             "containers in the sandbox Pods, normally the operator's own image"
         )
-    exact = bool(namespaces) and not any(ch in ns for ns in namespaces for ch in "*?[!")
+    patterns = any(ch in ns for ns in namespaces for ch in "*?[!")
     config = ControllerConfig(
         agent_image=agent_image,
         agent_image_pull_policy=agent_image_pull_policy,
@@ -190,13 +211,15 @@ def _run(
     )
     settings = configure_settings(
         kopf.OperatorSettings(),
-        namespaced_only=exact,
+        namespace_patterns=patterns,
         reporting_instance=os.environ.get("POD_NAME") or socket.gethostname(),
     )
     try:
         kube = KubeApi.from_environment(context=context)
     except Exception as exc:  # kubernetes.config.ConfigException and file errors
         raise click.ClickException(f"cannot configure the Kubernetes client: {exc}") from None
+
+    _check_server_version(kube)
 
     def login(**_: Any) -> kopf.ConnectionInfo:
         return kube.connection_info()

@@ -9,11 +9,14 @@ world, decides with pure functions, and converges; running it twice changes noth
 2. Before any Pod, refusals, each a ``Failed`` phase whose ``Ready`` condition names the problem:
    an invalid spec (``InvalidSpec``), an older SessionMemory with the same ``sessionId`` in the namespace
    (``DuplicateSession``; ordered by creationTimestamp, then name), a missing Secret or key
-   (``SecretNotFound`` / ``SecretKeyNotFound``): never start a session without its memory. Refusals are
-   re-evaluated by a timer (and on spec updates), so a session starts once the Secret appears or the
-   older duplicate is gone.
+   (``SecretNotFound`` / ``SecretKeyNotFound``), a Secret the API forbids the operator to read
+   (``SecretForbidden``): never start a session without its memory. Refusals are re-evaluated by a timer
+   (and on spec updates), so a session starts once the Secret appears or the older duplicate is gone.
 3. Otherwise build the Pod (``pod.build_sandbox_pod``, pure) and create it; a 409 means it exists: read
-   and adopt it as in 1.
+   and adopt it as in 1. A create the API refuses (any 4xx ``kube.is_refusal`` counts as one: Pod
+   Security, ResourceQuota, LimitRange, an invalid field) is the refusal ``PodRejected`` with the API's
+   message, re-checked like the others (a quota may free up, a namespace label may change). A transient
+   answer (429, 5xx, the 403 of a ``default`` ServiceAccount not created yet) is retried by kopf.
 
 The Pod watcher (by label, server-side selector) derives the status from every Pod event with
 ``status.derive_status`` and patches it. Every status write is a read-modify-write with a resourceVersion
@@ -59,7 +62,14 @@ import kopf
 from memsync.controller import metrics
 from memsync.controller import status as st
 from memsync.controller.health import health_url, read_health
-from memsync.controller.kube import AlreadyExists, Conflict, KubeApi, KubeApiError
+from memsync.controller.kube import (
+    AlreadyExists,
+    Conflict,
+    KubeApi,
+    KubeApiError,
+    is_refusal,
+    refusal_message,
+)
 from memsync.controller.pod import build_sandbox_pod, pod_name_for
 from memsync.controller.settings import ControllerConfig
 from memsync.crd.models import (
@@ -479,7 +489,20 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
         return
 
     ref = spec.work_item_secret_ref
-    keys = await kube.secret_keys(namespace, ref.name)
+    try:
+        keys = await kube.secret_keys(namespace, ref.name)
+    except KubeApiError as exc:
+        if not is_refusal(exc):
+            raise
+        await _refuse(
+            runtime,
+            namespace,
+            name,
+            st.SECRET_FORBIDDEN,
+            f"the API refused to let the operator read Secret {ref.name} (spec.workItemSecretRef.name): "
+            f"{refusal_message(exc)}; no Pod was created (re-checked periodically)",
+        )
+        return
     if keys is None:
         await _refuse(
             runtime,
@@ -522,6 +545,17 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
         if existing is None:
             raise kopf.TemporaryError(f"Pod {pod_name} existed and vanished; retrying", delay=1) from None
         await _adopt_or_refuse(runtime, body, existing, created=False)
+        return
+    except KubeApiError as exc:
+        if not is_refusal(exc):
+            raise
+        await _refuse(
+            runtime,
+            namespace,
+            name,
+            st.POD_REJECTED,
+            f"the API refused sandbox Pod {pod_name}: {refusal_message(exc)} (re-checked periodically)",
+        )
         return
     await _adopt_or_refuse(runtime, body, created, created=True)
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import kopf
 import kubernetes.client
@@ -38,6 +39,71 @@ class KubeApiError(Exception):
         self.status = status
         self.reason = reason
         self.message = message
+
+
+#: API statuses that are not a verdict on the request: the same call can succeed later without anyone
+#: changing it. 401 (a rotated token; kopf logs in again), 404 (on a create: the namespace is going away
+#: with the SessionMemory), 408, 409 (a conflict of concurrent writers), 429 (API Priority and Fairness
+#: throttling) and every 5xx. Every other 4xx is a refusal the user must act on.
+TRANSIENT_STATUSES: Final = frozenset({401, 404, 408, 409, 429})
+
+#: The 403 the ServiceAccount admission plugin answers for a Pod created in a namespace whose ``default``
+#: ServiceAccount does not exist yet: the namespace was just created and the serviceaccount controller
+#: creates it within moments, so this 403 is transient, unlike every other 403.
+_MISSING_SERVICE_ACCOUNT = re.compile(r"error looking up service account|serviceaccount \S+ not found")
+
+#: ``Invalid value: <v>`` (and Duplicate/Unsupported): field errors echo the value they refuse, which for
+#: the sandbox's environment may be a literal the user did not mean to publish.
+_ECHOED_VALUE = re.compile(
+    r'((?:Invalid|Duplicate|Unsupported|Forbidden) value: )("(?:[^"\\]|\\.)*(?:"|$)|[^:,;\s]+)'
+)
+
+
+def is_refusal(exc: KubeApiError) -> bool:
+    """True when the API refused the request itself (repeating it unchanged cannot help)."""
+    if exc.status >= 500 or exc.status < 400 or exc.status in TRANSIENT_STATUSES:
+        return False
+    return not (exc.status == 403 and _MISSING_SERVICE_ACCOUNT.search(exc.message))
+
+
+def refusal_message(exc: KubeApiError) -> str:
+    """The API's own message for a status or an Event, with any echoed field value hidden."""
+    return _ECHOED_VALUE.sub(r"\1(value hidden)", f"{exc.status} {exc.reason}: {exc.message}")
+
+
+#: The oldest Kubernetes release the operator runs against: the first where native sidecars (init
+#: containers with ``restartPolicy: Always``, and their probes) are on by default, and where CRD validation
+#: rules (CEL) are generally available. Older API servers drop ``restartPolicy`` from init containers and
+#: then refuse the sidecar's probes, so no session could ever start.
+MIN_KUBERNETES: Final = (1, 29)
+
+
+def parse_server_version(info: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(major, minor) from the API server's ``/version`` answer; None when it cannot be read.
+
+    Providers decorate the minor (``"29+"``) or only the gitVersion (``v1.29.3-eks-...``) is usable.
+    """
+    major, minor = (
+        re.match(r"\d+", str(info.get("major") or "")),
+        re.match(r"\d+", str(info.get("minor") or "")),
+    )
+    if major and minor:
+        return int(major.group()), int(minor.group())
+    found = re.match(r"v?(\d+)\.(\d+)", str(info.get("gitVersion") or ""))
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def version_refusal(info: Mapping[str, Any]) -> str | None:
+    """Why the operator must not run against this API server (too old), or None."""
+    version = parse_server_version(info)
+    if version is None or version >= MIN_KUBERNETES:
+        return None
+    want = ".".join(map(str, MIN_KUBERNETES))
+    have = info.get("gitVersion") or ".".join(map(str, version))
+    return (
+        f"the Kubernetes API server is {have}; memsync needs {want} or newer (native sidecar containers on "
+        "by default): upgrade the cluster"
+    )
 
 
 class NotFound(KubeApiError):
@@ -147,6 +213,10 @@ class KubeApi:
             return _decode(response)
 
         return await asyncio.to_thread(run)
+
+    async def server_version(self) -> dict[str, Any]:
+        """The API server's ``/version`` answer (major, minor, gitVersion, ...)."""
+        return await self._call(kubernetes.client.VersionApi(self._client).get_code)
 
     # --- Pods --------------------------------------------------------------------------------------------
 

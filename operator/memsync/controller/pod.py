@@ -9,7 +9,8 @@ Shape (design §4, issue §3, the sync agent's Contract 3):
 * volumes ``memory`` (emptyDir, ``/mnt/memory`` in every container) and ``memsync-state`` (emptyDir,
   ``/var/lib/memsync`` in the two memsync containers only: the agent can neither see nor alter the baseline);
 * init container ``memsync-mount`` (``memsync mount``), then the native sidecar ``memsync-sync``
-  (``restartPolicy: Always``, ``memsync sync``, readiness on ``/readyz`` :9477, ``preStop: memsync flush``);
+  (``restartPolicy: Always``, ``memsync sync``, startup and readiness probes on ``/readyz`` :9477,
+  ``preStop: memsync flush``): the kubelet starts the sandbox only once the startupProbe passed;
 * container ``sandbox`` from ``spec.sandbox``, with ``/mnt/memory`` mounted and a restricted security context
   merged into the user's.
 
@@ -43,7 +44,9 @@ from memsync.contracts import env
 from memsync.contracts.env import StoreEntry, encode_stores
 from memsync.crd.models import (
     ALLOWED_ADDED_CAPABILITIES,
+    ALLOWED_SELINUX_TYPES,
     API_VERSION,
+    APPARMOR_UNCONFINED,
     KIND,
     LABEL_APP_COMPONENT,
     LABEL_APP_NAME,
@@ -73,6 +76,9 @@ RUN_AS_ID: Final = POD_UID
 SANDBOX_SHUTDOWN_SECONDS: Final = 30
 #: Extra seconds on top of the shutdown passes (process start-up, the kubelet's bookkeeping).
 GRACE_MARGIN_SECONDS: Final = 10
+#: The sidecar's startupProbe: up to 2 x 90 = 180 s for it to serve /readyz before the kubelet restarts it.
+STARTUP_PROBE_PERIOD_SECONDS: Final = 2
+STARTUP_PROBE_FAILURES: Final = 90
 
 POD_NAME_SUFFIX: Final = "-sandbox"
 DNS_LABEL_MAX: Final = 63
@@ -283,6 +289,15 @@ def build_sandbox_pod(
     sync["restartPolicy"] = "Always"
     sync["env"].insert(len(memsync_env(spec)), {"name": env.METRICS_PORT, "value": str(METRICS_PORT)})
     sync["ports"] = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
+    # The kubelet starts the next container (the sandbox) once this sidecar has *started*; readiness gates
+    # nothing. The startupProbe makes "started" mean "serving, every store verified": until it passes the
+    # sandbox waits, and if it never passes the kubelet restarts the sidecar and the agent never runs.
+    sync["startupProbe"] = {
+        "httpGet": {"path": "/readyz", "port": METRICS_PORT},
+        "periodSeconds": STARTUP_PROBE_PERIOD_SECONDS,
+        "timeoutSeconds": 3,
+        "failureThreshold": STARTUP_PROBE_FAILURES,
+    }
     sync["readinessProbe"] = {
         "httpGet": {"path": "/readyz", "port": METRICS_PORT},
         "periodSeconds": 5,
@@ -361,6 +376,26 @@ _SAFE_SYSCTLS: Final = frozenset(
 )
 
 
+#: The Pod-annotation form of a container's AppArmor profile (before the appArmorProfile field).
+_APPARMOR_ANNOTATION: Final = "container.apparmor.security.beta.kubernetes.io/"
+
+
+def _selinux_violations(where: str, sc: Mapping[str, Any]) -> list[str]:
+    selinux: Mapping[str, Any] = sc.get("seLinuxOptions") or {}
+    out: list[str] = []
+    if selinux.get("user") or selinux.get("role"):
+        out.append(f"{where}.seLinuxOptions must not set user or role")
+    if selinux.get("type", "") not in ALLOWED_SELINUX_TYPES:
+        out.append(f"{where}.seLinuxOptions.type {selinux['type']!r} is not an allowed type")
+    return out
+
+
+def _apparmor_violations(where: str, sc: Mapping[str, Any]) -> list[str]:
+    if (sc.get("appArmorProfile") or {}).get("type") == APPARMOR_UNCONFINED:
+        return [f"{where}.appArmorProfile.type must not be Unconfined"]
+    return []
+
+
 def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
     """Every way ``pod`` breaks the restricted Pod Security Standard (baseline checks included); [] if none.
 
@@ -386,8 +421,14 @@ def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
     pod_seccomp = (psc.get("seccompProfile") or {}).get("type")
     if pod_seccomp is not None and pod_seccomp not in ("RuntimeDefault", "Localhost"):
         out.append("spec.securityContext.seccompProfile.type must be RuntimeDefault or Localhost")
-    if (psc.get("seLinuxOptions") or {}).get("user") or (psc.get("seLinuxOptions") or {}).get("role"):
-        out.append("spec.securityContext.seLinuxOptions must not set user or role")
+    out += _selinux_violations("spec.securityContext", psc)
+    out += _apparmor_violations("spec.securityContext", psc)
+    annotations: Mapping[str, Any] = (pod.get("metadata") or {}).get("annotations") or {}
+    for key, value in annotations.items():
+        if key.startswith(_APPARMOR_ANNOTATION) and not (
+            value in ("runtime/default", "") or str(value).startswith("localhost/")
+        ):
+            out.append(f"metadata.annotations[{key}] must be runtime/default or localhost/* (got {value!r})")
     if (psc.get("windowsOptions") or {}).get("hostProcess"):
         out.append("spec.securityContext.windowsOptions.hostProcess must not be true")
 
@@ -420,10 +461,8 @@ def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
             out.append(f"{where}.securityContext.procMount must be Default")
         if (sc.get("windowsOptions") or {}).get("hostProcess"):
             out.append(f"{where}.securityContext.windowsOptions.hostProcess must not be true")
-        if (sc.get("seLinuxOptions") or {}).get("user") or (sc.get("seLinuxOptions") or {}).get("role"):
-            out.append(f"{where}.securityContext.seLinuxOptions must not set user or role")
-        if (sc.get("appArmorProfile") or {}).get("type") == "Unconfined":
-            out.append(f"{where}.securityContext.appArmorProfile.type must not be Unconfined")
+        out += _selinux_violations(f"{where}.securityContext", sc)
+        out += _apparmor_violations(f"{where}.securityContext", sc)
         for port in c.get("ports") or []:
             if port.get("hostPort"):
                 out.append(f"{where}: hostPort must not be set")

@@ -76,14 +76,17 @@ def configure_settings(
     settings: kopf.OperatorSettings,
     *,
     timeouts: WatchTimeouts | None = None,
-    namespaced_only: bool = False,
+    namespace_patterns: bool = False,
     reporting_instance: str | None = None,
 ) -> kopf.OperatorSettings:
     """Apply memsync's kopf settings to ``settings`` (in place) and return it.
 
-    ``namespaced_only``: the operator serves an explicit list of namespaces; kopf then neither lists nor
-    watches Namespaces or CRDs (least-privilege RBAC needs no cluster-wide read), and the CRD must be
-    installed before the operator starts (as the install instructions require anyway).
+    kopf's scanning (a watch of CRDs, to notice a CRD installed after the operator started, and of
+    Namespaces, to match namespace patterns) is off: cluster-wide or with exact namespaces, kopf finds the
+    SessionMemory resource by API discovery at start and needs no read access to CRDs or Namespaces
+    (the CRD must be established before the operator starts, as the install instructions require).
+    ``namespace_patterns``: the operator serves namespace globs (``agents-*``); kopf then lists and watches
+    Namespaces to match them, which needs ``list`` and ``watch`` on Namespaces (and on CRDs, else it warns).
     """
     t = timeouts or WatchTimeouts()
     settings.persistence.finalizer = FINALIZER
@@ -102,5 +105,5 @@ def configure_settings(
     settings.posting.reporting_component = EVENT_COMPONENT
     if reporting_instance:
         settings.posting.reporting_instance = reporting_instance
-    settings.scanning.disabled = namespaced_only
+    settings.scanning.disabled = not namespace_patterns
     return settings

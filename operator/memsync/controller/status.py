@@ -16,8 +16,10 @@ Phases move forward only: Pending -> Mounting -> Running -> Flushing -> Succeede
   sync and flush.
 - Succeeded: the sandbox ended well (exit 0, or ended by the Pod's deletion) and the sidecar reported a
   complete final flush.
-- Failed: a refusal before any Pod (invalid spec, duplicate session, missing Secret or key), a failed
-  mount, a failed sandbox, a final flush that left files unsent or was never reported, a Pod that
+- Failed: a refusal before any Pod (invalid spec, duplicate session, missing Secret or key, a Secret the
+  operator may not read, a Pod the API refused), a failed
+  mount, a failed sandbox, a sandbox killed at the end of the grace period because it ignored SIGTERM,
+  a final flush that left files unsent or was never reported, a Pod that
   disappeared without reporting an end, or a deletion that gave up waiting for the Pod.
 
 Live sync health (the ``Synced`` condition, ``lastSyncTime``, running totals) comes from the sidecar's
@@ -84,13 +86,26 @@ DUPLICATE_SESSION: Final = "DuplicateSession"
 SECRET_NOT_FOUND: Final = "SecretNotFound"  # noqa: S105 - a reason, not a password
 SECRET_KEY_NOT_FOUND: Final = "SecretKeyNotFound"  # noqa: S105 - a reason, not a password
 POD_NAME_TAKEN: Final = "PodNameTaken"
+# The API refused the operator's request (admission: Pod Security, ResourceQuota, LimitRange, an invalid
+# field; or RBAC on the Secret read): the message is the API's own.
+POD_REJECTED: Final = "PodRejected"
+SECRET_FORBIDDEN: Final = "SecretForbidden"  # noqa: S105 - a reason, not a password
 REFUSAL_REASONS: Final = frozenset(
-    {INVALID_SPEC, DUPLICATE_SESSION, SECRET_NOT_FOUND, SECRET_KEY_NOT_FOUND, POD_NAME_TAKEN}
+    {
+        INVALID_SPEC,
+        DUPLICATE_SESSION,
+        SECRET_NOT_FOUND,
+        SECRET_KEY_NOT_FOUND,
+        POD_NAME_TAKEN,
+        POD_REJECTED,
+        SECRET_FORBIDDEN,
+    }
 )
 
 # Reasons of the Pod-derived outcomes.
 MOUNT_FAILED: Final = "MountFailed"
 SANDBOX_FAILED: Final = "SandboxFailed"
+SANDBOX_KILLED: Final = "SandboxKilled"
 POD_FAILED: Final = "PodFailed"
 POD_LOST: Final = "PodLost"
 DELETION_TIMED_OUT: Final = "DeletionTimedOut"
@@ -359,6 +374,21 @@ def _flush_summary(report: FlushReport) -> str:
     return f"the final flush completed: {text}"
 
 
+#: What a container runtime reports for a process ended by SIGKILL (128 + 9).
+SIGKILL_EXIT_CODE: Final = 137
+
+
+def _killed_at_deadline(view: PodView) -> bool:
+    """The sandbox was SIGKILLed while the Pod was being deleted (not OOM): it ignored its SIGTERM."""
+    sandbox = view.sandbox
+    return (
+        view.deleting
+        and sandbox.state == "terminated"
+        and sandbox.exit_code == SIGKILL_EXIT_CODE
+        and sandbox.reason != "OOMKilled"
+    )
+
+
 def _terminal_outcome(view: PodView, mounted: Cond, pod_gone: bool) -> Outcome | None:
     """The outcome of a Pod that has ended (or is gone), or None while it still runs."""
     sandbox, sync = view.sandbox, view.sync
@@ -407,6 +437,14 @@ def _terminal_outcome(view: PodView, mounted: Cond, pod_gone: bool) -> Outcome |
         else:
             why = view.message or view.reason or "it ended before the stores were mounted"
             reason, text = POD_FAILED, f"the sandbox Pod {view.name} failed: {why}"
+    elif _killed_at_deadline(view):
+        reason = SANDBOX_KILLED
+        text = (
+            "the sandbox container ignored SIGTERM and was killed at the end of the grace period (exit "
+            f"code {SIGKILL_EXIT_CODE}); memsync-sync got its SIGTERM only then, with about 2 s left for its "
+            "final sync and flush. The sandbox's PID 1 must handle SIGTERM (run the agent under tini, or "
+            "exec it from the shell)"
+        )
     elif sandbox_ended and sandbox.exit_code not in (0, None) and not view.deleting:
         why = f" ({sandbox.reason})" if sandbox.reason else ""
         reason, text = SANDBOX_FAILED, f"the sandbox container exited with code {sandbox.exit_code}{why}"
@@ -584,6 +622,7 @@ def _assemble(
     status["stores"] = _store_entries(
         stores, previous.get("stores"), outcome.mount_report, outcome.flush_report
     )
+    status["storeCount"] = len(stores)  # the "Stores" column of kubectl get (printer columns cannot count)
     if outcome.synced is not None:
         status["conditions"] = merge_conditions(
             status["conditions"], [outcome.synced], generation=generation, now=now

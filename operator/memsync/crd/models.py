@@ -28,7 +28,9 @@ Decisions where the design is silent (each enforced identically by the CRD and b
   ``volumeDevices`` are refused: the Pod has no volumes for them, and the sync agent's state must stay out of
   the agent's reach) and ``restartPolicy``. A ``securityContext`` that would break the restricted Pod Security
   Standard is refused up front (privileged, privilege escalation, root, added capabilities other than
-  ``NET_BIND_SERVICE``, an ``Unconfined`` seccomp profile, an unmasked ``/proc``, Windows host processes), so
+  ``NET_BIND_SERVICE``, an ``Unconfined`` seccomp or AppArmor profile, an SELinux type other than
+  ``container_t``, ``container_init_t`` or ``container_kvm_t`` or an SELinux user or role, a ``hostPort``,
+  an unmasked ``/proc``, Windows host processes), so
   the session fails with a clear message instead of a Pod the namespace's admission rejects. ``runAsUser``,
   if set, must be 65532: the sync agent keeps the store files private to that uid.
 """
@@ -118,6 +120,10 @@ SANDBOX_FORBIDDEN_FIELDS: Final = ("volumeMounts", "volumeDevices", "restartPoli
 #: The only capability the restricted Pod Security Standard lets a container add.
 ALLOWED_ADDED_CAPABILITIES: Final = ("NET_BIND_SERVICE",)
 ALLOWED_SECCOMP_TYPES: Final = ("RuntimeDefault", "Localhost")
+#: The SELinux types the Pod Security Standards (baseline, so restricted too) let a container run as.
+ALLOWED_SELINUX_TYPES: Final = ("", "container_t", "container_init_t", "container_kvm_t")
+#: The AppArmor profile type the Pod Security Standards forbid.
+APPARMOR_UNCONFINED: Final = "Unconfined"
 CAPABILITIES_MAX: Final = 64
 #: An environment variable name, as Kubernetes accepts it.
 ENV_NAME_PATTERN: Final = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
@@ -125,6 +131,9 @@ ENV_NAME_MAX: Final = 256
 MEMSYNC_ENV_MAX: Final = 32
 #: The sources an extra memsync variable may take its value from (never the Pod's fields).
 ENV_VALUE_SOURCES: Final = ("secretKeyRef", "configMapKeyRef")
+#: Bounds of what the CRD's CEL rules walk, so the API server's cost estimate stays within its budget.
+PORTS_MAX: Final = 64
+SECURITY_STRING_MAX: Final = 256
 
 Access = Literal["read_write", "read_only"]
 Deletions = Literal["enabled", "log_only", "disabled"]
@@ -363,6 +372,22 @@ def sandbox_security_problems(security_context: Any) -> list[str]:
                 "securityContext.seccompProfile.type must be RuntimeDefault or Localhost "
                 f"(got {seccomp['type']!r})"
             )
+    problems.extend(_selinux_problems(sc))
+    if "appArmorProfile" in sc:
+        apparmor = sc["appArmorProfile"]
+        if not isinstance(apparmor, Mapping):
+            problems.append("securityContext.appArmorProfile must be an object")
+        elif "type" in apparmor:
+            if not isinstance(apparmor["type"], str) or len(apparmor["type"]) > SECURITY_STRING_MAX:
+                problems.append(
+                    f"securityContext.appArmorProfile.type must be a string of at most {SECURITY_STRING_MAX} "
+                    "characters"
+                )
+            elif apparmor["type"] == APPARMOR_UNCONFINED:
+                problems.append(
+                    "securityContext.appArmorProfile.type must not be Unconfined: the Pod Security Standards "
+                    "allow RuntimeDefault or Localhost"
+                )
     if "windowsOptions" in sc:
         windows = sc["windowsOptions"]
         if not isinstance(windows, Mapping):
@@ -372,6 +397,53 @@ def sandbox_security_problems(security_context: Any) -> list[str]:
                 problems.append("securityContext.windowsOptions.hostProcess must be a boolean")
             elif windows["hostProcess"]:
                 problems.append("securityContext.windowsOptions.hostProcess must not be true")
+    return problems
+
+
+def _selinux_problems(sc: Mapping[str, Any]) -> list[str]:
+    if "seLinuxOptions" not in sc:
+        return []
+    selinux = sc["seLinuxOptions"]
+    if not isinstance(selinux, Mapping):
+        return ["securityContext.seLinuxOptions must be an object"]
+    problems: list[str] = []
+    for field in ("type", "user", "role"):
+        if field in selinux and (
+            not isinstance(selinux[field], str) or len(selinux[field]) > SECURITY_STRING_MAX
+        ):
+            problems.append(
+                f"securityContext.seLinuxOptions.{field} must be a string of at most {SECURITY_STRING_MAX} "
+                "characters"
+            )
+        elif field == "type" and field in selinux and selinux[field] not in ALLOWED_SELINUX_TYPES:
+            allowed = ", ".join(t for t in ALLOWED_SELINUX_TYPES if t)
+            problems.append(
+                f"securityContext.seLinuxOptions.type must be unset, empty, or one of {allowed} "
+                f"(got {selinux[field]!r}): the Pod Security Standards forbid every other type"
+            )
+        elif field != "type" and selinux.get(field):
+            problems.append(
+                f"securityContext.seLinuxOptions.{field} must not be set: the Pod Security Standards "
+                "forbid it"
+            )
+    return problems
+
+
+def _ports_problems(ports: Any) -> list[str]:
+    if not isinstance(ports, list):
+        return ["ports must be a list"]
+    if len(ports) > PORTS_MAX:
+        return [f"ports may list at most {PORTS_MAX} entries"]
+    problems: list[str] = []
+    for i, port in enumerate(ports):
+        if not isinstance(port, Mapping):
+            problems.append(f"ports[{i}] must be an object")
+        elif "hostPort" in port and not _is_int(port["hostPort"]):
+            problems.append(f"ports[{i}].hostPort must be an integer")
+        elif port.get("hostPort"):
+            problems.append(
+                f"ports[{i}].hostPort must not be set: the Pod Security Standards forbid host ports"
+            )
     return problems
 
 
@@ -393,6 +465,8 @@ def sandbox_problems(sandbox: Mapping[str, Any]) -> list[str]:
                 else "the Pod ends when the sandbox container ends"
             )
             problems.append(f"{field} must not be set: {owner}")
+    if "ports" in sandbox:
+        problems.extend(_ports_problems(sandbox["ports"]))
     problems.extend(sandbox_security_problems(sandbox.get("securityContext")))
     return problems
 
@@ -584,6 +658,7 @@ class SessionMemoryStatus(_StatusModel):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
     stores: list[StoreStatus] = Field(default_factory=list)
+    store_count: int | None = None
     last_sync_time: K8sTime | None = None
     message: str | None = None
 

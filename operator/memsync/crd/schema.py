@@ -235,6 +235,51 @@ def sandbox_schema() -> dict[str, Any]:
                     ]
                 },
             ),
+            "seLinuxOptions": _open_object(
+                "SELinux type: unset, empty, container_t, container_init_t or container_kvm_t; no user or "
+                "role.",
+                properties={
+                    field: {"type": "string", "maxLength": m.SECURITY_STRING_MAX}
+                    for field in ("type", "user", "role")
+                },
+                **{
+                    "x-kubernetes-validations": [
+                        _rule(
+                            f"!has(self.type) || self.type in {list(m.ALLOWED_SELINUX_TYPES)!r}",
+                            "sandbox.securityContext.seLinuxOptions.type must be unset, empty, or one of "
+                            + ", ".join(t for t in m.ALLOWED_SELINUX_TYPES if t),
+                            reason="FieldValueForbidden",
+                            field_path=".type",
+                        ),
+                        _rule(
+                            "!has(self.user) || self.user == ''",
+                            "sandbox.securityContext.seLinuxOptions.user must not be set",
+                            reason="FieldValueForbidden",
+                            field_path=".user",
+                        ),
+                        _rule(
+                            "!has(self.role) || self.role == ''",
+                            "sandbox.securityContext.seLinuxOptions.role must not be set",
+                            reason="FieldValueForbidden",
+                            field_path=".role",
+                        ),
+                    ]
+                },
+            ),
+            "appArmorProfile": _open_object(
+                "RuntimeDefault or Localhost; Unconfined is not allowed.",
+                properties={"type": {"type": "string", "maxLength": m.SECURITY_STRING_MAX}},
+                **{
+                    "x-kubernetes-validations": [
+                        _rule(
+                            f"!has(self.type) || self.type != '{m.APPARMOR_UNCONFINED}'",
+                            "sandbox.securityContext.appArmorProfile.type must not be Unconfined",
+                            reason="FieldValueForbidden",
+                            field_path=".type",
+                        )
+                    ]
+                },
+            ),
             "windowsOptions": _open_object(
                 "Windows options; hostProcess is not allowed.",
                 properties={"hostProcess": {"type": "boolean"}},
@@ -308,6 +353,22 @@ def sandbox_schema() -> dict[str, Any]:
                 "items": _open_object("A volume device."),
             },
             "restartPolicy": _string("Refused: the Pod ends when the sandbox ends.", maxLength=64),
+            "ports": {
+                "type": "array",
+                "description": f"Container ports (at most {m.PORTS_MAX}); hostPort is not allowed.",
+                "maxItems": m.PORTS_MAX,
+                "items": _open_object(
+                    "A container port.", properties={"hostPort": {"type": "integer", "format": "int32"}}
+                ),
+                "x-kubernetes-validations": [
+                    _rule(
+                        "self.all(p, !has(p.hostPort) || p.hostPort == 0)",
+                        "sandbox.ports[].hostPort must not be set: the Pod Security Standards forbid host "
+                        "ports",
+                        reason="FieldValueForbidden",
+                    )
+                ],
+            },
             "securityContext": security_context,
         },
         **{
@@ -445,6 +506,7 @@ def status_schema() -> dict[str, Any]:
             "lastSyncTime": _string(
                 "When the sidecar last completed a sync of every store without errors.", format="date-time"
             ),
+            "storeCount": _count("How many stores the session attaches (the Stores column)."),
             "conditions": {
                 "type": "array",
                 "items": condition_schema(),
@@ -477,7 +539,7 @@ def printer_columns() -> list[dict[str, Any]]:
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
         {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
         {"name": "Synced", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Synced")].status'},
-        {"name": "Stores", "type": "string", "jsonPath": ".spec.stores[*].memoryStoreId"},
+        {"name": "Stores", "type": "integer", "jsonPath": ".status.storeCount"},
         {"name": "Last Sync", "type": "date", "jsonPath": ".status.lastSyncTime"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         {"name": "Session", "type": "string", "jsonPath": ".spec.sessionId", "priority": 1},
