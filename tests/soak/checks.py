@@ -5,7 +5,9 @@ hold at the end, what the agents reported, and what went over the wire. Each ret
   that path after the edit; a file still unreadable at the end is reported by name instead;
 - every local delete reached the store, unless another writer changed that path after it or the agent
   reported that the delete lost;
-- no write overwrote a memory without a precondition (every agent update and delete carried one);
+- no write overwrote a memory without a precondition: every agent update and delete carried one, and in the
+  version history every session version that follows another version of its memory follows one whose hash
+  that session sent as the precondition;
 - no memory is duplicated (one unique content live at two paths) or stray (live at a path no attached
   folder holds);
 - every sidecar ended with a complete flush and nothing unsent.
@@ -39,6 +41,7 @@ class LocalOp:
     sha256: str | None  # of the content written
     at: float  # unix time
     op: int
+    source: str = ""  # the operation kind that did it (create, edit, rename, swap, ...)
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ class Version:
     sha256: str | None
     at: float
     actor: str  # session id or api key id
+    memory_id: str = ""
+    operation: str = "created"
 
 
 @dataclass(frozen=True)
@@ -65,22 +70,62 @@ class Violation:
     detail: str
 
 
+def sent_precondition(method: str, target: str, body: bytes) -> tuple[str, str | None] | None:
+    """For an agent request that overwrites or deletes a memory: (memory id, the precondition hash it carried,
+    or None when it carried none). None for any other request."""
+    url = urlsplit(target)
+    if not _MEMORY_URL.match(url.path) or method not in ("POST", "DELETE"):
+        return None
+    memory_id = url.path.rsplit("/", 1)[1]
+    if method == "DELETE":
+        return memory_id, (parse_qs(url.query).get("expected_content_sha256") or [None])[0]
+    try:
+        data: Any = json.loads(body or b"{}")
+    except ValueError:
+        return memory_id, None
+    precondition = data.get("precondition") if isinstance(data, dict) else None
+    sha = precondition.get("content_sha256") if isinstance(precondition, dict) else None
+    return memory_id, sha if isinstance(sha, str) and sha else None
+
+
 def audit_write(method: str, target: str, body: bytes) -> str | None:
     """Why an agent request that overwrites or deletes a memory lacks its precondition, or None."""
-    url = urlsplit(target)
-    if not _MEMORY_URL.match(url.path):
+    sent = sent_precondition(method, target, body)
+    if sent is None or sent[1] is not None:
         return None
-    if method == "DELETE" and not parse_qs(url.query).get("expected_content_sha256"):
-        return f"DELETE {url.path} without expected_content_sha256"
-    if method == "POST":
-        try:
-            data: Any = json.loads(body or b"{}")
-        except ValueError:
-            return f"POST {url.path} with an unreadable body"
-        precondition = data.get("precondition") if isinstance(data, dict) else None
-        if "content" in data and not (isinstance(precondition, dict) and precondition.get("content_sha256")):
-            return f"POST {url.path} changes content without precondition.content_sha256"
-    return None
+    if method == "DELETE":
+        return f"DELETE of {sent[0]} without expected_content_sha256"
+    try:
+        data: Any = json.loads(body or b"{}")
+    except ValueError:
+        data = {}
+    if isinstance(data, dict) and "content" not in data:
+        return None  # a rename alone overwrites no content
+    return f"POST to {sent[0]} changes content without precondition.content_sha256"
+
+
+def check_overwrites(
+    versions: Mapping[str, list[Version]], sent: Mapping[str, set[str]], sessions: Mapping[str, str]
+) -> list[Violation]:
+    """``versions`` oldest first; ``sent``: memory id -> precondition hashes the sidecars sent for it."""
+    out: list[Violation] = []
+    session_ids = set(sessions.values())
+    for store_id, history in sorted(versions.items()):
+        previous: dict[str, Version] = {}
+        for v in history:
+            before = previous.get(v.memory_id)
+            previous[v.memory_id] = v
+            if before is None or v.operation == "created" or v.actor not in session_ids:
+                continue
+            if before.sha256 not in sent.get(v.memory_id, set()):
+                out.append(
+                    Violation(
+                        "overwrite_without_precondition",
+                        f"{store_id} {v.path}: {v.actor} {v.operation} memory {v.memory_id} over a version "
+                        f"by {before.actor} whose hash it never sent as a precondition",
+                    )
+                )
+    return out
 
 
 def _reported(
@@ -103,7 +148,7 @@ def check_local_ops(  # noqa: PLR0917 - six plain-data inputs, named at the one 
     out: list[Violation] = []
     for (pod, store_id, rel), last in sorted(ops.items()):
         history = versions.get(store_id, [])
-        where = f"{pod} {store_id} {rel} (op {last.op})"
+        where = f"{pod} {store_id} {rel} (op {last.op}: {last.source or last.kind})"
         if last.kind == "write":
             if final_local.get((pod, store_id), {}).get(rel, "") is None:
                 if not _reported(reports.get(pod, []), store_id, rel, last.at - 1, ()):

@@ -94,6 +94,8 @@ class Soak:
         self.done: Counter[str] = Counter()
         self.missed: Counter[str] = Counter()
         self.wire_violations: list[str] = []
+        self.sent: dict[str, set[str]] = {}
+        self.current = ""  # the kind of the operation running now
         self.files: dict[tuple[int, str], list[str]] = {}
         self.remote: dict[str, list[Memory]] = {}
 
@@ -106,6 +108,9 @@ class Soak:
         problem = checks.audit_write(method, target, body)
         if problem is not None:
             self.wire_violations.append(problem)
+        sent = checks.sent_precondition(method, target, body)
+        if sent is not None and sent[1] is not None:
+            self.sent.setdefault(sent[0], set()).add(sent[1])
 
     def setup(self) -> None:
         names = ("shared", "one", "two")
@@ -159,7 +164,7 @@ class Soak:
 
     def _record(self, pod: Pod, sid: str, rel: str, kind: str, content: str | None, op: int) -> None:  # noqa: PLR0917
         sha = content_sha256(content) if content is not None else None
-        self.last_local[(pod.name, sid, rel)] = checks.LocalOp(kind, sha, time.time(), op)
+        self.last_local[(pod.name, sid, rel)] = checks.LocalOp(kind, sha, time.time(), op, self.current)
 
     def _write(self, pod: Pod, sid: str, rel: str, op: int) -> None:
         content = f"{pod.name} {rel} op{op} {self.rng.getrandbits(32):08x}\n"
@@ -296,7 +301,7 @@ class Soak:
                 if op:
                     time.sleep(PAUSE_S)
                 self._refresh()
-            kind = self.rng.choices(kinds, weights)[0]
+            kind = self.current = self.rng.choices(kinds, weights)[0]
             if kind.startswith("remote_"):
                 ok = self._remote_op(kind, op)
             elif kind in ("kill_sidecar", "restart_server"):
@@ -326,6 +331,7 @@ class Soak:
             *checks.check_local_ops(self.last_local, final_local, live, versions, reports, sessions),
             *checks.check_store_shape(live, final_local, self.attached),
             *checks.check_terminations(exits, {pod.name: pod.termination() for pod in self.pods}),
+            *checks.check_overwrites(versions, self.sent, sessions),
             *(checks.Violation("no_precondition", w) for w in self.wire_violations),
         ]
         figures = {
@@ -350,14 +356,15 @@ class Soak:
         }
 
     async def _versions(self, sid: str) -> list[checks.Version]:
+        """The store's whole version history, oldest first."""
         found = []
         async for v in self.admin.list_versions(sid, limit=100):
             actor = v.created_by
             who = getattr(actor, "session_id", None) or getattr(actor, "api_key_id", None) or ""
-            found.append(
-                checks.Version((v.path or "").lstrip("/"), v.content_sha256, v.created_at.timestamp(), who)
-            )
-        return found
+            path = (v.path or "").lstrip("/")
+            at = v.created_at.timestamp()
+            found.append(checks.Version(path, v.content_sha256, at, who, v.memory_id, v.operation))
+        return found[::-1]
 
     def _reports(self, pod: Pod) -> list[checks.Report]:
         out = []

@@ -10,6 +10,7 @@ from .checks import (
     Version,
     audit_write,
     check_local_ops,
+    check_overwrites,
     check_store_shape,
     check_terminations,
 )
@@ -91,3 +92,19 @@ def test_the_flush_must_be_complete() -> None:
     assert _kinds(check_terminations({"p1": 1}, {"p1": good})) == ["flush_incomplete"]
     unsent = {"phase": "flushed", "complete": True, "stores": {S: {"unsent": 2}}}
     assert _kinds(check_terminations({"p1": 0}, {"p1": unsent})) == ["flush_incomplete"]
+
+
+def test_a_session_version_must_follow_one_whose_hash_it_sent() -> None:
+    history = [
+        Version("a.md", "h1", 1.0, "apikey_x", "mem_1", "created"),
+        Version("a.md", "h2", 2.0, "sesn_1", "mem_1", "modified"),
+        Version("a.md", None, 3.0, "sesn_2", "mem_1", "deleted"),
+    ]
+    assert check_overwrites({S: history}, {"mem_1": {"h1", "h2"}}, SESSIONS) == []
+    blind = check_overwrites(
+        {S: history}, {"mem_1": {"h1"}}, SESSIONS
+    )  # sesn_2 deleted h2 without sending it
+    assert _kinds(blind) == ["overwrite_without_precondition"]
+    assert "sesn_2 deleted memory mem_1" in blind[0].detail
+    admin_after = [*history[:2], Version("a.md", "h3", 3.0, "apikey_x", "mem_1", "modified")]
+    assert check_overwrites({S: admin_after}, {"mem_1": {"h1"}}, SESSIONS) == []  # only sessions are judged
