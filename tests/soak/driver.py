@@ -20,9 +20,8 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from conftest import RunningStoreServer
 from memsync.api.hashing import content_sha256
 from memsync.api.models import Memory, MemoryStoreResource
 from memsync.client import StoreClient
@@ -30,6 +29,9 @@ from memsync.client import errors as store_errors
 
 from . import checks
 from .harness import FaultPlan, Pod, ProxyThread, make_pod
+
+if TYPE_CHECKING:
+    from conftest import RunningStoreServer
 
 T = TypeVar("T")
 

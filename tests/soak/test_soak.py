@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from conftest import RunningStoreServer, launch_store_server
-
 from .checks import summarize
 from .driver import ALL_KINDS, Soak
+
+if TYPE_CHECKING:  # the fixture's type; the module name ``conftest`` is ambiguous at run time under xdist
+    from conftest import RunningStoreServer
 
 LONG = os.environ.get("MEMSYNC_SOAK_LONG") == "1"
 DEFAULT_OPS = 100_000 if LONG else 10_000
@@ -31,15 +32,6 @@ DEFAULT_KINDS = tuple(k for k in ALL_KINDS if k not in KNOWN_FAILING)
 SHORT_OPS = 1_500
 
 pytestmark = pytest.mark.timeout(6 * 3600 if LONG else 1200)
-
-
-@pytest.fixture
-def soak_server(tmp_path: Path) -> Iterator[RunningStoreServer]:
-    server = launch_store_server(tmp_path / "server")
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _seed() -> int:
@@ -66,22 +58,22 @@ def _soak(
     )
 
 
-def test_soak(request: pytest.FixtureRequest, soak_server: RunningStoreServer, tmp_path: Path) -> None:
+def test_soak(request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path) -> None:
     given = os.environ.get("MEMSYNC_SOAK_KINDS")
     kinds = tuple(k.strip() for k in given.split(",") if k.strip()) if given else DEFAULT_KINDS
     ops = int(os.environ.get("MEMSYNC_SOAK_OPS") or DEFAULT_OPS)
-    _soak(request, soak_server, tmp_path / "pods", kinds, ops)
+    _soak(request, fresh_store_server, tmp_path / "pods", kinds, ops)
 
 
 @pytest.mark.xfail(strict=True, reason="issue 10 item 1: one unreadable file stops its whole store's sync")
 def test_soak_with_unreadable_files(
-    request: pytest.FixtureRequest, soak_server: RunningStoreServer, tmp_path: Path
+    request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path
 ) -> None:
-    _soak(request, soak_server, tmp_path / "pods", (*DEFAULT_KINDS, "unreadable"), SHORT_OPS)
+    _soak(request, fresh_store_server, tmp_path / "pods", (*DEFAULT_KINDS, "unreadable"), SHORT_OPS)
 
 
 @pytest.mark.xfail(strict=True, reason="issue 10 item 3: a synced file replaced by a directory gets stuck")
 def test_soak_with_file_directory_swaps(
-    request: pytest.FixtureRequest, soak_server: RunningStoreServer, tmp_path: Path
+    request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path
 ) -> None:
-    _soak(request, soak_server, tmp_path / "pods", (*DEFAULT_KINDS, "swap"), SHORT_OPS)
+    _soak(request, fresh_store_server, tmp_path / "pods", (*DEFAULT_KINDS, "swap"), SHORT_OPS)
