@@ -80,13 +80,21 @@ def _rfc3339(text: str) -> float:
 
 class Soak:
     def __init__(
-        self, *, seed: int, ops: int, kinds: tuple[str, ...], base: Path, server: RunningStoreServer
-    ):
+        self,
+        *,
+        seed: int,
+        ops: int,
+        kinds: tuple[str, ...],
+        base: Path,
+        server: RunningStoreServer,
+        final_outage_s: float = 0.0,
+    ) -> None:
         unknown = sorted(set(kinds) - set(ALL_KINDS))
         if unknown:
             raise ValueError(f"unknown soak operation kinds {unknown}; known: {', '.join(ALL_KINDS)}")
         self.seed, self.ops, self.kinds, self.base, self.server = seed, ops, kinds, base, server
         self.rng = random.Random(seed)
+        self.final_outage_s = final_outage_s
         self.loop = asyncio.new_event_loop()
         self.admin = StoreClient(server.url, api_key=server.admin_key, max_retries=1, timeout=10)
         self.proxy: ProxyThread | None = None
@@ -317,6 +325,10 @@ class Soak:
         time.sleep(1.0)
         for pod in self.pods:  # both sessions end at once
             pod.signal_end()
+        if self.final_outage_s:  # the store goes away as the final flushes start, then comes back
+            self.server.stop()
+            time.sleep(self.final_outage_s)
+            self.server.start()
         exits = {pod.name: pod.wait_end() for pod in self.pods}
         assert self.proxy is not None
         faults = dict(self.proxy.proxy.faults_injected)
@@ -345,6 +357,7 @@ class Soak:
             "requests": requests,
             "faults": faults,
             "conflicts": checks.conflict_count(reports),
+            "final_outage_s": self.final_outage_s,
             "duration_s": round(time.monotonic() - started, 1),
             "violations": len(violations),
         }

@@ -40,11 +40,17 @@ def _seed() -> int:
 
 
 def _soak(
-    request: pytest.FixtureRequest, server: RunningStoreServer, base: Path, kinds: tuple[str, ...], ops: int
+    request: pytest.FixtureRequest,
+    server: RunningStoreServer,
+    base: Path,
+    kinds: tuple[str, ...],
+    ops: int,
+    *,
+    final_outage_s: float = 0.0,
 ) -> None:
     seed = _seed()
     print(f"\nsoak: seed {seed}, {ops} operations, kinds {','.join(kinds)}", flush=True)
-    soak = Soak(seed=seed, ops=ops, kinds=kinds, base=base, server=server)
+    soak = Soak(seed=seed, ops=ops, kinds=kinds, base=base, server=server, final_outage_s=final_outage_s)
     try:
         soak.setup()
         outcome = soak.run()
@@ -77,3 +83,14 @@ def test_soak_with_file_directory_swaps(
     request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path
 ) -> None:
     _soak(request, fresh_store_server, tmp_path / "pods", (*DEFAULT_KINDS, "swap"), SHORT_OPS)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 10 item 2: the final flush gives up long before its deadline when the store is down",
+)
+def test_soak_with_a_store_outage_during_the_final_flush(
+    request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path
+) -> None:
+    """The store is down for the first 10 s of the sidecars' 30 s final flush: nothing may be lost."""
+    _soak(request, fresh_store_server, tmp_path / "pods", DEFAULT_KINDS, SHORT_OPS, final_outage_s=10.0)
