@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from memsync.agent.testing import store_contents
 from memsync.api.hashing import content_sha256
 from memsync.api.models import Memory, MemoryStoreResource
 from memsync.client import StoreClient
@@ -72,10 +73,6 @@ INITIAL_MEMORIES = 30
 class Outcome:
     violations: list[checks.Violation]
     figures: dict[str, Any]
-
-
-def _rfc3339(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 class Soak:
@@ -337,9 +334,9 @@ class Soak:
         live: dict[str, dict[str, str]] = {}
         versions: dict[str, list[checks.Version]] = {}
         for sid in self.attached:
-            live[sid] = self._run(self._live(sid))
-            versions[sid] = self._run(self._versions(sid))
-        reports = {pod.name: self._reports(pod) for pod in self.pods}
+            live[sid] = self._run(store_contents(self.admin, sid))
+            versions[sid] = self._run(version_history(self.admin, sid))
+        reports = {pod.name: warnings_of(pod) for pod in self.pods}
         sessions = {pod.name: pod.session_id for pod in self.pods}
         violations = [
             *checks.check_local_ops(self.last_local, final_local, live, versions, reports, sessions),
@@ -363,31 +360,25 @@ class Soak:
         }
         return Outcome(violations, figures)
 
-    async def _live(self, sid: str) -> dict[str, str]:
-        return {
-            m.path.lstrip("/"): m.content or ""
-            async for m in self.admin.list_memories(sid, view="full", limit=20)
-            if isinstance(m, Memory)
-        }
 
-    async def _versions(self, sid: str) -> list[checks.Version]:
-        """The store's whole version history, oldest first."""
-        found = []
-        async for v in self.admin.list_versions(sid, limit=100):
-            actor = v.created_by
-            who = getattr(actor, "session_id", None) or getattr(actor, "api_key_id", None) or ""
-            path = (v.path or "").lstrip("/")
-            at = v.created_at.timestamp()
-            found.append(checks.Version(path, v.content_sha256, at, who, v.memory_id, v.operation))
-        return found[::-1]
+async def version_history(admin: StoreClient, store_id: str) -> list[checks.Version]:
+    """A store's whole version history, oldest first."""
+    found = []
+    async for v in admin.list_versions(store_id, limit=100):
+        actor = v.created_by
+        who = getattr(actor, "session_id", None) or getattr(actor, "api_key_id", None) or ""
+        path = (v.path or "").lstrip("/")
+        found.append(
+            checks.Version(path, v.content_sha256, v.created_at.timestamp(), who, v.memory_id, v.operation)
+        )
+    return found[::-1]
 
-    def _reports(self, pod: Pod) -> list[checks.Report]:
-        out = []
-        for r in pod.log_records():
-            if r.get("level") == "WARNING" and r.get("path") and r.get("memory_store_id") and r.get("time"):
-                out.append(
-                    checks.Report(
-                        r["memory_store_id"], str(r["path"]).lstrip("/"), r["message"], _rfc3339(r["time"])
-                    )
-                )
-        return out
+
+def warnings_of(pod: Pod) -> list[checks.Report]:
+    """Every WARNING the pod's agents logged about one path of one store."""
+    out = []
+    for r in pod.log_records():
+        if r.get("level") == "WARNING" and r.get("path") and r.get("memory_store_id") and r.get("time"):
+            at = datetime.fromisoformat(str(r["time"]).replace("Z", "+00:00")).timestamp()
+            out.append(checks.Report(r["memory_store_id"], str(r["path"]).lstrip("/"), r["message"], at))
+    return out
