@@ -254,3 +254,36 @@ def store_api(store_server: RunningStoreServer) -> Iterator[StoreApi]:
         yield api
     finally:
         api.close()
+
+
+# --- the soak test's long mode and its figures in the terminal summary -------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak-long",
+        action="store_true",
+        default=False,
+        help="run the randomized soak (tests/soak) with 100,000 operations instead of 10,000",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--soak-long"):
+        os.environ["MEMSYNC_SOAK_LONG"] = "1"  # read by tests/soak when it is imported, after this
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Each soak's seed and figures, whatever its outcome (they travel in the report, so xdist works)."""
+    lines = []
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) != "call":
+                continue
+            for name, figures in getattr(report, "user_properties", []):
+                if name == "soak":
+                    lines.append(f"{report.nodeid}: {figures}")
+    if lines:
+        terminalreporter.write_sep("-", "soak figures")
+        for line in lines:
+            terminalreporter.write_line(line)

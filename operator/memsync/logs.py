@@ -2,12 +2,14 @@
 
 ``text`` is for people at a terminal; ``json`` (one object per line, with the ``extra`` fields of each call)
 is for log pipelines. Call sites pass context as ``extra={...}``: store ids, paths, counts, never secrets.
+Both stamp each line with an RFC 3339 UTC time to the millisecond (``2026-11-30T17:04:39.963Z``).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from datetime import UTC, datetime
 from typing import Literal
 
 from pythonjsonlogger.json import JsonFormatter
@@ -17,8 +19,21 @@ LogFormat = Literal["text", "json"]
 _STANDARD_ATTRS = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
 
 
+def rfc3339_utc(created: float) -> str:
+    """A log record's ``created`` time as RFC 3339 in UTC with milliseconds and ``Z``."""
+    return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _JsonFormatter(JsonFormatter):
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return rfc3339_utc(record.created)
+
+
 class _TextFormatter(logging.Formatter):
     """``time level logger: message key=value ...`` with the call's ``extra`` fields appended."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return rfc3339_utc(record.created)
 
     def format(self, record: logging.LogRecord) -> str:
         base = super().format(record)
@@ -33,7 +48,7 @@ def configure_logging(level: str = "INFO", fmt: LogFormat = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(
-            JsonFormatter(
+            _JsonFormatter(
                 "%(asctime)s %(levelname)s %(name)s %(message)s",
                 rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
                 timestamp=False,

@@ -304,3 +304,89 @@ def test_memory_cap_per_store(strict_server: RunningStoreServer) -> None:
         assert api.create(api.new_store(), "/m0", "x")["path"] == "/m0"
     finally:
         api.close()
+
+
+# --- hostile JSON and out-of-range filters: 400s naming the problem, never a 500 ----------------------------
+
+HOSTILE_BODIES = [
+    (b'{"name": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "deeper than 16 levels"),
+    (b'{"metadata": ' + b'{"a": ' * 5_000 + b'"x"' + b"}" * 5_000 + b"}", "deeper than 16 levels"),
+    # just past the limit: the decoder copes, the depth check names where it happens
+    (
+        b'{"metadata": ' + b'{"k": ' * 16 + b'"x"' + b"}" * 16 + b"}",
+        "at field 'metadata.k.k.k.k.k.k.k.k.k.k.k.k.k.k.k'",
+    ),
+    (b'{"name": ' + b"1" * 5_000 + b"}", "5000-digit number"),
+    (b'{"name": 1.' + b"5" * 5_000 + b"}", "5002-character number"),
+    (b'{"name": NaN}', "NaN is not a JSON value"),
+    (b'{"name": "a", "metadata": {"k": Infinity}}', "Infinity is not a JSON value"),
+    (b'{"name": -Infinity}', "-Infinity is not a JSON value"),
+]
+
+
+def _body_endpoints(api: StoreApi) -> list[str]:
+    store = api.new_store()
+    mem = api.create(store, "/a", "x")
+    return [
+        "/v1/memory_stores",
+        f"/v1/memory_stores/{store}",
+        f"/v1/memory_stores/{store}/memories",
+        f"/v1/memory_stores/{store}/memories/{mem['id']}",
+        "/v1/memsync/sessions",
+    ]
+
+
+@pytest.mark.parametrize(("raw", "needle"), HOSTILE_BODIES)
+def test_hostile_json_bodies_are_400_on_every_endpoint(store_api: StoreApi, raw: bytes, needle: str) -> None:
+    for url in _body_endpoints(store_api):
+        resp = store_api.admin("POST", url, content=raw, headers={"content-type": "application/json"})
+        assert needle in _error(resp, 400, "invalid_request_error"), url
+    assert "unhandled error" not in store_api.server.log_text()
+
+
+def test_nesting_within_the_limit_is_judged_by_the_schema(store_api: StoreApi) -> None:
+    raw = b'{"name": "n", "metadata": ' + b'{"k": ' * 15 + b'"x"' + b"}" * 15 + b"}"
+    resp = store_api.admin(
+        "POST", "/v1/memory_stores", content=raw, headers={"content-type": "application/json"}
+    )
+    assert "field 'metadata.k'" in _error(resp, 400, "invalid_request_error")
+
+
+OUT_OF_RANGE_TIMESTAMPS = [
+    "0001-01-01T00:00:00+01:00",  # before year 1 once in UTC
+    "9999-12-31T23:59:59-01:00",  # after year 9999 once in UTC
+    "0001-01-01T00:30:00+23:59",
+]
+
+
+@pytest.mark.parametrize("value", OUT_OF_RANGE_TIMESTAMPS)
+@pytest.mark.parametrize("bound", ["created_at[gte]", "created_at[lte]"])
+def test_out_of_range_created_at_filters_are_400(store_api: StoreApi, bound: str, value: str) -> None:
+    store = store_api.new_store()
+    for url in ("/v1/memory_stores", f"/v1/memory_stores/{store}/memory_versions"):
+        message = _error(store_api.admin("GET", url, params={bound: value}), 400, "invalid_request_error")
+        assert message.startswith(f"{bound} is out of range"), message
+    assert "unhandled error" not in store_api.server.log_text()
+
+
+def test_extreme_but_valid_created_at_filters_still_work(store_api: StoreApi) -> None:
+    store = store_api.new_store()
+    store_api.create(store, "/a", "x")
+    url = f"/v1/memory_stores/{store}/memory_versions"
+    wide = {"created_at[gte]": "0001-01-01T00:00:00Z", "created_at[lte]": "9999-12-31T23:59:59Z"}
+    assert len(store_api.admin("GET", url, params=wide).json()["data"]) == 1
+    future = {"created_at[gte]": "9999-12-31T23:59:59Z"}
+    assert store_api.admin("GET", url, params=future).json()["data"] == []
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("limit", "9" * 5_000), ("limit", "1e3"), ("depth", "9" * 5_000), ("include_archived", "9" * 5_000)],
+)
+def test_huge_and_odd_numeric_query_values_are_400_naming_the_parameter(
+    store_api: StoreApi, name: str, value: str
+) -> None:
+    store = store_api.new_store()
+    url = f"/v1/memory_stores/{store}/memories" if name == "depth" else "/v1/memory_stores"
+    message = _error(store_api.admin("GET", url, params={name: value}), 400, "invalid_request_error")
+    assert name in message

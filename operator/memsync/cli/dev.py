@@ -42,6 +42,7 @@ from memsync.cli.store import load_or_create_key_file
 from memsync.client import StoreClient
 from memsync.client import errors as store_errors
 from memsync.server import create_app
+from memsync.server.protocol import uvicorn_config
 
 logger = logging.getLogger("memsync.dev")
 
@@ -84,10 +85,7 @@ class EmbeddedServer:
     def __post_init__(self) -> None:
         self.url = f"http://{self.host}:{self.port}"
         app = create_app(self.db_path, self.admin_key, self.url)
-        config = uvicorn.Config(
-            app, host=self.host, port=self.port, log_config=None, access_log=False, log_level="warning"
-        )
-        self._server = _ThreadServer(config)
+        self._server = _ThreadServer(uvicorn_config(app, host=self.host, port=self.port))
         self._thread = threading.Thread(target=self._server.run, name="memsync-dev-store", daemon=True)
 
     def start(self) -> None:

@@ -28,6 +28,7 @@ from memsync.api.models import Memory, MemoryStoreResource
 from memsync.api.paths import path_violation
 from memsync.client import StoreClient, errors
 from memsync.server import create_app
+from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
 
 logger = logging.getLogger("memsync.store")
 
@@ -121,6 +122,14 @@ def admin_key_from(key_file: Path | None) -> str:
     envvar="MEMSYNC_MAX_MEMORIES_PER_STORE",
     help="Memories per store (the hosted API allows 10,000; lower it to test the cap).",
 )
+@click.option(
+    "--request-read-timeout",
+    default=DEFAULT_READ_TIMEOUT_S,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    envvar="MEMSYNC_REQUEST_READ_TIMEOUT",
+    help="Seconds a request (headers and body) may take to arrive; slower connections are dropped.",
+)
 def serve(
     *,
     host: str,
@@ -130,6 +139,7 @@ def serve(
     admin_key_file: Path | None,
     cursor_ttl: int,
     max_memories: int,
+    request_read_timeout: float,
 ) -> None:
     """Run the store server (FastAPI + uvicorn over one SQLite file)."""
     if admin_key_file is not None:
@@ -146,7 +156,7 @@ def serve(
     url = public_url or f"http://{host}:{port}"
     app = create_app(db_path, admin_key, url, cursor_ttl_s=cursor_ttl, max_memories_per_store=max_memories)
     logger.info("store server listening", extra={"host": host, "port": port, "db": str(db_path)})
-    uvicorn.run(app, host=host, port=port, log_config=None, access_log=False, log_level="warning")
+    uvicorn.Server(uvicorn_config(app, host=host, port=port, read_timeout_s=request_read_timeout)).run()
 
 
 # --- admin commands -------------------------------------------------------------------------------------

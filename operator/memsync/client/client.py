@@ -47,7 +47,7 @@ from memsync.api.models import (
 from memsync.api.secret import decode_work_secret
 from memsync.client import errors
 from memsync.client.retry import retry_delay
-from memsync.client.transport import PooledTransport
+from memsync.client.transport import PooledClient
 
 __all__ = ["Sleep", "StoreClient"]
 
@@ -165,14 +165,18 @@ class StoreClient:
             headers["authorization"] = f"Bearer {bearer_token}"
         if workspace_id is not None:
             headers["anthropic-workspace-id"] = workspace_id
-        pooled = transport if transport is not None else PooledTransport(max_connections=max_connections)
-        self._http = httpx.AsyncClient(
-            base_url=url,
-            headers=headers,
-            timeout=httpx.Timeout(timeout),
-            transport=pooled,
-            follow_redirects=False,
-            trust_env=transport is None,
+        common: dict[str, Any] = {
+            "base_url": url,
+            "headers": headers,
+            "timeout": httpx.Timeout(timeout),
+            "follow_redirects": False,
+        }
+        # A given transport (tests, benchmarks) is used as is; otherwise pooled routes that honour the
+        # environment's proxy and CA settings.
+        self._http = (
+            httpx.AsyncClient(transport=transport, trust_env=False, **common)
+            if transport is not None
+            else PooledClient(max_connections=max_connections, **common)
         )
 
     @classmethod

@@ -6,6 +6,11 @@ agent keeps in flight, one pool spends more CPU on that bookkeeping than on the 
 2,300 ``is_idle`` calls per request, measured by ``bench/sync_agent.py --profile``). Several pools of at most
 ``POOL_SIZE`` connections, each request sent to the least busy one, keep the same total concurrency at a small
 fraction of that cost.
+
+Proxies and CAs come from the environment as httpx reads them: ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY``
+with ``NO_PROXY``, and ``SSL_CERT_FILE``/``SSL_CERT_DIR``. httpx ignores the environment's proxies once it is
+handed a transport, so ``PooledClient`` instead plugs the pools in through httpx's own transport hooks: httpx
+still decides which proxy (or none) serves each URL, and every pool of every route uses it.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import functools
 import math
 import ssl
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import httpx
 
@@ -22,7 +28,8 @@ POOL_SIZE = 8
 
 @functools.cache
 def default_ssl_context() -> ssl.SSLContext:
-    """One verifying SSL context per process: building one loads the CA bundle (tens of ms of CPU)."""
+    """One verifying SSL context per process: building one loads the CA bundle (tens of ms of CPU). httpx
+    takes it from ``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` when set, else from certifi."""
     return httpx.create_ssl_context()
 
 
@@ -47,14 +54,18 @@ class _ReleasingStream(httpx.AsyncByteStream):
 
 
 class PooledTransport(httpx.AsyncBaseTransport):
-    """``max_connections`` spread over pools of at most ``pool_size``; each request goes to the least busy."""
+    """``max_connections`` spread over pools of at most ``pool_size``; each request goes to the least busy.
+    With ``proxy``, every pool sends through it."""
 
-    def __init__(self, *, max_connections: int, pool_size: int = POOL_SIZE) -> None:
+    def __init__(
+        self, *, max_connections: int, pool_size: int = POOL_SIZE, proxy: httpx.Proxy | None = None
+    ) -> None:
         count = max(1, math.ceil(max_connections / pool_size))
         per_pool = math.ceil(max_connections / count)
         limits = httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool)
         self._pools = [
-            httpx.AsyncHTTPTransport(verify=default_ssl_context(), limits=limits) for _ in range(count)
+            httpx.AsyncHTTPTransport(verify=default_ssl_context(), limits=limits, proxy=proxy)
+            for _ in range(count)
         ]
         self._busy = [0] * count
 
@@ -77,3 +88,20 @@ class PooledTransport(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         for pool in self._pools:
             await pool.aclose()
+
+
+class PooledClient(httpx.AsyncClient):
+    """``httpx.AsyncClient`` (``trust_env`` on) whose direct route and each environment proxy route is a
+    ``PooledTransport``. Which route a URL takes (``NO_PROXY`` included) is httpx's own decision."""
+
+    def __init__(self, *, max_connections: int, **kwargs: Any) -> None:
+        self._max_connections = max_connections  # read by the hooks below, which httpx calls from __init__
+        super().__init__(trust_env=True, **kwargs)
+
+    def _init_transport(self, *args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
+        return PooledTransport(max_connections=self._max_connections)
+
+    def _init_proxy_transport(
+        self, proxy: httpx.Proxy, *args: Any, **kwargs: Any
+    ) -> httpx.AsyncBaseTransport:
+        return PooledTransport(max_connections=self._max_connections, proxy=proxy)

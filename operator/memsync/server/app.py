@@ -17,6 +17,7 @@ from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from memsync.api import errors as et
 from memsync.server.db import Database
@@ -77,6 +78,12 @@ class RequestIdMiddleware:
                     return
         try:
             await self.app(scope, receive, send_with_id)
+        except ClientDisconnect:
+            # The client went away before its body arrived: nobody to answer, nothing went wrong here.
+            logger.info(
+                "client disconnected before its request body arrived",
+                extra={"path": scope.get("path"), "request_id": request_id},
+            )
         except Exception:
             # Reached only by errors outside the routes' own handlers; still answer in the envelope.
             logger.exception("unhandled error", extra={"path": scope.get("path"), "request_id": request_id})

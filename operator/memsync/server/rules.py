@@ -30,7 +30,7 @@ from memsync.api.constants import (
 )
 from memsync.api.hashing import sha256_bytes
 from memsync.api.paths import PathRuleViolation, is_ancestor, path_violation, validate_path_prefix
-from memsync.server.errors import invalid
+from memsync.server.errors import ApiError, invalid
 from memsync.server.ids import format_ts
 
 M = TypeVar("M", bound=BaseModel)
@@ -43,8 +43,59 @@ ACCESS_MODES = ("read_write", "read_only")
 # --- request bodies -------------------------------------------------------------------------------------
 
 
+MAX_JSON_DEPTH = 16  # every request body of this API nests at most 3 levels (resources[i].instructions)
+MAX_JSON_NUMBER_CHARS = (
+    100  # no field of this API is a number; a longer one is refused before it is converted
+)
+
+
+def _reject_constant(name: str) -> Any:
+    raise invalid(
+        f"request body is not valid JSON: {name} is not a JSON value (RFC 8259 has no NaN or Infinity)"
+    )
+
+
+def _parse_int(text: str) -> int:
+    if len(text) > MAX_JSON_NUMBER_CHARS:
+        raise invalid(
+            f"request body holds a {len(text)}-digit number; at most {MAX_JSON_NUMBER_CHARS} are accepted"
+        )
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    if len(text) > MAX_JSON_NUMBER_CHARS:
+        raise invalid(
+            f"request body holds a {len(text)}-character number; at most {MAX_JSON_NUMBER_CHARS} are accepted"
+        )
+    return float(text)
+
+
+def _too_deep(value: Any) -> str | None:
+    """The field path of the first array or object nested deeper than ``MAX_JSON_DEPTH`` (iteratively)."""
+    stack: list[tuple[Any, str, int]] = [(value, "", 1)]
+    while stack:
+        node, where, depth = stack.pop()
+        if isinstance(node, dict):
+            children = [(v, f"{where}.{k}" if where else str(k)) for k, v in node.items()]
+        elif isinstance(node, list):
+            children = [(v, f"{where}[{i}]") for i, v in enumerate(node)]
+        else:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            return where or "body"
+        stack.extend((child, name, depth + 1) for child, name in children)
+    return None
+
+
+def _depth_error(where: str | None) -> ApiError:
+    at = f" (at field {where!r})" if where else ""
+    return invalid(f"request body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels{at}")
+
+
 def parse_json_object(raw: bytes) -> dict[str, Any]:
-    """The request body as a JSON object, or a 400 saying what is wrong with it."""
+    """The request body as a JSON object, or a 400 saying what is wrong with it: not UTF-8, not strict JSON
+    (NaN and Infinity included), a number of absurd length, or nested deeper than ``MAX_JSON_DEPTH``."""
     if not raw.strip():
         raise invalid("request body is empty; a JSON object is required")
     try:
@@ -52,13 +103,21 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise invalid(f"request body is not valid UTF-8 (byte {exc.start})") from None
     try:
-        value = json.loads(text)
+        value = json.loads(
+            text, parse_constant=_reject_constant, parse_int=_parse_int, parse_float=_parse_float
+        )
     except json.JSONDecodeError as exc:
         raise invalid(
             f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
+    except RecursionError:
+        # The decoder recurses once per level: far past MAX_JSON_DEPTH it gives up before we can look.
+        raise _depth_error(None) from None
     if not isinstance(value, dict):
         raise invalid(f"request body must be a JSON object, got {type(value).__name__}")
+    where = _too_deep(value)
+    if where is not None:
+        raise _depth_error(where)
     return value
 
 
@@ -238,15 +297,21 @@ def parse_timestamp_filter(value: str | None, name: str) -> str | None:
     """An RFC 3339 query value as the server's fixed-width UTC timestamp string (naive means UTC)."""
     if value is None:
         return None
+    example = "such as 2026-01-31T12:00:00Z"
     try:
         moment = datetime.fromisoformat(value.strip().replace(" ", "+"))
     except ValueError:
-        raise invalid(
-            f"{name} must be an RFC 3339 timestamp such as 2026-01-31T12:00:00Z, got {value!r}"
-        ) from None
+        raise invalid(f"{name} must be an RFC 3339 timestamp {example}, got {value!r}") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return format_ts(moment)
+    try:
+        return format_ts(moment)
+    except (OverflowError, ValueError):
+        # e.g. 0001-01-01T00:00:00+01:00 is a valid text but falls before year 1 once in UTC
+        raise invalid(
+            f"{name} is out of range: {value!r} is not between years 1 and 9999 in UTC; "
+            f"pass a timestamp {example}"
+        ) from None
 
 
 # --- memory writes --------------------------------------------------------------------------------------

@@ -1,0 +1,221 @@
+"""The soak's verdict as pure functions over plain data: what the test did, what the store and the folders
+hold at the end, what the agents reported, and what went over the wire. Each returns the violations it finds.
+
+- every local edit is in the store (some version has its content), or the agent reported a conflict for
+  that path after the edit; a file still unreadable at the end is reported by name instead;
+- every local delete reached the store, unless another writer changed that path after it or the agent
+  reported that the delete lost;
+- no write overwrote a memory without a precondition: every agent update and delete carried one, and in the
+  version history every session version that follows another version of its memory follows one whose hash
+  that session sent as the precondition;
+- no memory is duplicated (one unique content live at two paths) or stray (live at a path no attached
+  folder holds);
+- every sidecar ended with a complete flush and nothing unsent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from memsync.agent import messages
+
+WRITE_LOST = (messages.BOTH_CHANGED, messages.UPLOAD_LOST, messages.RECREATING)
+DELETE_LOST = (messages.RESTORING, messages.DELETE_LOST)
+CONFLICTS = (messages.BOTH_CHANGED, messages.UPLOAD_LOST, messages.RESTORING, messages.DELETE_LOST)
+_MEMORY_URL = re.compile(r"^/v1/memory_stores/[^/]+/memories/[^/?]+$")
+
+Folder = tuple[str, str]  # (pod, store id)
+
+
+@dataclass(frozen=True)
+class LocalOp:
+    """The last thing the test did to one path of one folder."""
+
+    kind: str  # "write" or "delete"
+    sha256: str | None  # of the content written
+    at: float  # unix time
+    op: int
+    source: str = ""  # the operation kind that did it (create, edit, rename, swap, ...)
+
+
+@dataclass(frozen=True)
+class Version:
+    path: str  # relative, no leading '/'
+    sha256: str | None
+    at: float
+    actor: str  # session id or api key id
+    memory_id: str = ""
+    operation: str = "created"
+
+
+@dataclass(frozen=True)
+class Report:
+    """One WARNING of an agent about one path."""
+
+    store_id: str
+    path: str  # relative
+    message: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    detail: str
+
+
+def sent_precondition(method: str, target: str, body: bytes) -> tuple[str, str | None] | None:
+    """For an agent request that overwrites or deletes a memory: (memory id, the precondition hash it carried,
+    or None when it carried none). None for any other request."""
+    url = urlsplit(target)
+    if not _MEMORY_URL.match(url.path) or method not in ("POST", "DELETE"):
+        return None
+    memory_id = url.path.rsplit("/", 1)[1]
+    if method == "DELETE":
+        return memory_id, (parse_qs(url.query).get("expected_content_sha256") or [None])[0]
+    try:
+        data: Any = json.loads(body or b"{}")
+    except ValueError:
+        return memory_id, None
+    precondition = data.get("precondition") if isinstance(data, dict) else None
+    sha = precondition.get("content_sha256") if isinstance(precondition, dict) else None
+    return memory_id, sha if isinstance(sha, str) and sha else None
+
+
+def audit_write(method: str, target: str, body: bytes) -> str | None:
+    """Why an agent request that overwrites or deletes a memory lacks its precondition, or None."""
+    sent = sent_precondition(method, target, body)
+    if sent is None or sent[1] is not None:
+        return None
+    if method == "DELETE":
+        return f"DELETE of {sent[0]} without expected_content_sha256"
+    try:
+        data: Any = json.loads(body or b"{}")
+    except ValueError:
+        data = {}
+    if isinstance(data, dict) and "content" not in data:
+        return None  # a rename alone overwrites no content
+    return f"POST to {sent[0]} changes content without precondition.content_sha256"
+
+
+def check_overwrites(
+    versions: Mapping[str, list[Version]], sent: Mapping[str, set[str]], sessions: Mapping[str, str]
+) -> list[Violation]:
+    """``versions`` oldest first; ``sent``: memory id -> precondition hashes the sidecars sent for it."""
+    out: list[Violation] = []
+    session_ids = set(sessions.values())
+    for store_id, history in sorted(versions.items()):
+        previous: dict[str, Version] = {}
+        for v in history:
+            before = previous.get(v.memory_id)
+            previous[v.memory_id] = v
+            if before is None or v.operation == "created" or v.actor not in session_ids:
+                continue
+            if before.sha256 not in sent.get(v.memory_id, set()):
+                out.append(
+                    Violation(
+                        "overwrite_without_precondition",
+                        f"{store_id} {v.path}: {v.actor} {v.operation} memory {v.memory_id} over a version "
+                        f"by {before.actor} whose hash it never sent as a precondition",
+                    )
+                )
+    return out
+
+
+def _reported(
+    reports: Iterable[Report], store_id: str, rel: str, since: float, wanted: tuple[str, ...]
+) -> bool:
+    return any(
+        r.store_id == store_id and r.path == rel and r.at >= since and (not wanted or r.message in wanted)
+        for r in reports
+    )
+
+
+def check_local_ops(  # noqa: PLR0917 - six plain-data inputs, named at the one call site
+    ops: Mapping[tuple[str, str, str], LocalOp],
+    final_local: Mapping[Folder, Mapping[str, str | None]],
+    live: Mapping[str, Mapping[str, str]],
+    versions: Mapping[str, list[Version]],
+    reports: Mapping[str, list[Report]],
+    sessions: Mapping[str, str],
+) -> list[Violation]:
+    out: list[Violation] = []
+    for (pod, store_id, rel), last in sorted(ops.items()):
+        history = versions.get(store_id, [])
+        where = f"{pod} {store_id} {rel} (op {last.op}: {last.source or last.kind})"
+        if last.kind == "write":
+            if final_local.get((pod, store_id), {}).get(rel, "") is None:
+                if not _reported(reports.get(pod, []), store_id, rel, last.at - 1, ()):
+                    out.append(
+                        Violation("unreadable_unreported", f"{where}: unreadable at the end, never named")
+                    )
+                continue
+            if any(v.sha256 == last.sha256 for v in history if v.path == rel):
+                continue
+            if _reported(reports.get(pod, []), store_id, rel, last.at - 1, WRITE_LOST):
+                continue
+            out.append(
+                Violation("lost_edit", f"{where}: never reached the store and no conflict was reported")
+            )
+        else:
+            if rel not in live.get(store_id, {}):
+                continue
+            others = [
+                v for v in history if v.path == rel and v.at >= last.at - 1 and v.actor != sessions[pod]
+            ]
+            if others or _reported(reports.get(pod, []), store_id, rel, last.at - 1, DELETE_LOST):
+                continue
+            out.append(Violation("delete_not_applied", f"{where}: deleted locally, still in the store"))
+    return out
+
+
+def check_store_shape(
+    live: Mapping[str, Mapping[str, str]],
+    final_local: Mapping[Folder, Mapping[str, str | None]],
+    attached: Mapping[str, list[str]],
+) -> list[Violation]:
+    """No content live twice in a store; no live path that no attached folder holds."""
+    out: list[Violation] = []
+    for store_id, memories in sorted(live.items()):
+        counts = Counter(memories.values())
+        for content, n in counts.items():
+            if n > 1:
+                paths = sorted(p for p, c in memories.items() if c == content)
+                out.append(Violation("duplicate", f"{store_id}: the same content is live at {paths}"))
+        held = {rel for pod in attached[store_id] for rel in final_local.get((pod, store_id), {})}
+        for rel in sorted(set(memories) - held):
+            out.append(Violation("stray", f"{store_id} {rel}: live in the store, in no attached folder"))
+    return out
+
+
+def check_terminations(
+    exits: Mapping[str, int], terminations: Mapping[str, dict[str, Any]]
+) -> list[Violation]:
+    out: list[Violation] = []
+    for pod, code in sorted(exits.items()):
+        term = terminations.get(pod, {})
+        unsent = {sid: s.get("unsent") for sid, s in term.get("stores", {}).items() if s.get("unsent")}
+        if code != 0 or term.get("phase") != "flushed" or not term.get("complete") or unsent:
+            out.append(Violation("flush_incomplete", f"{pod}: exit {code}, termination report {term}"))
+    return out
+
+
+def conflict_count(reports: Mapping[str, list[Report]]) -> int:
+    return sum(1 for rs in reports.values() for r in rs if r.message in CONFLICTS)
+
+
+def summarize(violations: list[Violation], limit: int = 15) -> str:
+    by_kind: dict[str, list[str]] = defaultdict(list)
+    for v in violations:
+        by_kind[v.kind].append(v.detail)
+    lines = []
+    for kind, details in sorted(by_kind.items()):
+        lines.append(f"{kind}: {len(details)}")
+        lines.extend(f"  {d}" for d in details[:limit])
+    return "\n".join(lines)

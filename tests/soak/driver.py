@@ -1,0 +1,384 @@
+"""The soak run: from one seed, a stream of operations on two sessions' folders, the store and the processes.
+
+Three stores: ``shared`` is attached to both sessions, ``one`` to the first only, ``two`` to the second only.
+Each operation is drawn from ``random.Random(seed)``: a local create, edit, delete or rename in one session's
+folder, a file made unreadable (or readable again), a file swapped for a directory or back, a remote edit,
+create or delete by another client (the admin key, straight to the server, with preconditions), a sidecar
+SIGKILL and restart, or a store server restart. The sidecars reach the store only through the fault proxy.
+Operations go in batches with a pause between them, so the sidecars' passes (every 5 s) interleave with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import shutil
+import time
+from collections import Counter
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from memsync.agent.testing import store_contents
+from memsync.api.hashing import content_sha256
+from memsync.api.models import Memory, MemoryStoreResource
+from memsync.client import StoreClient
+from memsync.client import errors as store_errors
+
+from . import checks
+from .harness import FaultPlan, Pod, ProxyThread, make_pod
+
+if TYPE_CHECKING:
+    from conftest import RunningStoreServer
+
+T = TypeVar("T")
+
+ALL_KINDS = (
+    "create",
+    "edit",
+    "delete",
+    "rename",
+    "unreadable",
+    "swap",
+    "remote_edit",
+    "remote_create",
+    "remote_delete",
+    "kill_sidecar",
+    "restart_server",
+)
+WEIGHTS = {
+    "create": 20.0,
+    "edit": 30.0,
+    "delete": 7.0,
+    "rename": 7.0,
+    "unreadable": 2.0,
+    "swap": 2.0,
+    "remote_edit": 6.0,
+    "remote_create": 3.0,
+    "remote_delete": 2.0,
+    "kill_sidecar": 0.06,
+    "restart_server": 0.03,
+}
+DIRS = ("", "d0/", "d1/", "d1/e/", "d2/")
+NAMES = tuple(f"f{i:02d}.md" for i in range(40))
+BATCH = 40
+PAUSE_S = 0.5
+INITIAL_MEMORIES = 30
+
+
+@dataclass(frozen=True)
+class Outcome:
+    violations: list[checks.Violation]
+    figures: dict[str, Any]
+
+
+class Soak:
+    def __init__(
+        self,
+        *,
+        seed: int,
+        ops: int,
+        kinds: tuple[str, ...],
+        base: Path,
+        server: RunningStoreServer,
+        final_outage_s: float = 0.0,
+    ) -> None:
+        unknown = sorted(set(kinds) - set(ALL_KINDS))
+        if unknown:
+            raise ValueError(f"unknown soak operation kinds {unknown}; known: {', '.join(ALL_KINDS)}")
+        self.seed, self.ops, self.kinds, self.base, self.server = seed, ops, kinds, base, server
+        self.rng = random.Random(seed)
+        self.final_outage_s = final_outage_s
+        self.loop = asyncio.new_event_loop()
+        self.admin = StoreClient(server.url, api_key=server.admin_key, max_retries=1, timeout=10)
+        self.proxy: ProxyThread | None = None
+        self.pods: list[Pod] = []
+        self.attached: dict[str, list[str]] = {}
+        self.last_local: dict[tuple[str, str, str], checks.LocalOp] = {}
+        self.done: Counter[str] = Counter()
+        self.missed: Counter[str] = Counter()
+        self.wire_violations: list[str] = []
+        self.sent: dict[str, set[str]] = {}
+        self.current = ""  # the kind of the operation running now
+        self.files: dict[tuple[int, str], list[str]] = {}
+        self.remote: dict[str, list[Memory]] = {}
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    # --- setup and teardown ---------------------------------------------------------------------------------
+
+    def _observe(self, method: str, target: str, body: bytes) -> None:
+        problem = checks.audit_write(method, target, body)
+        if problem is not None:
+            self.wire_violations.append(problem)
+        sent = checks.sent_precondition(method, target, body)
+        if sent is not None and sent[1] is not None:
+            self.sent.setdefault(sent[0], set()).add(sent[1])
+
+    def setup(self) -> None:
+        names = ("shared", "one", "two")
+        ids = {}
+        for name in names:
+            store = self._run(self.admin.create_store(f"soak {name}"))
+            ids[name] = store.id
+            for i in range(INITIAL_MEMORIES):
+                rel = f"{self.rng.choice(DIRS)}seed{i:02d}.md"
+                self._run(self.admin.create_memory(store.id, "/" + rel, f"initial {name} {rel}\n"))
+        self.proxy = ProxyThread(self.server.url, FaultPlan(rate=0.10, seed=self.seed), self._observe)
+        proxy_url = self.proxy.start()
+        layout = {"p1": ("shared", "one"), "p2": ("shared", "two")}
+        for pod_name, attached in layout.items():
+            resources = [MemoryStoreResource(memory_store_id=ids[n], access="read_write") for n in attached]
+            session, secret = self._run(self.admin.mint_session(resources))
+            stores = {ids[n]: f"/mnt/memory/{n}" for n in attached}
+            pod = make_pod(
+                pod_name, self.base, session_id=session.id, secret=secret, proxy_url=proxy_url, stores=stores
+            )
+            for sid in stores:
+                self.attached.setdefault(sid, []).append(pod_name)
+            self.pods.append(pod)
+        for pod in self.pods:
+            pod.mount()
+            pod.start()
+
+    def close(self) -> None:
+        for pod in self.pods:
+            if pod.proc is not None and pod.proc.poll() is None:
+                pod.kill()
+        if self.proxy is not None:
+            self.proxy.stop()
+        self._run(self.admin.aclose())
+        self.loop.close()
+
+    # --- the operations -------------------------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        for i, pod in enumerate(self.pods):
+            for sid in pod.stores:
+                self.files[(i, sid)] = sorted(pod.local_files(sid))
+        for sid in self.attached:
+            try:
+                self.remote[sid] = [m for m in self._run(self._listing(sid)) if isinstance(m, Memory)]
+            except store_errors.StoreError:
+                self.remote[sid] = []
+
+    async def _listing(self, store_id: str) -> list[Any]:
+        return [m async for m in self.admin.list_memories(store_id, limit=100)]
+
+    def _record(self, pod: Pod, sid: str, rel: str, kind: str, content: str | None, op: int) -> None:  # noqa: PLR0917
+        sha = content_sha256(content) if content is not None else None
+        self.last_local[(pod.name, sid, rel)] = checks.LocalOp(kind, sha, time.time(), op, self.current)
+
+    def _write(self, pod: Pod, sid: str, rel: str, op: int) -> None:
+        content = f"{pod.name} {rel} op{op} {self.rng.getrandbits(32):08x}\n"
+        target = pod.folder(sid) / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("w") as fh:  # in place, as an editor or agent writes
+            fh.write(content)
+        self._record(pod, sid, rel, "write", content, op)
+
+    def _pick_folder(self) -> tuple[int, Pod, str]:
+        i = self.rng.randrange(len(self.pods))
+        pod = self.pods[i]
+        return i, pod, self.rng.choice(sorted(pod.stores))
+
+    def _readable(self, pod: Pod, sid: str, rel: str) -> bool:
+        try:
+            return bool(os.stat(pod.folder(sid) / rel).st_mode & 0o444)
+        except OSError:
+            return False
+
+    def _local_op(self, kind: str, op: int) -> bool:
+        i, pod, sid = self._pick_folder()
+        existing = self.files.get((i, sid), [])
+        try:
+            if kind == "create":
+                return self._create(pod, sid, existing, op)
+            if not existing:
+                return False
+            return self._change(kind, pod, sid, self.rng.choice(existing), op)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError):
+            return False  # the sidecar (or an earlier op of this batch) changed the folder since the listing
+
+    def _create(self, pod: Pod, sid: str, existing: list[str], op: int) -> bool:
+        rel = self.rng.choice(DIRS) + self.rng.choice(NAMES)
+        if (pod.folder(sid) / rel).exists() or any(
+            rel.startswith(e + "/") or e.startswith(rel + "/") for e in existing
+        ):
+            return False
+        self._write(pod, sid, rel, op)
+        return True
+
+    def _change(self, kind: str, pod: Pod, sid: str, rel: str, op: int) -> bool:
+        root = pod.folder(sid)
+        path = root / rel
+        if kind == "edit":
+            if not path.is_file() or not self._readable(pod, sid, rel):
+                return False
+            self._write(pod, sid, rel, op)
+        elif kind == "delete":
+            path.unlink()
+            self._record(pod, sid, rel, "delete", None, op)
+        elif kind == "rename":
+            new = self.rng.choice(DIRS) + self.rng.choice(NAMES)
+            if new == rel or (root / new).exists() or not self._readable(pod, sid, rel):
+                return False
+            content = path.read_text()
+            (root / new).parent.mkdir(parents=True, exist_ok=True)
+            os.rename(path, root / new)
+            self._record(pod, sid, rel, "delete", None, op)
+            self._record(pod, sid, new, "write", content, op)
+        elif kind == "unreadable":
+            readable = self._readable(pod, sid, rel)
+            os.chmod(path, 0o000 if readable else 0o644)
+            if not readable:  # readable again: the content on disk is what must now reach the store
+                self._record(pod, sid, rel, "write", path.read_text(), op)
+        else:
+            return self._swap(pod, sid, rel, op)
+        return True
+
+    def _swap(self, pod: Pod, sid: str, rel: str, op: int) -> bool:
+        """A file becomes a directory holding one file; or a directory with files becomes one file."""
+        root = pod.folder(sid)
+        parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
+        if parent and self.rng.random() < 0.5:
+            for below in [
+                r for r in self.files.get((self.pods.index(pod), sid), []) if r.startswith(parent + "/")
+            ]:
+                if (root / below).exists():
+                    self._record(pod, sid, below, "delete", None, op)
+            shutil.rmtree(root / parent)
+            self._write(pod, sid, parent, op)
+            return True
+        (root / rel).unlink()
+        self._record(pod, sid, rel, "delete", None, op)
+        self._write(pod, sid, f"{rel}/inner.md", op)
+        return True
+
+    def _remote_op(self, kind: str, op: int) -> bool:
+        sid = self.rng.choice(sorted(self.attached))
+        memories = self.remote.get(sid, [])
+        try:
+            if kind == "remote_create":
+                rel = self.rng.choice(DIRS) + self.rng.choice(NAMES)
+                self._run(self.admin.create_memory(sid, "/" + rel, f"admin {rel} op{op}\n"))
+            elif not memories:
+                return False
+            else:
+                memory = self.rng.choice(memories)
+                if kind == "remote_edit":
+                    content = f"admin {memory.path} op{op}\n"
+                    self._run(
+                        self.admin.update_memory(
+                            sid, memory.id, content=content, expected_sha256=memory.content_sha256
+                        )
+                    )
+                else:
+                    self._run(self.admin.delete_memory(sid, memory.id, expected_sha256=memory.content_sha256))
+                    memories.remove(memory)
+        except store_errors.StoreError:
+            return False  # changed meanwhile (409/404), or the server is restarting
+        return True
+
+    def _process_op(self, kind: str) -> bool:
+        if kind == "kill_sidecar":
+            pod = self.rng.choice(self.pods)
+            pod.kill()
+            pod.start()
+        else:
+            if self.rng.random() < 0.5:
+                self.server.kill()
+            else:
+                self.server.stop()
+            self.server.start()
+        return True
+
+    # --- the run --------------------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        started = time.monotonic()
+        kinds = list(self.kinds)
+        weights = [WEIGHTS[k] for k in kinds]
+        for op in range(self.ops):
+            if op % BATCH == 0:
+                if op:
+                    time.sleep(PAUSE_S)
+                self._refresh()
+            kind = self.current = self.rng.choices(kinds, weights)[0]
+            if kind.startswith("remote_"):
+                ok = self._remote_op(kind, op)
+            elif kind in ("kill_sidecar", "restart_server"):
+                ok = self._process_op(kind)
+            else:
+                ok = self._local_op(kind, op)
+            (self.done if ok else self.missed)[kind] += 1
+        return self._finish(started)
+
+    def _finish(self, started: float) -> Outcome:
+        time.sleep(1.0)
+        for pod in self.pods:  # both sessions end at once
+            pod.signal_end()
+        if self.final_outage_s:  # the store goes away as the final flushes start, then comes back
+            self.server.stop()
+            time.sleep(self.final_outage_s)
+            self.server.start()
+        exits = {pod.name: pod.wait_end() for pod in self.pods}
+        assert self.proxy is not None
+        faults = dict(self.proxy.proxy.faults_injected)
+        requests = self.proxy.proxy.request_count
+        final_local = {(pod.name, sid): pod.local_files(sid) for pod in self.pods for sid in pod.stores}
+        live: dict[str, dict[str, str]] = {}
+        versions: dict[str, list[checks.Version]] = {}
+        for sid in self.attached:
+            live[sid] = self._run(store_contents(self.admin, sid))
+            versions[sid] = self._run(version_history(self.admin, sid))
+        reports = {pod.name: warnings_of(pod) for pod in self.pods}
+        sessions = {pod.name: pod.session_id for pod in self.pods}
+        violations = [
+            *checks.check_local_ops(self.last_local, final_local, live, versions, reports, sessions),
+            *checks.check_store_shape(live, final_local, self.attached),
+            *checks.check_terminations(exits, {pod.name: pod.termination() for pod in self.pods}),
+            *checks.check_overwrites(versions, self.sent, sessions),
+            *(checks.Violation("no_precondition", w) for w in self.wire_violations),
+        ]
+        figures = {
+            "seed": self.seed,
+            "ops": self.ops,
+            "kinds": ",".join(self.kinds),
+            "done": dict(self.done),
+            "missed": dict(self.missed),
+            "requests": requests,
+            "faults": faults,
+            "conflicts": checks.conflict_count(reports),
+            "final_outage_s": self.final_outage_s,
+            "duration_s": round(time.monotonic() - started, 1),
+            "violations": len(violations),
+        }
+        return Outcome(violations, figures)
+
+
+async def version_history(admin: StoreClient, store_id: str) -> list[checks.Version]:
+    """A store's whole version history, oldest first."""
+    found = []
+    async for v in admin.list_versions(store_id, limit=100):
+        actor = v.created_by
+        who = getattr(actor, "session_id", None) or getattr(actor, "api_key_id", None) or ""
+        path = (v.path or "").lstrip("/")
+        found.append(
+            checks.Version(path, v.content_sha256, v.created_at.timestamp(), who, v.memory_id, v.operation)
+        )
+    return found[::-1]
+
+
+def warnings_of(pod: Pod) -> list[checks.Report]:
+    """Every WARNING the pod's agents logged about one path of one store."""
+    out = []
+    for r in pod.log_records():
+        if r.get("level") == "WARNING" and r.get("path") and r.get("memory_store_id") and r.get("time"):
+            at = datetime.fromisoformat(str(r["time"]).replace("Z", "+00:00")).timestamp()
+            out.append(checks.Report(r["memory_store_id"], str(r["path"]).lstrip("/"), r["message"], at))
+    return out

@@ -1,0 +1,110 @@
+"""The soak's verdict functions on hand-made data: each violation is found, each legitimate outcome is not."""
+
+from __future__ import annotations
+
+from memsync.agent import messages
+
+from .checks import (
+    LocalOp,
+    Report,
+    Version,
+    audit_write,
+    check_local_ops,
+    check_overwrites,
+    check_store_shape,
+    check_terminations,
+)
+
+S = "memstore_a"
+SESSIONS = {"p1": "sesn_1", "p2": "sesn_2"}
+
+
+def _kinds(violations: list) -> list[str]:
+    return [v.kind for v in violations]
+
+
+def test_a_local_edit_must_reach_the_store_or_be_reported() -> None:
+    ops = {("p1", S, "a.md"): LocalOp("write", "sha-new", 100.0, 7)}
+    local = {("p1", S): {"a.md": "x"}}
+    saved = {S: [Version("a.md", "sha-new", 101.0, "sesn_1")]}
+    assert check_local_ops(ops, local, {S: {}}, saved, {}, SESSIONS) == []
+    lost = check_local_ops(
+        ops, local, {S: {}}, {S: [Version("a.md", "sha-old", 90.0, "sesn_1")]}, {}, SESSIONS
+    )
+    assert _kinds(lost) == ["lost_edit"]
+    reported = {"p1": [Report(S, "a.md", messages.BOTH_CHANGED, 105.0)]}
+    assert check_local_ops(ops, local, {S: {}}, {S: []}, reported, SESSIONS) == []
+    stale = {"p1": [Report(S, "a.md", messages.BOTH_CHANGED, 50.0)]}  # before the edit: does not cover it
+    assert _kinds(check_local_ops(ops, local, {S: {}}, {S: []}, stale, SESSIONS)) == ["lost_edit"]
+    elsewhere = {"p2": [Report(S, "a.md", messages.BOTH_CHANGED, 105.0)]}  # another session's report
+    assert _kinds(check_local_ops(ops, local, {S: {}}, {S: []}, elsewhere, SESSIONS)) == ["lost_edit"]
+
+
+def test_an_unreadable_file_at_the_end_must_be_named() -> None:
+    ops = {("p1", S, "a.md"): LocalOp("write", "sha", 100.0, 1)}
+    local = {("p1", S): {"a.md": None}}
+    assert _kinds(check_local_ops(ops, local, {S: {}}, {S: []}, {}, SESSIONS)) == ["unreadable_unreported"]
+    named = {"p1": [Report(S, "a.md", "cannot read this file; skipping it", 120.0)]}
+    assert check_local_ops(ops, local, {S: {}}, {S: []}, named, SESSIONS) == []
+
+
+def test_a_local_delete_must_reach_the_store_unless_someone_else_changed_the_memory() -> None:
+    ops = {("p1", S, "a.md"): LocalOp("delete", None, 100.0, 3)}
+    still = {S: {"a.md": "x"}}
+    assert check_local_ops(ops, {}, {S: {}}, {S: []}, {}, SESSIONS) == []
+    assert _kinds(check_local_ops(ops, {}, still, {S: []}, {}, SESSIONS)) == ["delete_not_applied"]
+    own_later = {S: [Version("a.md", "s", 110.0, "sesn_1")]}
+    assert _kinds(check_local_ops(ops, {}, still, own_later, {}, SESSIONS)) == ["delete_not_applied"]
+    other_later = {S: [Version("a.md", "s", 110.0, "sesn_2")]}
+    assert check_local_ops(ops, {}, still, other_later, {}, SESSIONS) == []
+    restored = {"p1": [Report(S, "a.md", messages.RESTORING, 104.0)]}
+    assert check_local_ops(ops, {}, still, {S: []}, restored, SESSIONS) == []
+
+
+def test_duplicates_and_strays() -> None:
+    local = {("p1", S): {"a.md": "1", "b.md": "2"}, ("p2", S): {"c.md": "3"}}
+    attached = {S: ["p1", "p2"]}
+    assert check_store_shape({S: {"a.md": "1", "b.md": "2", "c.md": "3"}}, local, attached) == []
+    dup = check_store_shape({S: {"a.md": "1", "b.md": "1"}}, local, attached)
+    assert _kinds(dup) == ["duplicate"]
+    stray = check_store_shape({S: {"a.md": "1", "old.md": "9"}}, local, attached)
+    assert _kinds(stray) == ["stray"]
+
+
+def test_every_overwrite_and_delete_needs_its_precondition() -> None:
+    url = "/v1/memory_stores/memstore_a/memories/mem_1"
+    assert (
+        audit_write("POST", url + "?beta=true", b'{"content": "x", "precondition": {"content_sha256": "ab"}}')
+        is None
+    )
+    assert "precondition" in (audit_write("POST", url, b'{"content": "x"}') or "")
+    assert audit_write("DELETE", url + "?expected_content_sha256=ab", b"") is None
+    assert "expected_content_sha256" in (audit_write("DELETE", url, b"") or "")
+    assert (
+        audit_write("POST", "/v1/memory_stores/memstore_a/memories", b'{"path": "/a", "content": "x"}')
+        is None
+    )
+
+
+def test_the_flush_must_be_complete() -> None:
+    good = {"phase": "flushed", "complete": True, "stores": {S: {"unsent": 0}}}
+    assert check_terminations({"p1": 0}, {"p1": good}) == []
+    assert _kinds(check_terminations({"p1": 1}, {"p1": good})) == ["flush_incomplete"]
+    unsent = {"phase": "flushed", "complete": True, "stores": {S: {"unsent": 2}}}
+    assert _kinds(check_terminations({"p1": 0}, {"p1": unsent})) == ["flush_incomplete"]
+
+
+def test_a_session_version_must_follow_one_whose_hash_it_sent() -> None:
+    history = [
+        Version("a.md", "h1", 1.0, "apikey_x", "mem_1", "created"),
+        Version("a.md", "h2", 2.0, "sesn_1", "mem_1", "modified"),
+        Version("a.md", None, 3.0, "sesn_2", "mem_1", "deleted"),
+    ]
+    assert check_overwrites({S: history}, {"mem_1": {"h1", "h2"}}, SESSIONS) == []
+    blind = check_overwrites(
+        {S: history}, {"mem_1": {"h1"}}, SESSIONS
+    )  # sesn_2 deleted h2 without sending it
+    assert _kinds(blind) == ["overwrite_without_precondition"]
+    assert "sesn_2 deleted memory mem_1" in blind[0].detail
+    admin_after = [*history[:2], Version("a.md", "h3", 3.0, "apikey_x", "mem_1", "modified")]
+    assert check_overwrites({S: admin_after}, {"mem_1": {"h1"}}, SESSIONS) == []  # only sessions are judged

@@ -1,0 +1,96 @@
+"""The randomized soak: two sessions' sidecars (real ``memsync sync`` processes) and another client change
+three stores for thousands of seeded operations while a fault proxy breaks 10 % of the sidecars' requests,
+sidecars are SIGKILLed and restarted and the store server restarts; then both sessions end and the verdict
+is checked (see ``checks``).
+
+The seed is printed and appears in every failure; ``MEMSYNC_SOAK_SEED=<seed>`` replays the same operation
+sequence (the interleaving with the sidecars' passes still varies). ``MEMSYNC_SOAK_OPS`` sets the count
+(default 10,000); ``--soak-long`` (or ``MEMSYNC_SOAK_LONG=1``) runs 100,000. ``MEMSYNC_SOAK_KINDS`` (a
+comma list of ``driver.ALL_KINDS``) replaces the operation mix of ``test_soak``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from .checks import summarize
+from .driver import ALL_KINDS, Soak
+
+if TYPE_CHECKING:  # the fixture's type; the module name ``conftest`` is ambiguous at run time under xdist
+    from conftest import RunningStoreServer
+
+LONG = os.environ.get("MEMSYNC_SOAK_LONG") == "1"
+DEFAULT_OPS = 100_000 if LONG else 10_000
+# Kinds the sync agent does not survive yet (issue 10 items 1 and 3); each has its own xfail test below.
+KNOWN_FAILING = ("unreadable", "swap")
+DEFAULT_KINDS = tuple(k for k in ALL_KINDS if k not in KNOWN_FAILING)
+SHORT_OPS = 1_500
+
+pytestmark = pytest.mark.timeout(6 * 3600 if LONG else 1200)
+
+
+def _seed() -> int:
+    given = os.environ.get("MEMSYNC_SOAK_SEED")
+    return int(given) if given else random.SystemRandom().randrange(2**32)
+
+
+def _soak(
+    request: pytest.FixtureRequest,
+    server: RunningStoreServer,
+    base: Path,
+    kinds: tuple[str, ...],
+    ops: int,
+    *,
+    final_outage_s: float = 0.0,
+) -> None:
+    seed = _seed()
+    print(f"\nsoak: seed {seed}, {ops} operations, kinds {','.join(kinds)}", flush=True)
+    soak = Soak(seed=seed, ops=ops, kinds=kinds, base=base, server=server, final_outage_s=final_outage_s)
+    try:
+        soak.setup()
+        outcome = soak.run()
+    finally:
+        soak.close()
+    request.node.user_properties.append(("soak", outcome.figures))
+    print(f"soak figures: {outcome.figures}", flush=True)
+    assert not outcome.violations, (
+        f"soak seed {seed} (MEMSYNC_SOAK_SEED={seed} replays it): {len(outcome.violations)} violations\n"
+        f"{summarize(outcome.violations)}\nfigures: {outcome.figures}\nfolders and agent logs: {base}"
+    )
+
+
+def test_soak(request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path) -> None:
+    given = os.environ.get("MEMSYNC_SOAK_KINDS")
+    kinds = tuple(k.strip() for k in given.split(",") if k.strip()) if given else DEFAULT_KINDS
+    ops = int(os.environ.get("MEMSYNC_SOAK_OPS") or DEFAULT_OPS)
+    _soak(request, fresh_store_server, tmp_path / "pods", kinds, ops)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 10 item 1: one unreadable file stops its whole store's sync")
+def test_soak_with_unreadable_files(
+    request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path
+) -> None:
+    _soak(request, fresh_store_server, tmp_path / "pods", (*DEFAULT_KINDS, "unreadable"), SHORT_OPS)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 10 item 3: a synced file replaced by a directory gets stuck")
+def test_soak_with_file_directory_swaps(
+    request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path
+) -> None:
+    _soak(request, fresh_store_server, tmp_path / "pods", (*DEFAULT_KINDS, "swap"), SHORT_OPS)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 10 item 2: the final flush gives up long before its deadline when the store is down",
+)
+def test_soak_with_a_store_outage_during_the_final_flush(
+    request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path
+) -> None:
+    """The store is down for the first 10 s of the sidecars' 30 s final flush: nothing may be lost."""
+    _soak(request, fresh_store_server, tmp_path / "pods", DEFAULT_KINDS, SHORT_OPS, final_outage_s=10.0)
