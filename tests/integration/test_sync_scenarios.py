@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from memsync.agent import messages
-from memsync.agent.testing import Harness, make_harness
 from memsync.api.hashing import content_sha256
+from support.sync_harness import Harness, make_harness
 
 FILES = {"a.md": "alpha", "b.md": "bravo", "notes/c.md": "charlie", "notes/d.md": "delta"}
 

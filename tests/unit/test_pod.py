@@ -20,9 +20,9 @@ from memsync.controller.pod import (
     grace_period_seconds,
     owner_label_value,
     pod_name_for,
-    restricted_violations,
 )
 from memsync.crd.models import SessionMemorySpec
+from support.pod_security import restricted_violations
 
 K8S_VERSION = "1.32"
 IMAGE = "memsync:0.1.0"

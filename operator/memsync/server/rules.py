@@ -38,7 +38,6 @@ R = TypeVar("R")
 
 VIEWS = ("basic", "full")
 OPERATIONS = ("created", "modified", "deleted")
-ACCESS_MODES = ("read_write", "read_only")
 
 # --- request bodies -------------------------------------------------------------------------------------
 
