@@ -12,7 +12,14 @@ from kubernetes.client.exceptions import ApiException
 
 from memsync.controller import handlers as h
 from memsync.controller import status as st
-from memsync.controller.kube import AlreadyExists, Conflict, KubeApi, KubeApiError, NotFound, _error
+from memsync.controller.kube import (
+    KubeAlreadyExists,
+    KubeApi,
+    KubeApiError,
+    KubeConflict,
+    KubeNotFound,
+    _error,
+)
 from memsync.controller.settings import POD_SELECTOR, WatchTimeouts, configure_settings
 from memsync.crd.models import ANNOTATION_PREFIX, API_VERSION, FINALIZER, KIND
 
@@ -149,9 +156,9 @@ def test_api_errors_are_classified_without_request_bodies() -> None:
         e.body = json.dumps({"kind": "Status", "reason": reason, "message": message})
         return e
 
-    assert isinstance(_error(exc(404, "NotFound")), NotFound)
-    assert isinstance(_error(exc(409, "AlreadyExists")), AlreadyExists)
-    assert isinstance(_error(exc(409, "Conflict")), Conflict)
+    assert isinstance(_error(exc(404, "NotFound")), KubeNotFound)
+    assert isinstance(_error(exc(409, "AlreadyExists")), KubeAlreadyExists)
+    assert isinstance(_error(exc(409, "Conflict")), KubeConflict)
     other = _error(exc(500, "InternalError", "x" * 2000))
     assert type(other) is KubeApiError and other.status == 500 and len(other.message) == 500
     plain = ApiException(status=503, reason="Service Unavailable")

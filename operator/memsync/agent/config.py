@@ -10,7 +10,7 @@ import json
 import math
 import re
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -24,10 +24,8 @@ from pydantic import (
 
 from memsync.agent import messages
 from memsync.api.constants import MAX_STORES_PER_SESSION
+from memsync.api.models import Access, Deletions
 from memsync.api.paths import default_mount_path, is_ancestor, is_clean_absolute_path
-
-Access = Literal["read_write", "read_only"]
-Deletions = Literal["enabled", "log_only", "disabled"]
 
 MIN_INTERVAL_S = 5.0
 DEFAULT_INTERVAL_S = 15.0

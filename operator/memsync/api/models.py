@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 View = Literal["basic", "full"]
 Access = Literal["read_write", "read_only"]
+#: How the sync agent treats a local deletion: propagate it, only log it, or never delete in the store.
+Deletions = Literal["enabled", "log_only", "disabled"]
 Operation = Literal["created", "modified", "deleted"]
 
 

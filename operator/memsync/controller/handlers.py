@@ -54,7 +54,7 @@ import kopf
 
 from memsync.controller import metrics
 from memsync.controller import status as st
-from memsync.controller.kube import AlreadyExists, Conflict, KubeApi, KubeApiError
+from memsync.controller.kube import KubeAlreadyExists, KubeApi, KubeApiError, KubeConflict
 from memsync.controller.pod import build_sandbox_pod, pod_name_for
 from memsync.controller.settings import ControllerConfig
 from memsync.crd.models import (
@@ -272,7 +272,7 @@ async def write_status(runtime: Runtime, namespace: str, name: str, compute: Com
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             try:
                 await runtime.kube.patch_session_memory_status(namespace, name, patch, resource_version=rv)
-            except Conflict:
+            except KubeConflict:
                 await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
                 continue
             announcement = _announcement(previous, new)
@@ -511,7 +511,7 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
 
     try:
         created = await kube.create_pod(namespace, manifest)
-    except AlreadyExists:
+    except KubeAlreadyExists:
         existing = await kube.get_pod(namespace, pod_name)
         if existing is None:
             raise kopf.TemporaryError(f"Pod {pod_name} existed and vanished; retrying", delay=1) from None

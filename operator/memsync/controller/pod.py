@@ -49,8 +49,8 @@ from memsync.crd.models import (
     LABEL_SESSION_ID,
     LABEL_SESSIONMEMORY,
     MANAGED_BY,
-    POD_UID,
     SANDBOX_CONTAINER_NAME,
+    SANDBOX_UID,
     SessionMemorySpec,
     sandbox_problems,
     sandbox_security_problems,
@@ -64,7 +64,7 @@ STATE_VOLUME: Final = "memsync-state"
 STATE_DIR: Final = "/var/lib/memsync"
 METRICS_PORT: Final = 9477
 TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
-RUN_AS_ID: Final = POD_UID
+RUN_AS_ID: Final = SANDBOX_UID
 
 #: Seconds the sandbox container is allowed for its own shutdown (part of the grace period formula).
 SANDBOX_SHUTDOWN_SECONDS: Final = 30

@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, get_args
 
 from pydantic import (
     BaseModel,
@@ -50,6 +50,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from memsync.api.constants import DEFAULT_BASE_URL, MAX_STORES_PER_SESSION, MOUNT_ROOT, STORE_NAME_MAX
+from memsync.api.models import Access, Deletions
 from memsync.api.paths import default_mount_path, is_ancestor
 
 # --- names -------------------------------------------------------------------------------------------------
@@ -102,22 +103,19 @@ FINAL_FLUSH_MIN: Final = 5
 FINAL_FLUSH_DEFAULT: Final = 30
 FINAL_FLUSH_MAX: Final = 300
 
-ACCESS_VALUES: Final = ("read_write", "read_only")
-DELETIONS_VALUES: Final = ("enabled", "log_only", "disabled")
+ACCESS_VALUES: Final = get_args(Access)
+DELETIONS_VALUES: Final = get_args(Deletions)
 
 SANDBOX_CONTAINER_NAME: Final = "sandbox"
 #: The uid and gid every container of the sandbox Pod runs as. The sync agent writes the store files under
 #: /mnt/memory private to its user (0600 files, 0700 folders), so the sandbox must run as the same uid.
-POD_UID: Final = 65532
+SANDBOX_UID: Final = 65532
 #: Container fields of ``spec.sandbox`` the operator owns (``name`` may only repeat ``sandbox``).
 SANDBOX_FORBIDDEN_FIELDS: Final = ("volumeMounts", "volumeDevices", "restartPolicy")
 #: The only capability the restricted Pod Security Standard lets a container add.
 ALLOWED_ADDED_CAPABILITIES: Final = ("NET_BIND_SERVICE",)
 ALLOWED_SECCOMP_TYPES: Final = ("RuntimeDefault", "Localhost")
 CAPABILITIES_MAX: Final = 64
-
-Access = Literal["read_write", "read_only"]
-Deletions = Literal["enabled", "log_only", "disabled"]
 
 
 class Phase(StrEnum):
@@ -260,10 +258,10 @@ def sandbox_security_problems(security_context: Any) -> list[str]:
     if "runAsUser" in sc:
         if not _is_int(sc["runAsUser"]):
             problems.append("securityContext.runAsUser must be an integer")
-        elif sc["runAsUser"] != POD_UID:
+        elif sc["runAsUser"] != SANDBOX_UID:
             problems.append(
-                f"securityContext.runAsUser must be {POD_UID} or unset: the memory files under {MOUNT_ROOT} "
-                f"belong to uid {POD_UID} and are private to it"
+                f"securityContext.runAsUser must be {SANDBOX_UID} or unset: the memory files under "
+                f"{MOUNT_ROOT} belong to uid {SANDBOX_UID} and are private to it"
             )
     if "procMount" in sc and sc["procMount"] != "Default":
         problems.append("securityContext.procMount must be Default")
