@@ -1,4 +1,4 @@
-"""pydantic v2 models of every object on the memory store wire (reference §1.2, §1.3, §2).
+"""pydantic v2 models of every object on the memory store wire (see docs/store-api.md).
 
 Response models ignore unknown fields (the hosted API may add some); request models forbid them, so the store
 server answers an unknown field with a 400 that names it.

@@ -1,10 +1,10 @@
-"""The sandbox Pod of one SessionMemory (design §4), as a pure function of the spec.
+"""The sandbox Pod of one SessionMemory (docs/design.md#the-sandbox-pod), as a pure function of the spec.
 
 ``build_sandbox_pod`` returns the Pod manifest the controller creates (or adopts: the name is deterministic
 and the Pod carries the SessionMemory's labels and a controller owner reference). It never reads the
 cluster, the clock or the environment, so the same SessionMemory always yields the same Pod.
 
-Shape (design §4, issue §3, the sync agent's Contract 3):
+Shape (docs/design.md#the-sandbox-pod; the environment is the sync agent's contract):
 
 * volumes ``memory`` (emptyDir, ``/mnt/memory`` in every container) and ``memsync-state`` (emptyDir,
   ``/var/lib/memsync`` in the two memsync containers only: the agent can neither see nor alter the baseline);
@@ -13,7 +13,7 @@ Shape (design §4, issue §3, the sync agent's Contract 3):
 * container ``sandbox`` from ``spec.sandbox``, with ``/mnt/memory`` mounted and a restricted security context
   merged into the user's.
 
-Decisions where the design is silent:
+Choices made here:
 
 * ``ANTHROPIC_WORK_SECRET`` (from ``secretKeyRef`` only) goes to the two memsync containers, **not** to the
   sandbox: the sessions token lets its holder write the stores directly, past the sync agent's safety rails,
@@ -147,7 +147,7 @@ def stores_env(spec: SessionMemorySpec) -> str:
 
 
 def memsync_env(spec: SessionMemorySpec) -> list[dict[str, Any]]:
-    """The environment of both memsync containers (Contract 3); the secret only as a ``secretKeyRef``."""
+    """The environment of both memsync containers (the agent's contract); the secret only by reference."""
     return [
         {"name": "MEMSYNC_SESSION_ID", "value": spec.session_id},
         {"name": "MEMSYNC_STORES", "value": stores_env(spec)},

@@ -1,4 +1,4 @@
-"""The SessionMemory custom resource (design §3) as pydantic v2 models.
+"""The SessionMemory custom resource (docs/design.md#the-sessionmemory-resource) as pydantic v2 models.
 
 These models are the operator's second line of validation: the CRD's OpenAPI schema and CEL rules
 (``memsync.crd.schema``) make ``kubectl apply`` refuse a bad object, and these models catch whatever slipped
@@ -9,7 +9,7 @@ The bounds and patterns below are the single source of truth for both: ``schema.
 same constants, and ``tests/unit/test_crd.py`` proves over a corpus of valid and invalid objects that the
 model and the schema (structural schema + CEL rules) accept and refuse the same things.
 
-Decisions where the design is silent (each enforced identically by the CRD and by these models):
+Choices made here (each enforced identically by the CRD and by these models):
 
 * ``sessionId`` must look like ``sesn_<letters, digits, '_' or '-'>``, end with a letter or digit and be at
   most 63 characters, because it is copied into a Pod label value (label values: <= 63 characters,
@@ -333,7 +333,7 @@ def sandbox_problems(sandbox: Mapping[str, Any]) -> list[str]:
 
 
 class SessionMemorySpec(_SpecModel):
-    """``spec`` of a SessionMemory (design §3)."""
+    """``spec`` of a SessionMemory."""
 
     session_id: str
     work_item_secret_ref: SecretKeyRef
