@@ -12,37 +12,27 @@ from dataclasses import dataclass
 from typing import Any
 
 
+class _Text:
+    """A metadata field read as a string (None when absent or not a string)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __get__(self, view: ObjectMeta, owner: type | None = None) -> str | None:
+        value = view.raw.get(self.key)
+        return value if isinstance(value, str) else None
+
+
 @dataclass(frozen=True)
 class ObjectMeta:
     raw: Mapping[str, Any]
 
-    def _text(self, key: str) -> str | None:
-        value = self.raw.get(key)
-        return value if isinstance(value, str) else None
-
-    @property
-    def name(self) -> str | None:
-        return self._text("name")
-
-    @property
-    def namespace(self) -> str | None:
-        return self._text("namespace")
-
-    @property
-    def uid(self) -> str | None:
-        return self._text("uid")
-
-    @property
-    def resource_version(self) -> str | None:
-        return self._text("resourceVersion")
-
-    @property
-    def creation_timestamp(self) -> str | None:
-        return self._text("creationTimestamp")
-
-    @property
-    def deletion_timestamp(self) -> str | None:
-        return self._text("deletionTimestamp")
+    name = _Text("name")
+    namespace = _Text("namespace")
+    uid = _Text("uid")
+    resource_version = _Text("resourceVersion")
+    creation_timestamp = _Text("creationTimestamp")
+    deletion_timestamp = _Text("deletionTimestamp")
 
     @property
     def generation(self) -> int | None:
