@@ -1,7 +1,8 @@
 """Shared helpers for the benchmarks: run the real store server as a subprocess, time calls, print tables.
 
 Import with ``bench/`` on ``sys.path`` (each bench script puts it there):
-``from _common import StoreServerProcess``.
+``from _common import StoreServerProcess``. The server launcher is the tests' own (``tests/support/``), so
+this module puts ``tests/`` on ``sys.path`` too.
 """
 
 from __future__ import annotations
@@ -9,12 +10,15 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-from memsync.server.process import free_port, spawn_store_server, stop_process, wait_until_ready
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from support.server_process import free_port, spawn_store_server, stop_process, wait_until_ready
 
 __all__ = ["API_HEADERS", "StoreServerProcess", "format_table", "free_port", "percentile"]
 

@@ -1,4 +1,4 @@
-"""Benchmark of the sync agent (design §7) against the real store server behind a 50 ms latency proxy.
+"""Benchmark of the sync agent against the real store server behind a 50 ms latency proxy.
 
 For each N (default 2,000 and 10,000 memories of about 1 kB, spread over top-level folders of 100 files each:
 20 folders for 2,000, 100 for 10,000) it measures, with the agent's own code (``commands.mount`` and
@@ -11,8 +11,8 @@ For each N (default 2,000 and 10,000 memories of about 1 kB, spread over top-lev
 - the final shutdown (final sync + push-only flush) with 500 changed files;
 
 each with its HTTP request count (seen by the proxy), files hashed and wall time, beside a floor: the fewest
-requests the API allows, and the time of a bare scandir + stat of the tree. Design §7 targets (N = 2,000)
-are printed beside the measured times.
+requests the API allows, and the time of a bare scandir + stat of the tree. The targets of
+docs/design.md#performance-targets (N = 2,000) are printed beside the measured times.
 
     .venv/bin/python bench/sync_agent.py               # N = 2,000 and 10,000
     .venv/bin/python bench/sync_agent.py --sizes 2000  # one size
@@ -186,7 +186,7 @@ HEADER = [
     "files hashed",
     "wall time",
     "scandir+stat",
-    "design §7 target",
+    "target",
 ]
 
 

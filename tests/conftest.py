@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from memsync.server.process import (
+from support.server_process import (
     STARTUP_TIMEOUT_S,
     free_port,
     kill_process,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from memsync.agent import messages
-from memsync.agent.testing import Harness, make_harness
+from support.sync_harness import Harness, make_harness
 
 FILES = {"a.md": "alpha", "dir/b.md": "bravo"}
 

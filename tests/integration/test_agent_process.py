@@ -21,10 +21,10 @@ import httpx
 import pytest
 
 from memsync.agent import messages
-from memsync.agent.testing import store_contents
 from memsync.api.hashing import content_sha256
 from memsync.api.models import Memory, MemoryStoreResource
 from memsync.client import StoreClient
+from support.sync_harness import store_contents
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port
-from memsync.agent.testing import store_contents
 from memsync.api.models import MemoryStore
 from memsync.client import StoreClient
+from support.sync_harness import store_contents
 
 pytestmark = pytest.mark.timeout(120)
 

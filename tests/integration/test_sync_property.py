@@ -56,10 +56,10 @@ from memsync.agent.commands import Agent, mount
 from memsync.agent.config import AgentConfig, load_config
 from memsync.agent.merge import delete_cap
 from memsync.agent.state import load_state
-from memsync.agent.testing import store_memories
 from memsync.api.hashing import marker_text, sha256_bytes
 from memsync.api.models import Memory, MemoryStoreResource
 from memsync.client import StoreClient
+from support.sync_harness import store_memories
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -13,7 +13,7 @@ import pytest
 
 from memsync.agent import messages
 from memsync.agent.conflicts import conflict_copy_name
-from memsync.agent.testing import Harness, make_harness
+from support.sync_harness import Harness, make_harness
 
 FILES = {"a.md": "alpha", "b.md": "bravo", "notes/c.md": "charlie", "notes/d.md": "delta"}
 

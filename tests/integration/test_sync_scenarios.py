@@ -1,4 +1,4 @@
-"""Golden scenarios: one per merge case of reference §5.5–§5.7, against the real store server.
+"""Golden scenarios: one per case of docs/sync-semantics.md, against the real store server.
 
 Each test starts a store, mounts it (the same code as ``memsync mount``), makes local and remote changes,
 runs passes (the same code as ``memsync sync --once``), and asserts the store, the folder and the log lines.
@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from memsync.agent import messages
-from memsync.agent.testing import Harness, make_harness
 from memsync.api.hashing import content_sha256
+from support.sync_harness import Harness, make_harness
 
 FILES = {"a.md": "alpha", "b.md": "bravo", "notes/c.md": "charlie", "notes/d.md": "delta"}
 
@@ -52,7 +52,7 @@ async def make(store_server, tmp_path: Path, **kw) -> Harness:
     return await make_harness(store_server.url, store_server.admin_key, tmp_path, **kw)
 
 
-# --- the mount (reference §5.4) --------------------------------------------------------------------------
+# --- the mount (docs/sync-semantics.md#mount) -------------------------------------------------------------
 
 
 async def test_mount_materialises_every_memory_and_the_marker(h: Harness) -> None:
@@ -440,7 +440,7 @@ async def test_local_edit_made_during_the_pass_is_not_overwritten_silently(h: Ha
     assert h.read("b.md") == "local, after the scan"
 
 
-# --- upload rules (reference §5.6) ------------------------------------------------------------------------
+# --- upload rules (docs/sync-semantics.md#uploads-and-preconditions) ----------------------------------------
 
 
 async def test_update_refused_by_precondition_loses_and_pulls_the_winner(h: Harness, caplog_agent) -> None:
@@ -550,7 +550,7 @@ async def test_retried_create_with_an_unnamed_blocker_settles_by_the_next_listin
     assert h.state().sent_shas == {}
 
 
-# --- teardown (reference §5.7) ----------------------------------------------------------------------------
+# --- teardown (docs/sync-semantics.md#sync-flush-and-the-final-shutdown) -----------------------------------
 
 
 async def test_final_shutdown_waives_the_window_and_uploads_everything(h: Harness) -> None:

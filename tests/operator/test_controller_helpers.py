@@ -12,9 +12,17 @@ from kubernetes.client.exceptions import ApiException
 
 from memsync.controller import handlers as h
 from memsync.controller import status as st
-from memsync.controller.kube import AlreadyExists, Conflict, KubeApi, KubeApiError, NotFound, _error
+from memsync.controller.kube import (
+    KubeAlreadyExists,
+    KubeApi,
+    KubeApiError,
+    KubeConflict,
+    KubeNotFound,
+    _error,
+)
+from memsync.controller.objects import meta_of
 from memsync.controller.settings import POD_SELECTOR, WatchTimeouts, configure_settings
-from memsync.crd.models import ANNOTATION_PREFIX, API_VERSION, FINALIZER, KIND
+from memsync.crd.models import ANNOTATION_PREFIX, API_VERSION, FINALIZER, KIND, validate_spec
 
 
 def smem(name: str, session: str, created: str, uid: str | None = None) -> dict[str, Any]:
@@ -150,9 +158,9 @@ def test_api_errors_are_classified_without_request_bodies() -> None:
         e.body = json.dumps({"kind": "Status", "reason": reason, "message": message})
         return e
 
-    assert isinstance(_error(exc(404, "NotFound")), NotFound)
-    assert isinstance(_error(exc(409, "AlreadyExists")), AlreadyExists)
-    assert isinstance(_error(exc(409, "Conflict")), Conflict)
+    assert isinstance(_error(exc(404, "NotFound")), KubeNotFound)
+    assert isinstance(_error(exc(409, "AlreadyExists")), KubeAlreadyExists)
+    assert isinstance(_error(exc(409, "Conflict")), KubeConflict)
     other = _error(exc(500, "InternalError", "x" * 2000))
     assert type(other) is KubeApiError and other.status == 500 and len(other.message) == 500
     plain = ApiException(status=503, reason="Service Unavailable")
@@ -190,3 +198,39 @@ def test_what_the_periodic_recheck_covers() -> None:
     for phase in ("Succeeded", "Failed"):
         assert not h.needs_recheck({"phase": phase, "podName": "s1-sandbox"}), phase
     assert not h.needs_recheck({})  # nothing created yet: the create handler owns it
+
+
+def test_metadata_view_reads_typed_fields_and_tolerates_absence() -> None:
+    obj = {
+        "metadata": {
+            "name": "s1",
+            "namespace": "agents",
+            "uid": "u1",
+            "generation": 4,
+            "resourceVersion": "17",
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+            "ownerReferences": [{"uid": "o1"}, "not a mapping"],
+            "labels": {"a": "b"},
+        }
+    }
+    meta = meta_of(obj)
+    assert (meta.name, meta.namespace, meta.uid, meta.generation) == ("s1", "agents", "u1", 4)
+    assert (meta.resource_version, meta.deletion_timestamp) == ("17", "2026-01-01T00:00:00Z")
+    assert meta.owner_references == ({"uid": "o1"},)
+    assert meta.reference() == {"name": "s1", "namespace": "agents", "uid": "u1"}
+    for empty in ({}, {"metadata": None}, {"metadata": {"generation": True, "uid": 7}}):
+        view = meta_of(empty)
+        assert (view.name, view.uid, view.generation, view.owner_references) == (None, None, None, ())
+
+
+def test_paths_of_a_validated_spec_equal_store_paths() -> None:
+    raw = {
+        "sessionId": "sesn_x",
+        "workItemSecretRef": {"name": "w", "key": "k"},
+        "stores": [{"memoryStoreId": "memstore_a", "name": "Team Notes"}],
+        "sandbox": {"image": "busybox"},
+    }
+    assert (
+        h.paths_of(validate_spec(raw), raw) == h.store_paths(raw) == {"memstore_a": "/mnt/memory/team-notes"}
+    )
+    assert h.paths_of(None, raw) == {"memstore_a": None}

@@ -88,3 +88,30 @@ async def test_the_final_flush_report_survives_a_failed_watcher_write(
     flush_cond = next(c for c in status["conditions"] if c["type"] == "Flushed")
     assert (flush_cond["status"], flush_cond["reason"]) == ("True", "FlushComplete")
     assert status["stores"][0] == FIRST_STORE_RESULT
+
+
+@pytest.mark.parametrize("secret_exists", [True, False])
+async def test_a_reconcile_validates_the_spec_once(
+    cluster: Cluster, runtime: h.Runtime, monkeypatch: pytest.MonkeyPatch, secret_exists: bool
+) -> None:
+    """One reconcile (creating the Pod, or refusing for a missing Secret) validates the spec exactly once and
+    hands the store paths on to its status write."""
+    if secret_exists:
+        await cluster.create_secret("work-secret", {"secret": base64.b64encode(b"opaque").decode()})
+    await cluster.create_smem(smem_body("s1"))
+    calls: list[object] = []
+    real = h.validate_spec
+
+    def counting(raw: object) -> object:
+        calls.append(raw)
+        return real(raw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(h, "validate_spec", counting)
+    await h.reconcile(runtime, cluster.smem("s1") or {})
+    assert len(calls) == 1
+    status = cluster.smem_status("s1")
+    assert [s["memoryStoreId"] for s in status["stores"]] == [
+        s["memoryStoreId"] for s in smem_body("s1")["spec"]["stores"]
+    ]
+    assert all(s.get("mountPath", "").startswith("/mnt/memory/") for s in status["stores"]), status
+    assert (cluster.pod(pod_name_for("s1")) is not None) == secret_exists

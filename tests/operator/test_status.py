@@ -24,8 +24,9 @@ from smem_harness import (
 from memsync.agent.messages import ALREADY_EXISTS, CANNOT_CREATE, MAKE_WRITABLE
 from memsync.api.secret import NO_SESSIONS_TOKEN
 from memsync.controller import status as st
-from memsync.crd.models import PHASES, SessionMemoryStatus
+from memsync.crd.models import PHASES
 from memsync.crd.schema import build_crd
+from support.crd_status import SessionMemoryStatus
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=5)

@@ -15,8 +15,9 @@ from memsync.contracts.report import FlushReport, StoreCounts, parse_report, ren
 from memsync.controller import status as st
 from memsync.controller.health import health_url
 from memsync.controller.pod import build_sandbox_pod
-from memsync.crd.models import SessionMemoryStatus, validate_spec
+from memsync.crd.models import validate_spec
 from memsync.crd.schema import printer_columns
+from support.crd_status import SessionMemoryStatus
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 STORES = {"memstore_01aa": "/mnt/memory/user-preferences", "memstore_02bb": "/mnt/memory/team-notes"}

@@ -22,11 +22,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memsync.agent.testing import store_contents
 from memsync.api.hashing import content_sha256
 from memsync.api.models import Memory, MemoryStoreResource
 from memsync.client import StoreClient
 from memsync.client import errors as store_errors
+from support.sync_harness import store_contents
 
 from . import checks
 from .harness import FaultPlan, Pod, ProxyThread, make_pod

@@ -1,4 +1,4 @@
-"""The pure sync decisions (reference §5.5 steps 1–5, §5.6, §5.7): one test per case."""
+"""The pure sync decisions of docs/sync-semantics.md (merge, deletes, flush): one test per case."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Memory path rules (reference §3.1) and mount slugs (reference §3.3)."""
+"""Memory path rules and mount slugs."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""The work-item secret (reference §4.9) and content hashes (reference §2)."""
+"""The work-item secret (base64url JSON carrying ``sessions_token``) and content hashes."""
 
 import base64
 import hashlib

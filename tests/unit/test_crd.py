@@ -25,18 +25,15 @@ from memsync.crd import models
 from memsync.crd.models import (
     API_VERSION,
     KIND,
-    Condition,
     InvalidSpecError,
     Phase,
-    SessionMemory,
     SessionMemorySpec,
-    SessionMemoryStatus,
     StoreSpec,
-    StoreStatus,
     describe_validation_error,
     validate_spec,
 )
 from memsync.crd.schema import build_crd, render_crd_yaml
+from support.crd_status import Condition, SessionMemory, SessionMemoryStatus, StoreStatus, now
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "sessionmemories.agents.memsync.dev.yaml"
@@ -941,18 +938,18 @@ def test_status_schema_accepts_what_the_model_writes() -> None:
         pod_name="sesn-011abc-sandbox",
         observed_generation=3,
         conditions=[
-            Condition(type="Ready", status="False", reason="Succeeded", last_transition_time=models.now()),
+            Condition(type="Ready", status="False", reason="Succeeded", last_transition_time=now()),
             Condition(
                 type="Flushed",
                 status="True",
                 reason="FinalFlushComplete",
                 message="x" * 40000,
-                last_transition_time=models.now(),
+                last_transition_time=now(),
                 observed_generation=3,
             ),
         ],
         stores=[StoreStatus(memory_store_id="memstore_01aa", memories_mounted=12, uploaded=3, unsent=0)],
-        last_sync_time=models.now(),
+        last_sync_time=now(),
         message="the session ended and every store was flushed",
     )
     body = status.to_dict()

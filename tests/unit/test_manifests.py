@@ -19,9 +19,9 @@ import pytest
 import yaml
 from test_crd_apiserver import admit
 
-from memsync.controller.pod import restricted_violations
 from memsync.crd.models import API_VERSION, KIND, validate_spec
 from memsync.crd.schema import build_crd
+from support.pod_security import restricted_violations
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"

@@ -21,9 +21,9 @@ from memsync.controller.pod import (
     grace_period_seconds,
     owner_label_value,
     pod_name_for,
-    restricted_violations,
 )
 from memsync.crd.models import SessionMemorySpec
+from support.pod_security import restricted_violations
 
 IMAGE = "memsync:0.1.0"
 UID = "5f1b7c2e-0d7a-4c53-9b1e-3f1f0b1d2a11"

@@ -1,4 +1,6 @@
-"""The sync agent's configuration (design §5): one validated model built from environment variables or flags.
+"""The sync agent's configuration: one validated model built from environment variables or flags.
+
+The variables are the operator's contract with the agent (docs/design.md#the-sync-agents-contract).
 
 Every error names the field and what is allowed. The work-item secret is kept as a ``SecretStr`` so it never
 shows up in ``repr()``, logs or error messages; it is decoded only where a client is built.
@@ -10,7 +12,7 @@ import json
 import math
 import re
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
@@ -24,16 +26,15 @@ from pydantic import (
 
 from memsync.agent import messages
 from memsync.api.constants import MAX_STORES_PER_SESSION
+from memsync.api.models import Deletions
 from memsync.api.paths import default_mount_path, is_ancestor, is_clean_absolute_path
 from memsync.contracts import env
 from memsync.contracts.env import ConflictPolicy, StoreEntry
 
-Deletions = Literal["enabled", "log_only", "disabled"]
-
 MIN_INTERVAL_S = 5.0
 DEFAULT_INTERVAL_S = 15.0
 DEFAULT_FLUSH_TIMEOUT_S = 30.0
-DEFAULT_DELETE_WINDOW_S = 30.0  # reference §5.5 step 5: DELETE_CORROBORATION
+DEFAULT_DELETE_WINDOW_S = 30.0  # docs/sync-semantics.md#deletes: how long a deletion must be confirmed
 DEFAULT_STATE_DIR = "/var/lib/memsync"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
@@ -78,7 +79,7 @@ def _finite(name: str, value: float) -> float:
 
 
 class AgentConfig(BaseModel):
-    """Everything ``memsync mount|sync|flush`` takes from the environment (design §5, Contract 3)."""
+    """Everything ``memsync mount|sync|flush`` takes from the environment (see docs/design.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -1,4 +1,4 @@
-"""The safe filesystem layer of one store folder (reference §5.1).
+"""The safe filesystem layer of one store folder (docs/sync-semantics.md#the-store-folder).
 
 Everything happens relative to an open directory descriptor of the store root, opened with
 ``O_DIRECTORY|O_NOFOLLOW``; every path component below it is opened with ``O_NOFOLLOW`` too, so a symlink
@@ -366,7 +366,7 @@ class StoreRoot:
                 return
             dirs = dirs[:-1]
 
-    # --- the marker (reference §4.4) --------------------------------------------------------------------
+    # --- the marker (docs/sync-semantics.md#the-marker-file) ---------------------------------------------
 
     def write_marker(self, memory_store_id: str) -> None:
         self.write_bytes(MARKER_FILENAME, marker_text(memory_store_id).encode("utf-8"), fsync=True)

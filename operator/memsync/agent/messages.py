@@ -1,6 +1,6 @@
-"""The log wordings operators grep for (reference §4.8, §5.5–§5.7), in one place.
+"""The log wordings operators grep for (docs/sync-semantics.md quotes them), in one place.
 
-Each constant is a literal fragment from the reference; the sync agent's log messages contain them verbatim
+Each constant is a fixed, documented fragment; the sync agent's log messages contain them verbatim
 and tests assert on these same constants, so a reworded message fails a test instead of an operator's alert.
 """
 
@@ -10,14 +10,14 @@ from memsync.api.secret import NO_SESSIONS_TOKEN
 
 __all__ = ["NO_SESSIONS_TOKEN"]
 
-# --- mount (reference §4.8) -----------------------------------------------------------------------------
+# --- mount (docs/sync-semantics.md#mount) ----------------------------------------------------------------
 ALREADY_EXISTS: Final = "something already exists at the memory store's path"
 CANNOT_CREATE: Final = "cannot create the memory store's folder"
 MAKE_WRITABLE: Final = "the worker host must make this mount path writable"
 NOT_CLEAN_PATH: Final = "memory store mount_path is not a clean absolute path"
 DOWNLOAD_FAILED: Final = "failed to download memory store memory_store_id="
 
-# --- periodic sync (reference §5.5) ---------------------------------------------------------------------
+# --- periodic sync (docs/sync-semantics.md#three-way-merge) -----------------------------------------------
 SYNC_FAILED: Final = "memory sync failed"
 LEFT_AS_FOUND: Final = "leaving the memory store folder as found and not syncing"
 RECREATING: Final = "memory deleted remotely but edited locally; re-creating it from the file"
@@ -29,14 +29,14 @@ PROPAGATED_DELETE: Final = "propagated local deletion"
 DELETE_LOST: Final = "memory deleted locally but changed remotely; keeping the remote version"
 DELETES_DISABLED: Final = "remote deletes are disabled"
 
-# --- uploads (reference §5.6) ---------------------------------------------------------------------------
+# --- uploads (docs/sync-semantics.md#uploads-and-preconditions) -------------------------------------------
 UPLOAD_LOST: Final = (
     "memory changed both locally and remotely; the upload was refused and the local edit loses"
 )
 REFUSED: Final = "the server rejected this memory file, so it stays un-synced until its content changes"
 UPLOAD_FAILED: Final = "failed to upload memory"
 
-# --- shutdown (reference §5.7) --------------------------------------------------------------------------
+# --- shutdown (docs/sync-semantics.md#sync-flush-and-the-final-shutdown) ----------------------------------
 FINAL_CUT_OFF: Final = (
     "final memory sync cut off after {ms}ms; the flush that follows still uploads changed files"
 )
@@ -45,7 +45,7 @@ FLUSH_CUT_OFF: Final = (
 )
 FLUSH_UNSENT: Final = "{unsent} of {changed} changed files had not finished uploading"
 
-# --- memsync's own (beyond the reference) ---------------------------------------------------------------
+# --- memsync's own (beyond the official SDKs' wordings) ----------------------------------------------------
 READ_ONLY_LOCAL_EDIT: Final = (
     "local change in a read-only memory store is never uploaded; the next remote change overwrites it"
 )

@@ -1,4 +1,4 @@
-"""Fixed values of the memory store API (reference §1.1, §3)."""
+"""Fixed values of the memory store API: headers, page sizes, content and store limits, the mount root."""
 
 from typing import Final
 

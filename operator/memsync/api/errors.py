@@ -1,4 +1,4 @@
-"""Error types of the memory store API (reference §1.1) and their HTTP statuses."""
+"""Error types of the memory store API (the ``error.type`` of its error envelope) and their HTTP statuses."""
 
 from typing import Final
 

@@ -16,5 +16,8 @@ def content_sha256(content: str) -> str:
 
 
 def marker_text(memory_store_id: str) -> str:
-    """The marker file's content (reference §4.4): ``version 1``, newline, store id, no trailing newline."""
+    """The marker file's content: ``version 1``, newline, store id, no trailing newline.
+
+    See docs/sync-semantics.md#the-marker-file.
+    """
     return f"version 1\n{memory_store_id}"

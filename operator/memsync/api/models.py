@@ -1,4 +1,4 @@
-"""pydantic v2 models of every object on the memory store wire (reference §1.2, §1.3, §2).
+"""pydantic v2 models of every object on the memory store wire (see docs/store-api.md).
 
 Response models ignore unknown fields (the hosted API may add some); request models forbid them, so the store
 server answers an unknown field with a 400 that names it.
@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 Sha256Hex = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 View = Literal["basic", "full"]
 Access = Literal["read_write", "read_only"]
+#: How the sync agent treats a local deletion: propagate it, only log it, or never delete in the store.
+Deletions = Literal["enabled", "log_only", "disabled"]
 Operation = Literal["created", "modified", "deleted"]
 
 

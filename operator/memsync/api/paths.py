@@ -1,4 +1,4 @@
-"""Memory path rules (reference §3.1) and the mount-path slug (reference §3.3).
+"""Memory path rules and the mount-path slug (``/mnt/memory/<slug of the store name>``).
 
 Pure functions: the server uses them to refuse bad paths with a message naming the rule; the sync agent
 uses them before a remote path is ever turned into a local one.
@@ -101,7 +101,7 @@ _NON_ALNUM = re.compile(r"[^a-z0-9]+")
 def slugify(name: str) -> str:
     """The mount slug of a store name: lowercase, each run of non-alphanumerics one hyphen.
 
-    Where the reference is silent (§6.3) memsync decides: only ASCII letters and digits survive (anything else
+    Where the hosted API is silent, memsync decides: only ASCII letters and digits survive (anything else
     is a separator), leading and trailing hyphens are trimmed, and a name with no letters or digits gives ''
     (callers then fall back to the store id).
     """

@@ -1,4 +1,4 @@
-"""The work-item secret (reference §4.9): base64url JSON carrying ``sessions_token`` and ``api_base_url``.
+"""The work-item secret: base64url JSON carrying ``sessions_token`` and ``api_base_url``.
 
 Every error raised here describes what is wrong with the secret without ever including the secret, or any
 part of it, in the message.
@@ -12,7 +12,7 @@ import json
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-# Documented wording (reference §4.8): operators grep for it.
+# Documented wording (see agent/messages.py): operators grep for it.
 NO_SESSIONS_TOKEN = "the work item carried no sessions token"  # noqa: S105 - a message, not a password
 
 

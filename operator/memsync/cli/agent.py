@@ -1,9 +1,9 @@
 """``memsync mount``, ``memsync sync`` and ``memsync flush``: the sync agent in every sandbox Pod.
 
-Every setting is an environment variable (design §5) and an equal flag. The work-item secret is read from
-``ANTHROPIC_WORK_SECRET`` (or a file named by ``--work-secret-file``), never from a plain flag, so it cannot
-show up in a process listing. Exit codes: 0 success; 1 mount failed / final flush left files unsent / the
-secret yields no sessions token; 2 bad configuration.
+Every setting is an environment variable (docs/design.md#the-sync-agents-contract) and an equal flag. The
+work-item secret is read from ``ANTHROPIC_WORK_SECRET`` (or a file named by ``--work-secret-file``), never
+from a plain flag, so it cannot show up in a process listing. Exit codes: 0 success; 1 mount failed / final
+flush left files unsent / the secret yields no sessions token; 2 bad configuration.
 """
 
 from __future__ import annotations

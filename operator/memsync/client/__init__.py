@@ -1,4 +1,4 @@
-"""The async store client for the memory store API (reference §1).
+"""The async store client for the memory store API (docs/store-api.md).
 
 ``from memsync.client import StoreClient, errors``.
 """

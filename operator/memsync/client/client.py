@@ -1,4 +1,4 @@
-"""The async store client: all 14 memory store endpoints (reference §1.3), sessions, and memsync's mint call.
+"""The async store client: all 14 memory store endpoints, sessions, and memsync's mint call.
 
 One pooled ``httpx.AsyncClient`` per instance; every call has a timeout, sends the version and beta headers
 and ``?beta=true``, is retried on transient failures (see ``memsync.client.retry``) and turns a non-2xx answer
@@ -181,7 +181,7 @@ class StoreClient:
 
     @classmethod
     def from_work_secret(cls, secret: str, *, base_url: str | None = None, **kw: Any) -> StoreClient:
-        """A Bearer client from a work-item secret (reference §4.9).
+        """A Bearer client from a work-item secret (base64url JSON carrying ``sessions_token``).
 
         The base URL is the secret's ``api_base_url`` when it carries one, else ``base_url``, else the hosted
         API. Raises ``memsync.api.secret.WorkSecretError`` (never echoing the secret) when it does not decode.
@@ -600,7 +600,7 @@ class StoreClient:
     async def get_session(self, session_id: str) -> Session:
         """The session with its ``memory_store`` resources (other resource kinds are dropped).
 
-        Session endpoints take the managed-agents beta header, not the memory one (reference §1.1).
+        Session endpoints take the managed-agents beta header, not the memory one.
         """
         response = await self._request("GET", f"/v1/sessions/{_seg(session_id)}", beta=SESSIONS_BETA)
         try:

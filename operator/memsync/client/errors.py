@@ -1,8 +1,28 @@
 """Typed errors of the store client, one class per status (and per 409 error type).
 
 Every error carries the HTTP ``status`` (0 when no response arrived), the server's ``error_type`` and
-``message`` from the documented envelope (reference §1.1), and the ``request_id``. Messages never contain a
-credential: the client scrubs its own credentials out of any text before it builds an error.
+``message`` from the API's error envelope (``{"type": "error", "error": {"type", "message"}, "request_id"}``),
+and the ``request_id``. Messages never contain a credential: the client scrubs its own credentials out of
+any text before it builds an error.
+
+The hierarchy (``is_refusal`` is true for 400 and 413: the content itself was refused)::
+
+    StoreError                    any failed call; status, error_type, message, request_id
+    ├── BadRequest                400 invalid_request_error
+    ├── AuthenticationFailed      401 authentication_error
+    ├── PermissionDenied          403 permission_error
+    ├── NotFound                  404 not_found_error
+    ├── Conflict                  409 of another type (conflict_error)
+    │   ├── PreconditionFailed    409 memory_precondition_failed_error (and 412)
+    │   └── PathConflict          409 memory_path_conflict_error; conflicting_memory_id, conflicting_path
+    ├── RequestTooLarge           413 request_too_large
+    ├── RateLimited               429 rate_limit_error, once the retries are spent
+    ├── ServerError               5xx, once the retries are spent
+    ├── TransportError            no response at all (status 0)
+    └── InvalidResponse           a 2xx whose body is not the documented object
+
+A work-item secret that does not decode is ``memsync.api.secret.WorkSecretError`` (a ``ValueError``), not
+a ``StoreError``: no request was made.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """When to retry a store request and how long to wait first: pure functions over plain data.
 
-Rules (reference §1.1, "SDK retry behaviour", except that memsync never retries a 409 on its own: a 409 is an
-answer about the data, not a transient failure):
+Rules (those of the official SDKs, except that memsync never retries a 409 on its own: a 409 is an answer
+about the data, not a transient failure):
 
 - retried: 408, 429, every status >= 500, and connection failures or timeouts (``status=None``);
 - a response header ``x-should-retry: true|false`` overrides that choice either way;

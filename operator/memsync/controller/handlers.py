@@ -63,13 +63,14 @@ from memsync.controller import metrics
 from memsync.controller import status as st
 from memsync.controller.health import health_url, read_health
 from memsync.controller.kube import (
-    AlreadyExists,
-    Conflict,
+    KubeAlreadyExists,
     KubeApi,
     KubeApiError,
+    KubeConflict,
     is_refusal,
     refusal_message,
 )
+from memsync.controller.objects import meta_of
 from memsync.controller.pod import build_sandbox_pod, pod_name_for
 from memsync.controller.settings import ControllerConfig
 from memsync.crd.models import (
@@ -91,6 +92,8 @@ STATUS_WRITE_ATTEMPTS: Final = 8
 RECONCILE_ERROR_DELAY: Final = 10.0
 
 Status = dict[str, Any]
+#: memoryStoreId -> effective mount path (None when the spec is invalid), in the spec's order.
+StorePaths = dict[str, str | None]
 Compute = Callable[[Mapping[str, Any], Status], Status | None]
 LoginFn = Callable[..., Any]
 
@@ -128,7 +131,7 @@ class Runtime:
     def seen_pod(self, namespace: str, name: str, uid: str, pod_name: str) -> SeenPod | None:
         """The watcher's last view of Pod ``pod_name`` of SessionMemory ``uid``, if it saw one."""
         seen = self.seen_pods.get((namespace, name))
-        if seen is None or seen.owner_uid != uid or (seen.pod.get("metadata") or {}).get("name") != pod_name:
+        if seen is None or seen.owner_uid != uid or meta_of(seen.pod).name != pod_name:
             return None
         return seen
 
@@ -166,11 +169,9 @@ def _runtime(memo: Any) -> Runtime:
 
 def owner_uid(pod: Mapping[str, Any]) -> str | None:
     """The uid of the SessionMemory that controls ``pod`` (its controller owner reference), if any."""
-    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
-    for ref in refs:
+    for ref in meta_of(pod).owner_references:
         if (
-            isinstance(ref, Mapping)
-            and ref.get("controller") is True
+            ref.get("controller") is True
             and ref.get("kind") == KIND
             and str(ref.get("apiVersion", "")).split("/")[0] == GROUP
         ):
@@ -180,30 +181,36 @@ def owner_uid(pod: Mapping[str, Any]) -> str | None:
 
 
 def owner_name(pod: Mapping[str, Any]) -> str | None:
-    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
-    for ref in refs:
-        if isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("kind") == KIND:
+    for ref in meta_of(pod).owner_references:
+        if ref.get("controller") is True and ref.get("kind") == KIND:
             name = ref.get("name")
             return str(name) if name else None
     return None
 
 
-def store_paths(raw_spec: Mapping[str, Any]) -> dict[str, str | None]:
+def paths_of(spec: SessionMemorySpec | None, raw_spec: Mapping[str, Any]) -> StorePaths:
+    """The store paths of an already validated ``spec``; of ``raw_spec`` (no paths) when it was invalid."""
+    if spec is not None:
+        return {s.memory_store_id: s.effective_mount_path for s in spec.stores}
+    out: StorePaths = {}
+    for store in raw_spec.get("stores") or []:
+        if isinstance(store, Mapping) and isinstance(store.get("memoryStoreId"), str):
+            out.setdefault(store["memoryStoreId"], None)
+    return out
+
+
+def store_paths(raw_spec: Mapping[str, Any]) -> StorePaths:
     """memoryStoreId -> effective mount path, in the spec's order (tolerates an invalid spec)."""
     try:
-        spec = validate_spec(raw_spec)
+        spec: SessionMemorySpec | None = validate_spec(raw_spec)
     except InvalidSpecError:
-        out: dict[str, str | None] = {}
-        for store in raw_spec.get("stores") or []:
-            if isinstance(store, Mapping) and isinstance(store.get("memoryStoreId"), str):
-                out.setdefault(store["memoryStoreId"], None)
-        return out
-    return {s.memory_store_id: s.effective_mount_path for s in spec.stores}
+        spec = None
+    return paths_of(spec, raw_spec)
 
 
 def _sort_key(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return (str(meta.get("creationTimestamp") or ""), str(meta.get("name") or ""))
+    meta = meta_of(obj)
+    return (str(meta.creation_timestamp or ""), str(meta.name or ""))
 
 
 def senior_duplicate(me: Mapping[str, Any], others: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -213,15 +220,15 @@ def senior_duplicate(me: Mapping[str, Any], others: list[dict[str, Any]]) -> dic
     still be flushing) are ordered by creationTimestamp, then name; the first one holds the session.
     """
     session_id = (me.get("spec") or {}).get("sessionId")
-    my_uid = (me.get("metadata") or {}).get("uid")
+    my_uid = meta_of(me).uid
     if not session_id:
         return None
     same = [o for o in others if (o.get("spec") or {}).get("sessionId") == session_id]
-    if not any((o.get("metadata") or {}).get("uid") == my_uid for o in same):
+    if not any(meta_of(o).uid == my_uid for o in same):
         same.append(dict(me))
     same.sort(key=_sort_key)
     first = same[0]
-    return None if (first.get("metadata") or {}).get("uid") == my_uid else first
+    return None if meta_of(first).uid == my_uid else first
 
 
 def needs_recheck(status: Mapping[str, Any]) -> bool:
@@ -257,9 +264,7 @@ def _post_event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -
     ref = {
         "apiVersion": obj.get("apiVersion") or API_VERSION,
         "kind": obj.get("kind") or KIND,
-        "metadata": {
-            k: v for k, v in (obj.get("metadata") or {}).items() if k in ("name", "namespace", "uid")
-        },
+        "metadata": meta_of(obj).reference(),
     }
     try:
         kopf.event(kopf.Body(cast(kopf.RawBody, ref)), type=type_, reason=reason, message=message[:1024])
@@ -284,10 +289,10 @@ async def write_status(runtime: Runtime, namespace: str, name: str, compute: Com
             if new is None or new == previous:
                 return previous
             patch = st.status_changes(previous, new)
-            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            rv = meta_of(obj).resource_version
             try:
                 await runtime.kube.patch_session_memory_status(namespace, name, patch, resource_version=rv)
-            except Conflict:
+            except KubeConflict:
                 await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
                 continue
             announcement = _announcement(previous, new)
@@ -320,11 +325,23 @@ async def write_status(runtime: Runtime, namespace: str, name: str, compute: Com
 
 
 def _generation(obj: Mapping[str, Any]) -> int | None:
-    value = (obj.get("metadata") or {}).get("generation")
-    return value if isinstance(value, int) else None
+    return meta_of(obj).generation
 
 
-async def _refuse(runtime: Runtime, namespace: str, name: str, reason: str, message: str) -> None:
+def _paths(obj: Mapping[str, Any], known: StorePaths | None) -> StorePaths:
+    """The store paths the caller already has from its one validation, else those of ``obj``'s spec."""
+    return known if known is not None else store_paths(obj.get("spec") or {})
+
+
+async def _refuse(
+    runtime: Runtime,
+    namespace: str,
+    name: str,
+    reason: str,
+    message: str,
+    *,
+    stores: StorePaths | None = None,
+) -> None:
     now = runtime.clock()
 
     def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
@@ -334,7 +351,7 @@ async def _refuse(runtime: Runtime, namespace: str, name: str, reason: str, mess
             previous,
             reason=reason,
             message=message,
-            stores=store_paths(obj.get("spec") or {}),
+            stores=_paths(obj, stores),
             generation=_generation(obj),
             now=now,
         )
@@ -350,17 +367,18 @@ async def _record_pod(
     pod: Mapping[str, Any],
     *,
     pod_gone: bool = False,
+    stores: StorePaths | None = None,
 ) -> Status | None:
     """Derive the status of SessionMemory ``uid`` from ``pod`` (``pod_gone``: its last state) and write it."""
     now = runtime.clock()
 
     def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
-        if (obj.get("metadata") or {}).get("uid") != uid:
+        if meta_of(obj).uid != uid:
             return None  # a newer SessionMemory of the same name; this Pod is not its own
         return st.derive_status(
             previous,
             pod,
-            stores=store_paths(obj.get("spec") or {}),
+            stores=_paths(obj, stores),
             generation=_generation(obj),
             now=now,
             pod_gone=pod_gone,
@@ -369,13 +387,15 @@ async def _record_pod(
     return await write_status(runtime, namespace, name, compute)
 
 
-async def _record_gone_pod(runtime: Runtime, namespace: str, name: str, uid: str, pod_name: str) -> None:
+async def _record_gone_pod(
+    runtime: Runtime, namespace: str, name: str, uid: str, pod_name: str, *, stores: StorePaths | None = None
+) -> None:
     """Pod ``pod_name`` is gone: judge it by the last state the watcher saw, else as lost."""
     seen = runtime.seen_pod(namespace, name, uid, pod_name)
     if seen is not None:
-        await _record_pod(runtime, namespace, name, uid, seen.pod, pod_gone=True)
+        await _record_pod(runtime, namespace, name, uid, seen.pod, pod_gone=True, stores=stores)
     else:
-        await _record_lost_pod(runtime, namespace, name, uid, pod_name)
+        await _record_lost_pod(runtime, namespace, name, uid, pod_name, stores=stores)
 
 
 async def _record_lost_pod(
@@ -387,16 +407,17 @@ async def _record_lost_pod(
     *,
     reason: str = st.POD_LOST,
     why: str | None = None,
+    stores: StorePaths | None = None,
 ) -> None:
     now = runtime.clock()
 
     def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
-        if (obj.get("metadata") or {}).get("uid") != uid:
+        if meta_of(obj).uid != uid:
             return None
         return st.lost_pod_status(
             previous,
             pod_name=pod_name,
-            stores=store_paths(obj.get("spec") or {}),
+            stores=_paths(obj, stores),
             generation=_generation(obj),
             now=now,
             reason=reason,
@@ -407,16 +428,21 @@ async def _record_lost_pod(
 
 
 async def _adopt_or_refuse(
-    runtime: Runtime, body: Mapping[str, Any], pod: Mapping[str, Any], *, created: bool
+    runtime: Runtime,
+    body: Mapping[str, Any],
+    pod: Mapping[str, Any],
+    *,
+    created: bool,
+    stores: StorePaths | None = None,
 ) -> None:
-    meta = body.get("metadata") or {}
-    namespace, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta.get("uid"))
-    pod_name = str((pod.get("metadata") or {}).get("name"))
+    meta = meta_of(body)
+    namespace, name, uid = str(meta.namespace), str(meta.name), str(meta.uid)
+    pod_name = str(meta_of(pod).name)
     if owner_uid(pod) != uid:
         status: Mapping[str, Any] = body.get("status") or {}
         if status.get("podName") and not st.is_refusal(status):
             # Our Pod is gone and another took its name: the session is over.
-            await _record_gone_pod(runtime, namespace, name, uid, str(status["podName"]))
+            await _record_gone_pod(runtime, namespace, name, uid, str(status["podName"]), stores=stores)
             return
         await _refuse(
             runtime,
@@ -425,9 +451,10 @@ async def _adopt_or_refuse(
             st.POD_NAME_TAKEN,
             f"a Pod named {pod_name} already exists in {namespace} and is not owned by this SessionMemory; "
             "delete that Pod or rename the SessionMemory",
+            stores=stores,
         )
         return
-    pod_uid = str((pod.get("metadata") or {}).get("uid") or pod_name)
+    pod_uid = str(meta_of(pod).uid or pod_name)
     if pod_uid not in runtime.known_pods:
         runtime.known_pods.add(pod_uid)
         verb = "created" if created else "adopted"
@@ -438,7 +465,7 @@ async def _adopt_or_refuse(
         _post_event(
             body, "Normal", "PodCreated" if created else "PodAdopted", f"sandbox Pod {pod_name} {verb}"
         )
-    await _record_pod(runtime, namespace, name, uid, pod)
+    await _record_pod(runtime, namespace, name, uid, pod, stores=stores)
 
 
 async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
@@ -448,36 +475,45 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
     event that triggered it: a status that already names a Pod must never be missed, or a session whose
     Pod vanished could get a second one.
     """
-    meta = event_body.get("metadata") or {}
-    namespace, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta.get("uid"))
+    meta = meta_of(event_body)
+    namespace, name, uid = str(meta.namespace), str(meta.name), str(meta.uid)
     kube = runtime.kube
     body = await kube.get_session_memory(namespace, name)
-    if body is None or (body.get("metadata") or {}).get("uid") != uid:
+    if body is None or meta_of(body).uid != uid:
         return  # deleted meanwhile (or replaced by a new object of the same name, handled on its own)
-    if (body.get("metadata") or {}).get("deletionTimestamp"):
+    if meta_of(body).deletion_timestamp:
         return  # the delete handler owns the object from here
     status: Mapping[str, Any] = body.get("status") or {}
     pod_name = pod_name_for(name)
 
+    # The spec is validated once here; every status written below reuses the store paths it gave.
+    raw_spec: Mapping[str, Any] = body.get("spec") or {}
+    invalid: InvalidSpecError | None = None
+    try:
+        valid: SessionMemorySpec | None = validate_spec(raw_spec)
+    except InvalidSpecError as exc:
+        valid, invalid = None, exc
+    stores = paths_of(valid, raw_spec)
+
     pod = await kube.get_pod(namespace, pod_name)
     if pod is not None:
-        await _adopt_or_refuse(runtime, body, pod, created=False)
+        await _adopt_or_refuse(runtime, body, pod, created=False, stores=stores)
         return
     if status.get("podName") and not st.is_refusal(status):
         # The session had its Pod and the Pod is gone: it does not get a second one.
-        await _record_gone_pod(runtime, namespace, name, uid, str(status["podName"]))
+        await _record_gone_pod(runtime, namespace, name, uid, str(status["podName"]), stores=stores)
         return
 
-    raw_spec: Mapping[str, Any] = body.get("spec") or {}
-    try:
-        spec: SessionMemorySpec = validate_spec(raw_spec)
-    except InvalidSpecError as exc:
-        await _refuse(runtime, namespace, name, st.INVALID_SPEC, f"the spec is invalid: {exc}")
+    if valid is None:
+        await _refuse(
+            runtime, namespace, name, st.INVALID_SPEC, f"the spec is invalid: {invalid}", stores=stores
+        )
         return
+    spec = valid
 
     senior = senior_duplicate(body, await kube.list_session_memories(namespace))
     if senior is not None:
-        senior_name = (senior.get("metadata") or {}).get("name")
+        senior_name = meta_of(senior).name
         await _refuse(
             runtime,
             namespace,
@@ -485,6 +521,7 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
             st.DUPLICATE_SESSION,
             f"SessionMemory {senior_name} already holds session {spec.session_id} in namespace {namespace}: "
             "one SessionMemory per session; this one starts no Pod while that one exists",
+            stores=stores,
         )
         return
 
@@ -511,6 +548,7 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
             st.SECRET_NOT_FOUND,
             f"Secret {ref.name} (spec.workItemSecretRef.name) does not exist in namespace {namespace}; "
             "the session never starts without its memory, so no Pod was created (re-checked periodically)",
+            stores=stores,
         )
         return
     if ref.key not in keys:
@@ -521,6 +559,7 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
             st.SECRET_KEY_NOT_FOUND,
             f"Secret {ref.name} has no key {ref.key} (spec.workItemSecretRef.key); "
             "the session never starts without its memory, so no Pod was created (re-checked periodically)",
+            stores=stores,
         )
         return
 
@@ -535,16 +574,16 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
             memsync_env_defaults=runtime.config.memsync_env,
         )
     except ValueError as exc:
-        await _refuse(runtime, namespace, name, st.INVALID_SPEC, f"the spec is invalid: {exc}")
+        await _refuse(runtime, namespace, name, st.INVALID_SPEC, f"the spec is invalid: {exc}", stores=stores)
         return
 
     try:
         created = await kube.create_pod(namespace, manifest)
-    except AlreadyExists:
+    except KubeAlreadyExists:
         existing = await kube.get_pod(namespace, pod_name)
         if existing is None:
             raise kopf.TemporaryError(f"Pod {pod_name} existed and vanished; retrying", delay=1) from None
-        await _adopt_or_refuse(runtime, body, existing, created=False)
+        await _adopt_or_refuse(runtime, body, existing, created=False, stores=stores)
         return
     except KubeApiError as exc:
         if not is_refusal(exc):
@@ -555,9 +594,10 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
             name,
             st.POD_REJECTED,
             f"the API refused sandbox Pod {pod_name}: {refusal_message(exc)} (re-checked periodically)",
+            stores=stores,
         )
         return
-    await _adopt_or_refuse(runtime, body, created, created=True)
+    await _adopt_or_refuse(runtime, body, created, created=True, stores=stores)
 
 
 async def _guarded(runtime: Runtime, body: Mapping[str, Any], step: Callable[[], Awaitable[None]]) -> None:
@@ -566,10 +606,10 @@ async def _guarded(runtime: Runtime, body: Mapping[str, Any], step: Callable[[],
         await step()
     except KubeApiError as exc:
         metrics.API_ERRORS.labels(status=str(exc.status)).inc()
-        meta = body.get("metadata") or {}
+        meta = meta_of(body)
         logger.warning(
             "Kubernetes API call failed; will retry",
-            extra={"namespace": meta.get("namespace"), "sessionmemory": meta.get("name"), "error": str(exc)},
+            extra={"namespace": meta.namespace, "sessionmemory": meta.name, "error": str(exc)},
         )
         raise kopf.TemporaryError(str(exc), delay=RECONCILE_ERROR_DELAY) from None
 
@@ -580,7 +620,7 @@ async def _guarded(runtime: Runtime, body: Mapping[str, Any], step: Callable[[],
 
 
 def _grace_seconds(pod: Mapping[str, Any], default: float) -> float:
-    meta_grace = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
+    meta_grace = meta_of(pod).deletion_grace_period_seconds
     spec_grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
     for value in (meta_grace, spec_grace):
         if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
@@ -593,12 +633,12 @@ async def finalize(runtime: Runtime, body: Mapping[str, Any], elapsed: float) ->
 
     Raises kopf.TemporaryError to be called again while the Pod is still flushing.
     """
-    meta = body.get("metadata") or {}
-    namespace, name, uid = str(meta["namespace"]), str(meta["name"]), str(meta.get("uid"))
+    meta = meta_of(body)
+    namespace, name, uid = str(meta.namespace), str(meta.name), str(meta.uid)
     config = runtime.config
     kube = runtime.kube
     current = await kube.get_session_memory(namespace, name)
-    if current is None or (current.get("metadata") or {}).get("uid") != uid:
+    if current is None or meta_of(current).uid != uid:
         runtime.forget(namespace, name)
         return
     status: Mapping[str, Any] = current.get("status") or {}
@@ -610,8 +650,8 @@ async def finalize(runtime: Runtime, body: Mapping[str, Any], elapsed: float) ->
         if bound is None:
             bound = _grace_seconds(pod, config.default_grace_seconds) + config.delete_extra_seconds
         if elapsed <= bound:
-            if not (pod.get("metadata") or {}).get("deletionTimestamp"):
-                pod_uid = (pod.get("metadata") or {}).get("uid")
+            if not meta_of(pod).deletion_timestamp:
+                pod_uid = meta_of(pod).uid
                 await kube.delete_pod(namespace, pod_name, uid=str(pod_uid) if pod_uid else None)
                 logger.info(
                     "deleting the sandbox Pod; its sidecar flushes the stores",
@@ -679,10 +719,9 @@ async def finalize(runtime: Runtime, body: Mapping[str, Any], elapsed: float) ->
 
 async def observe_pod(runtime: Runtime, event_type: str | None, pod: Mapping[str, Any]) -> None:
     """Derive the owner's status from one Pod event (ADDED/MODIFIED/DELETED or the initial listing)."""
-    meta = pod.get("metadata") or {}
     uid = owner_uid(pod)
     name = owner_name(pod)
-    namespace = meta.get("namespace")
+    namespace = meta_of(pod).namespace
     if uid is None or name is None or not namespace:
         return
     pod_gone = event_type == "DELETED"
@@ -695,14 +734,14 @@ async def observe_pod(runtime: Runtime, event_type: str | None, pod: Mapping[str
 
 async def note_spec_change(runtime: Runtime, body: Mapping[str, Any]) -> None:
     """A spec update: before any Pod it is reconciled; once a Pod exists it cannot reach the Pod."""
-    meta = body.get("metadata") or {}
+    meta = meta_of(body)
     status: Mapping[str, Any] = body.get("status") or {}
-    if meta.get("deletionTimestamp"):
+    if meta.deletion_timestamp:
         return
     if not status.get("podName") or st.is_refusal(status):
         await reconcile(runtime, body)
         return
-    namespace, name = str(meta["namespace"]), str(meta["name"])
+    namespace, name = str(meta.namespace), str(meta.name)
     generation = _generation(body)
     pod_name = str(status["podName"])
     message = (
@@ -851,7 +890,7 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
             # Event handlers are not retried; the next event of this Pod derives the status again.
             logger.warning(
                 "could not record a Pod event",
-                extra={"pod": (pod.get("metadata") or {}).get("name"), "error": str(exc)},
+                extra={"pod": meta_of(pod).name, "error": str(exc)},
             )
 
     kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY}, registry=registry, id="pod-status")(

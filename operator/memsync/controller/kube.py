@@ -106,15 +106,15 @@ def version_refusal(info: Mapping[str, Any]) -> str | None:
     )
 
 
-class NotFound(KubeApiError):
+class KubeNotFound(KubeApiError):
     pass
 
 
-class AlreadyExists(KubeApiError):
+class KubeAlreadyExists(KubeApiError):
     pass
 
 
-class Conflict(KubeApiError):
+class KubeConflict(KubeApiError):
     """409 other than AlreadyExists: a resourceVersion precondition failed."""
 
 
@@ -131,11 +131,11 @@ def _error(exc: ApiException) -> KubeApiError:
         message = str(body.get("message") or message)
     message = message[:500]
     if status == 404:
-        return NotFound(status, reason, message)
+        return KubeNotFound(status, reason, message)
     if status == 409 and reason == "AlreadyExists":
-        return AlreadyExists(status, reason, message)
+        return KubeAlreadyExists(status, reason, message)
     if status == 409:
-        return Conflict(status, reason, message)
+        return KubeConflict(status, reason, message)
     return KubeApiError(status, reason, message)
 
 
@@ -223,18 +223,18 @@ class KubeApi:
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return await self._call(self._core.read_namespaced_pod, name, namespace)
-        except NotFound:
+        except KubeNotFound:
             return None
 
     async def create_pod(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Create a Pod; raises :class:`AlreadyExists` when one of that name exists.
+        """Create a Pod; raises :class:`KubeAlreadyExists` when one of that name exists.
 
-        A create can only conflict on the name, so any 409 is reported as :class:`AlreadyExists`.
+        A create can only conflict on the name, so any 409 is reported as :class:`KubeAlreadyExists`.
         """
         try:
             return await self._call(self._core.create_namespaced_pod, namespace, dict(body))
-        except Conflict as exc:
-            raise AlreadyExists(exc.status, "AlreadyExists", exc.message) from None
+        except KubeConflict as exc:
+            raise KubeAlreadyExists(exc.status, "AlreadyExists", exc.message) from None
 
     async def delete_pod(
         self, namespace: str, name: str, *, uid: str | None = None, grace_period_seconds: int | None = None
@@ -250,7 +250,7 @@ class KubeApi:
             options["gracePeriodSeconds"] = grace_period_seconds
         try:
             await self._call(self._core.delete_namespaced_pod, name, namespace, body=options)
-        except NotFound:
+        except KubeNotFound:
             return False
         return True
 
@@ -260,7 +260,7 @@ class KubeApi:
         """The keys a Secret holds, or None when it does not exist. Values are discarded unread."""
         try:
             secret = await self._call(self._core.read_namespaced_secret, name, namespace)
-        except NotFound:
+        except KubeNotFound:
             return None
         keys: set[str] = set()
         for field in ("data", "stringData"):
@@ -277,7 +277,7 @@ class KubeApi:
             return await self._call(
                 self._custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
             )
-        except NotFound:
+        except KubeNotFound:
             return None
 
     async def list_session_memories(self, namespace: str) -> list[dict[str, Any]]:
@@ -292,8 +292,8 @@ class KubeApi:
     ) -> dict[str, Any]:
         """JSON-merge-patch ``status`` through the status subresource.
 
-        With ``resource_version``, the API server refuses the patch (:class:`Conflict`) if the object changed
-        since it was read, so a read-modify-write never overwrites a newer status.
+        With ``resource_version``, the API server refuses the patch (:class:`KubeConflict`) if the object
+        changed since it was read, so a read-modify-write never overwrites a newer status.
         """
         body: dict[str, Any] = {"status": dict(status)}
         if resource_version:

@@ -1,10 +1,10 @@
-"""The sandbox Pod of one SessionMemory (design §4), as a pure function of the spec.
+"""The sandbox Pod of one SessionMemory (docs/design.md#the-sandbox-pod), as a pure function of the spec.
 
 ``build_sandbox_pod`` returns the Pod manifest the controller creates (or adopts: the name is deterministic
 and the Pod carries the SessionMemory's labels and a controller owner reference). It never reads the
 cluster, the clock or the environment, so the same SessionMemory always yields the same Pod.
 
-Shape (design §4, issue §3, the sync agent's Contract 3):
+Shape (docs/design.md#the-sandbox-pod; the environment is the sync agent's contract):
 
 * volumes ``memory`` (emptyDir, ``/mnt/memory`` in every container) and ``memsync-state`` (emptyDir,
   ``/var/lib/memsync`` in the two memsync containers only: the agent can neither see nor alter the baseline);
@@ -14,7 +14,7 @@ Shape (design §4, issue §3, the sync agent's Contract 3):
 * container ``sandbox`` from ``spec.sandbox``, with ``/mnt/memory`` mounted and a restricted security context
   merged into the user's.
 
-Decisions where the design is silent:
+Choices made here:
 
 * ``ANTHROPIC_WORK_SECRET`` (from ``secretKeyRef`` only) goes to the two memsync containers, **not** to the
   sandbox: the sessions token lets its holder write the stores directly, past the sync agent's safety rails,
@@ -44,9 +44,7 @@ from memsync.contracts import env
 from memsync.contracts.env import StoreEntry, encode_stores
 from memsync.crd.models import (
     ALLOWED_ADDED_CAPABILITIES,
-    ALLOWED_SELINUX_TYPES,
     API_VERSION,
-    APPARMOR_UNCONFINED,
     KIND,
     LABEL_APP_COMPONENT,
     LABEL_APP_NAME,
@@ -54,8 +52,8 @@ from memsync.crd.models import (
     LABEL_SESSION_ID,
     LABEL_SESSIONMEMORY,
     MANAGED_BY,
-    POD_UID,
     SANDBOX_CONTAINER_NAME,
+    SANDBOX_UID,
     EnvVarSpec,
     SessionMemorySpec,
     sandbox_problems,
@@ -70,7 +68,7 @@ STATE_VOLUME: Final = "memsync-state"
 STATE_DIR: Final = "/var/lib/memsync"
 METRICS_PORT: Final = 9477
 TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
-RUN_AS_ID: Final = POD_UID
+RUN_AS_ID: Final = SANDBOX_UID
 
 #: Seconds the sandbox container is allowed for its own shutdown (part of the grace period formula).
 SANDBOX_SHUTDOWN_SECONDS: Final = 30
@@ -344,126 +342,3 @@ def build_sandbox_pod(
             "containers": [sandbox],
         },
     }
-
-
-# --- the restricted Pod Security Standard, as a pure check -------------------------------------------------
-
-_RESTRICTED_VOLUME_TYPES: Final = frozenset(
-    {
-        "configMap",
-        "csi",
-        "downwardAPI",
-        "emptyDir",
-        "ephemeral",
-        "persistentVolumeClaim",
-        "projected",
-        "secret",
-    }
-)
-_SAFE_SYSCTLS: Final = frozenset(
-    {
-        "kernel.shm_rmid_forced",
-        "net.ipv4.ip_local_port_range",
-        "net.ipv4.ip_unprivileged_port_start",
-        "net.ipv4.tcp_syncookies",
-        "net.ipv4.ping_group_range",
-        "net.ipv4.ip_local_reserved_ports",
-        "net.ipv4.tcp_keepalive_time",
-        "net.ipv4.tcp_fin_timeout",
-        "net.ipv4.tcp_keepalive_intvl",
-        "net.ipv4.tcp_keepalive_probes",
-    }
-)
-
-
-#: The Pod-annotation form of a container's AppArmor profile (before the appArmorProfile field).
-_APPARMOR_ANNOTATION: Final = "container.apparmor.security.beta.kubernetes.io/"
-
-
-def _selinux_violations(where: str, sc: Mapping[str, Any]) -> list[str]:
-    selinux: Mapping[str, Any] = sc.get("seLinuxOptions") or {}
-    out: list[str] = []
-    if selinux.get("user") or selinux.get("role"):
-        out.append(f"{where}.seLinuxOptions must not set user or role")
-    if selinux.get("type", "") not in ALLOWED_SELINUX_TYPES:
-        out.append(f"{where}.seLinuxOptions.type {selinux['type']!r} is not an allowed type")
-    return out
-
-
-def _apparmor_violations(where: str, sc: Mapping[str, Any]) -> list[str]:
-    if (sc.get("appArmorProfile") or {}).get("type") == APPARMOR_UNCONFINED:
-        return [f"{where}.appArmorProfile.type must not be Unconfined"]
-    return []
-
-
-def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
-    """Every way ``pod`` breaks the restricted Pod Security Standard (baseline checks included); [] if none.
-
-    A pure re-statement of the policy (kubernetes.io/docs/concepts/security/pod-security-standards), so
-    tests can hold any generated Pod to it without an API server.
-    """
-    spec: Mapping[str, Any] = pod.get("spec") or {}
-    psc: Mapping[str, Any] = spec.get("securityContext") or {}
-    out: list[str] = []
-
-    for field in ("hostNetwork", "hostPID", "hostIPC"):
-        if spec.get(field):
-            out.append(f"spec.{field} must not be true")
-    for vol in spec.get("volumes") or []:
-        kinds = [k for k in vol if k != "name"]
-        if any(k not in _RESTRICTED_VOLUME_TYPES for k in kinds):
-            out.append(f"volume {vol.get('name')!r} has a type restricted forbids: {kinds}")
-    for sysctl in psc.get("sysctls") or []:
-        if sysctl.get("name") not in _SAFE_SYSCTLS:
-            out.append(f"spec.securityContext.sysctls: {sysctl.get('name')!r} is not a safe sysctl")
-    if psc.get("runAsUser") == 0:
-        out.append("spec.securityContext.runAsUser must not be 0")
-    pod_seccomp = (psc.get("seccompProfile") or {}).get("type")
-    if pod_seccomp is not None and pod_seccomp not in ("RuntimeDefault", "Localhost"):
-        out.append("spec.securityContext.seccompProfile.type must be RuntimeDefault or Localhost")
-    out += _selinux_violations("spec.securityContext", psc)
-    out += _apparmor_violations("spec.securityContext", psc)
-    annotations: Mapping[str, Any] = (pod.get("metadata") or {}).get("annotations") or {}
-    for key, value in annotations.items():
-        if key.startswith(_APPARMOR_ANNOTATION) and not (
-            value in ("runtime/default", "") or str(value).startswith("localhost/")
-        ):
-            out.append(f"metadata.annotations[{key}] must be runtime/default or localhost/* (got {value!r})")
-    if (psc.get("windowsOptions") or {}).get("hostProcess"):
-        out.append("spec.securityContext.windowsOptions.hostProcess must not be true")
-
-    containers = [("initContainers", c) for c in spec.get("initContainers") or []] + [
-        ("containers", c) for c in spec.get("containers") or []
-    ]
-    containers += [("ephemeralContainers", c) for c in spec.get("ephemeralContainers") or []]
-    for group, c in containers:
-        where = f"spec.{group}[{c.get('name')}]"
-        sc: Mapping[str, Any] = c.get("securityContext") or {}
-        if sc.get("privileged"):
-            out.append(f"{where}.securityContext.privileged must not be true")
-        if sc.get("allowPrivilegeEscalation") is not False:
-            out.append(f"{where}.securityContext.allowPrivilegeEscalation must be false")
-        caps: Mapping[str, Any] = sc.get("capabilities") or {}
-        if "ALL" not in (caps.get("drop") or []):
-            out.append(f"{where}.securityContext.capabilities.drop must include ALL")
-        extra = [a for a in caps.get("add") or [] if a not in ALLOWED_ADDED_CAPABILITIES]
-        if extra:
-            out.append(f"{where}.securityContext.capabilities.add must not add {extra}")
-        non_root = sc.get("runAsNonRoot", psc.get("runAsNonRoot"))
-        if non_root is not True:
-            out.append(f"{where}: runAsNonRoot must be true (on the container or the Pod)")
-        if sc.get("runAsUser") == 0:
-            out.append(f"{where}.securityContext.runAsUser must not be 0")
-        seccomp = (sc.get("seccompProfile") or {}).get("type", pod_seccomp)
-        if seccomp not in ("RuntimeDefault", "Localhost"):
-            out.append(f"{where}: seccompProfile.type must be RuntimeDefault or Localhost")
-        if sc.get("procMount", "Default") != "Default":
-            out.append(f"{where}.securityContext.procMount must be Default")
-        if (sc.get("windowsOptions") or {}).get("hostProcess"):
-            out.append(f"{where}.securityContext.windowsOptions.hostProcess must not be true")
-        out += _selinux_violations(f"{where}.securityContext", sc)
-        out += _apparmor_violations(f"{where}.securityContext", sc)
-        for port in c.get("ports") or []:
-            if port.get("hostPort"):
-                out.append(f"{where}: hostPort must not be set")
-    return out

@@ -1,4 +1,4 @@
-"""The SessionMemory custom resource (design §3) as pydantic v2 models.
+"""The SessionMemory custom resource (docs/design.md#the-sessionmemory-resource) as pydantic v2 models.
 
 These models are the operator's second line of validation: the CRD's OpenAPI schema and CEL rules
 (``memsync.crd.schema``) make ``kubectl apply`` refuse a bad object, and these models catch whatever slipped
@@ -9,7 +9,7 @@ The bounds and patterns below are the single source of truth for both: ``schema.
 same constants, and ``tests/unit/test_crd.py`` proves over a corpus of valid and invalid objects that the
 model and the schema (structural schema + CEL rules) accept and refuse the same things.
 
-Decisions where the design is silent (each enforced identically by the CRD and by these models):
+Choices made here (each enforced identically by the CRD and by these models):
 
 * ``sessionId`` must look like ``sesn_<letters, digits, '_' or '-'>``, end with a letter or digit and be at
   most 63 characters, because it is copied into a Pod label value (label values: <= 63 characters,
@@ -39,21 +39,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, get_args
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PlainSerializer,
     ValidationError,
     field_validator,
 )
 from pydantic.alias_generators import to_camel
 
 from memsync.api.constants import DEFAULT_BASE_URL, MAX_STORES_PER_SESSION, MOUNT_ROOT, STORE_NAME_MAX
+from memsync.api.models import Access, Deletions
 from memsync.api.paths import default_mount_path, is_ancestor
 from memsync.contracts.env import CONFLICT_POLICIES, RESERVED_PREFIXES, ConflictPolicy, is_reserved
 
@@ -107,14 +106,14 @@ FINAL_FLUSH_MIN: Final = 5
 FINAL_FLUSH_DEFAULT: Final = 30
 FINAL_FLUSH_MAX: Final = 300
 
-ACCESS_VALUES: Final = ("read_write", "read_only")
-DELETIONS_VALUES: Final = ("enabled", "log_only", "disabled")
+ACCESS_VALUES: Final = get_args(Access)
+DELETIONS_VALUES: Final = get_args(Deletions)
 CONFLICT_POLICY_VALUES: Final = CONFLICT_POLICIES
 
 SANDBOX_CONTAINER_NAME: Final = "sandbox"
 #: The uid and gid every container of the sandbox Pod runs as. The sync agent writes the store files under
 #: /mnt/memory private to its user (0600 files, 0700 folders), so the sandbox must run as the same uid.
-POD_UID: Final = 65532
+SANDBOX_UID: Final = 65532
 #: Container fields of ``spec.sandbox`` the operator owns (``name`` may only repeat ``sandbox``).
 SANDBOX_FORBIDDEN_FIELDS: Final = ("volumeMounts", "volumeDevices", "restartPolicy")
 #: The only capability the restricted Pod Security Standard lets a container add.
@@ -134,10 +133,6 @@ ENV_VALUE_SOURCES: Final = ("secretKeyRef", "configMapKeyRef")
 #: Bounds of what the CRD's CEL rules walk, so the API server's cost estimate stays within its budget.
 PORTS_MAX: Final = 64
 SECURITY_STRING_MAX: Final = 256
-
-Access = Literal["read_write", "read_only"]
-Deletions = Literal["enabled", "log_only", "disabled"]
-ConditionStatus = Literal["True", "False", "Unknown"]
 
 
 class Phase(StrEnum):
@@ -332,10 +327,10 @@ def sandbox_security_problems(security_context: Any) -> list[str]:
     if "runAsUser" in sc:
         if not _is_int(sc["runAsUser"]):
             problems.append("securityContext.runAsUser must be an integer")
-        elif sc["runAsUser"] != POD_UID:
+        elif sc["runAsUser"] != SANDBOX_UID:
             problems.append(
-                f"securityContext.runAsUser must be {POD_UID} or unset: the memory files under {MOUNT_ROOT} "
-                f"belong to uid {POD_UID} and are private to it"
+                f"securityContext.runAsUser must be {SANDBOX_UID} or unset: the memory files under "
+                f"{MOUNT_ROOT} belong to uid {SANDBOX_UID} and are private to it"
             )
     if "procMount" in sc and sc["procMount"] != "Default":
         problems.append("securityContext.procMount must be Default")
@@ -472,7 +467,7 @@ def sandbox_problems(sandbox: Mapping[str, Any]) -> list[str]:
 
 
 class SessionMemorySpec(_SpecModel):
-    """``spec`` of a SessionMemory (design §3)."""
+    """``spec`` of a SessionMemory."""
 
     session_id: str
     work_item_secret_ref: SecretKeyRef
@@ -554,32 +549,7 @@ class SessionMemorySpec(_SpecModel):
         return sandbox
 
 
-# --- status ------------------------------------------------------------------------------------------------
-
-
-def rfc3339(value: datetime) -> str:
-    """Kubernetes' time format (metav1.Time): UTC, whole seconds, ``Z``."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-#: A timestamp that always serializes the way Kubernetes writes them.
-K8sTime = Annotated[datetime, PlainSerializer(rfc3339, return_type=str)]
-
-
-def now() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
-
-
-class _StatusModel(BaseModel):
-    # Lenient on read: the status comes back from the API server and may carry fields of a newer operator.
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready, camelCase, without unset (None) fields: what goes into a status patch."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
+# --- status bounds (the CRD's status schema is built from them) ------------------------------------------
 
 CONDITION_TYPE_PATTERN: Final = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
@@ -589,98 +559,6 @@ CONDITION_TYPE_MAX: Final = 316
 CONDITION_REASON_PATTERN: Final = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 CONDITION_REASON_MAX: Final = 1024
 MESSAGE_MAX: Final = 32768
-
-
-def _clip(value: str | None) -> str | None:
-    if value is not None and len(value) > MESSAGE_MAX:
-        return value[: MESSAGE_MAX - 1] + "…"
-    return value
-
-
-class Condition(_StatusModel):
-    """A Kubernetes condition (metav1.Condition conventions; the CRD's status schema enforces them too)."""
-
-    type: str
-    status: ConditionStatus
-    reason: str
-    message: str = ""
-    last_transition_time: K8sTime
-    observed_generation: int | None = None
-
-    @field_validator("type")
-    @classmethod
-    def _check_type(cls, value: str) -> str:
-        return _matched(
-            value,
-            CONDITION_TYPE_PATTERN,
-            CONDITION_TYPE_MAX,
-            "must be CamelCase (optionally prefixed by a DNS subdomain and '/'), e.g. Ready",
-        )
-
-    @field_validator("reason")
-    @classmethod
-    def _check_reason(cls, value: str) -> str:
-        return _matched(
-            value,
-            CONDITION_REASON_PATTERN,
-            CONDITION_REASON_MAX,
-            "must be a CamelCase identifier (letters, digits, '_', ',' or ':'), e.g. MountFailed",
-        )
-
-    @field_validator("message")
-    @classmethod
-    def _check_message(cls, value: str) -> str:
-        return _clip(value) or ""
-
-
-class StoreStatus(_StatusModel):
-    """What the Pod reported for one store: memories mounted, and the final flush's counts."""
-
-    memory_store_id: str
-    mount_path: str | None = None
-    memories_mounted: int | None = None
-    uploaded: int | None = None
-    downloaded: int | None = None
-    deleted: int | None = None
-    conflicts: int | None = None
-    refused: int | None = None
-    unreadable: int | None = None
-    held_deletes: int | None = None
-    unsent: int | None = None
-    refused_paths: list[str] | None = None
-    unreadable_paths: list[str] | None = None
-    held_delete_paths: list[str] | None = None
-
-
-class SessionMemoryStatus(_StatusModel):
-    phase: Phase | None = None
-    pod_name: str | None = None
-    observed_generation: int | None = None
-    conditions: list[Condition] = Field(default_factory=list)
-    stores: list[StoreStatus] = Field(default_factory=list)
-    store_count: int | None = None
-    last_sync_time: K8sTime | None = None
-    message: str | None = None
-
-    @field_validator("message")
-    @classmethod
-    def _check_message(cls, value: str | None) -> str | None:
-        return _clip(value)
-
-    def condition(self, type_: str) -> Condition | None:
-        return next((c for c in self.conditions if c.type == type_), None)
-
-
-class SessionMemory(BaseModel):
-    """A whole SessionMemory object (metadata kept as a plain mapping)."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
-
-    api_version: str = API_VERSION
-    kind: str = KIND
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    spec: SessionMemorySpec
-    status: SessionMemoryStatus | None = None
 
 
 # --- validation messages -----------------------------------------------------------------------------------

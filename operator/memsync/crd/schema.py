@@ -316,9 +316,9 @@ def sandbox_schema() -> dict[str, Any]:
                     field_path=".runAsNonRoot",
                 ),
                 _rule(
-                    f"!has(self.runAsUser) || self.runAsUser == {m.POD_UID}",
-                    f"sandbox.securityContext.runAsUser must be {m.POD_UID} or unset: the memory files under "
-                    f"{MOUNT_ROOT} belong to uid {m.POD_UID} and are private to it",
+                    f"!has(self.runAsUser) || self.runAsUser == {m.SANDBOX_UID}",
+                    f"sandbox.securityContext.runAsUser must be {m.SANDBOX_UID} or unset: the memory files "
+                    f"under {MOUNT_ROOT} belong to uid {m.SANDBOX_UID} and are private to it",
                     reason="FieldValueForbidden",
                     field_path=".runAsUser",
                 ),

@@ -117,7 +117,7 @@ def scan(store: StoreDir) -> dict[str, str]:
     return files
 
 
-class Agent:
+class ScriptedAgent:
     def __init__(
         self, stores: list[StoreDir], *, rng: random.Random, scenario: Scenario, prefix: str, name: str
     ) -> None:
@@ -279,7 +279,7 @@ def main(  # noqa: PLR0917 - click passes every option
     stores = discover_stores(mount_root, read_only, only)
     if not any(not s.read_only for s in stores):
         raise click.ClickException(f"no writable store folder under {mount_root}")
-    agent = Agent(stores, rng=random.Random(seed), scenario=scenario, prefix=prefix, name=name)  # noqa: S311
+    agent = ScriptedAgent(stores, rng=random.Random(seed), scenario=scenario, prefix=prefix, name=name)  # noqa: S311
     agent.first_edit = first_edit
     signal.signal(signal.SIGTERM, on_term)
     end = time.monotonic() + duration

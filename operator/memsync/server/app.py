@@ -129,7 +129,7 @@ async def authenticate(
 
 Body = Annotated[bytes, Depends(read_body)]
 Caller = Annotated[Principal, Depends(authenticate)]
-View = Annotated[str | None, Query()]
+ViewQuery = Annotated[str | None, Query()]
 Limit = Annotated[int | None, Query()]
 Page = Annotated[str | None, Query()]
 Beta = Annotated[str | None, Query(alias="beta")]  # ``?beta=true``: accepted and ignored
@@ -255,7 +255,7 @@ def create_app(
 
     @app.post("/v1/memory_stores/{store_id}/memories")
     def create_memory(
-        *, p: Caller, store_id: str, body: Body, view: View = None, beta: Beta = None
+        *, p: Caller, store_id: str, body: Body, view: ViewQuery = None, beta: Beta = None
     ) -> JSONResponse:
         return JSONResponse(service.create_memory(p, store_id, body, view))
 
@@ -264,7 +264,7 @@ def create_app(
         *,
         p: Caller,
         store_id: str,
-        view: View = None,
+        view: ViewQuery = None,
         limit: Limit = None,
         page: Page = None,
         path_prefix: str | None = None,
@@ -279,13 +279,13 @@ def create_app(
 
     @app.get("/v1/memory_stores/{store_id}/memories/{memory_id}")
     def get_memory(
-        *, p: Caller, store_id: str, memory_id: str, view: View = None, beta: Beta = None
+        *, p: Caller, store_id: str, memory_id: str, view: ViewQuery = None, beta: Beta = None
     ) -> JSONResponse:
         return JSONResponse(service.get_memory(p, store_id, memory_id, view))
 
     @app.post("/v1/memory_stores/{store_id}/memories/{memory_id}")
     def update_memory(
-        *, p: Caller, store_id: str, memory_id: str, body: Body, view: View = None, beta: Beta = None
+        *, p: Caller, store_id: str, memory_id: str, body: Body, view: ViewQuery = None, beta: Beta = None
     ) -> JSONResponse:
         return JSONResponse(service.update_memory(p, store_id, memory_id, body, view))
 
@@ -307,7 +307,7 @@ def create_app(
         *,
         p: Caller,
         store_id: str,
-        view: View = None,
+        view: ViewQuery = None,
         limit: Limit = None,
         page: Page = None,
         memory_id: str | None = None,
@@ -332,7 +332,7 @@ def create_app(
 
     @app.get("/v1/memory_stores/{store_id}/memory_versions/{version_id}")
     def get_version(
-        *, p: Caller, store_id: str, version_id: str, view: View = None, beta: Beta = None
+        *, p: Caller, store_id: str, version_id: str, view: ViewQuery = None, beta: Beta = None
     ) -> JSONResponse:
         return JSONResponse(service.get_version(p, store_id, version_id, view))
 

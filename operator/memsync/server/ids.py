@@ -11,7 +11,6 @@ STORE_PREFIX = "memstore_"
 MEMORY_PREFIX = "mem_"
 VERSION_PREFIX = "memver_"
 SESSION_PREFIX = "sesn_"
-REQUEST_PREFIX = "req_"
 API_KEY_PREFIX = "apikey_"
 SESSIONS_TOKEN_PREFIX = "sk-ant-req-"  # noqa: S105 - a public prefix, not a secret
 

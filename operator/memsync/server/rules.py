@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -29,6 +29,7 @@ from memsync.api.constants import (
     STORE_NAME_MAX,
 )
 from memsync.api.hashing import sha256_bytes
+from memsync.api.models import Operation, View
 from memsync.api.paths import PathRuleViolation, is_ancestor, path_violation, validate_path_prefix
 from memsync.server.errors import ApiError, invalid
 from memsync.server.ids import format_ts
@@ -36,9 +37,8 @@ from memsync.server.ids import format_ts
 M = TypeVar("M", bound=BaseModel)
 R = TypeVar("R")
 
-VIEWS = ("basic", "full")
-OPERATIONS = ("created", "modified", "deleted")
-ACCESS_MODES = ("read_write", "read_only")
+VIEWS = get_args(View)
+OPERATIONS = get_args(Operation)
 
 # --- request bodies -------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Rows to wire JSON (reference §1.2). Pure; the shapes match ``memsync.api.models``."""
+"""Rows to wire JSON (the objects of docs/store-api.md). Pure; the shapes match ``memsync.api.models``."""
 
 from __future__ import annotations
 

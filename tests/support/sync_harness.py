@@ -203,7 +203,7 @@ async def make_harness(
     for rel, content in (files or {}).items():
         await admin.create_memory(store.id, "/" + rel, content)
     _, secret = await admin.mint_session([MemoryStoreResource(memory_store_id=store.id, access=access)])
-    base.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 (test harness)
+    base.mkdir(parents=True, exist_ok=True)
     cfg = load_config(
         stores=json.dumps(
             [

@@ -1,8 +1,8 @@
 """Run the store server (``python -m memsync store serve``) as a child process on a loopback port.
 
-One piece of code for everything that wants a real server it owns: the test fixtures, the benchmarks, and
-anything else that starts one on this machine. The admin key goes to the child through its environment
-(``MEMSYNC_ADMIN_KEY``), never on its command line, where a process listing would show it.
+One piece of code for everything that wants a real server it owns: the test fixtures and the benchmarks
+(``bench/_common.py`` puts ``tests/`` on ``sys.path`` to import it). The admin key goes to the child through
+its environment (``MEMSYNC_ADMIN_KEY``), never on its command line, where a process listing would show it.
 """
 
 from __future__ import annotations
