@@ -8,7 +8,8 @@ TAG         ?= dev-$(shell git rev-parse --short HEAD 2>/dev/null || echo local)
 KIND_CLUSTER ?= memsync-e2e
 PYTEST_ARGS ?=
 
-.PHONY: install test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean
+.PHONY: install test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean \
+	controlplane cluster-up cluster-down cluster-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +64,11 @@ deploy:
 # and deletes the cluster unless KEEP_CLUSTER=1.
 e2e: $(STAMP)
 	MEMSYNC_IMAGE=$(IMAGE):$(TAG) KIND_CLUSTER=$(KIND_CLUSTER) $(BIN)/pytest -m kind tests/kind $(PYTEST_ARGS)
+
+# The cluster tier: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl built from the
+# pinned Go modules in tests/cluster/controlplane into a cache outside the clone (reused when current).
+controlplane:
+	nice -n 10 tests/cluster/controlplane/build.sh
 
 kind-down:
 	kind delete cluster --name $(KIND_CLUSTER)
