@@ -70,6 +70,17 @@ e2e: $(STAMP)
 controlplane:
 	nice -n 10 tests/cluster/controlplane/build.sh
 
+# A local cluster to try memsync with kubectl: prints KUBECONFIG=...; runs until `make cluster-down`.
+cluster-up: $(STAMP) controlplane
+	PYTHONPATH=tests $(BIN)/python -m cluster.tier up
+
+cluster-down: $(STAMP)
+	PYTHONPATH=tests $(BIN)/python -m cluster.tier down
+
+# The cluster scenarios: one control plane for the whole pytest session (never under xdist).
+cluster-test: $(STAMP) controlplane
+	$(BIN)/pytest -p no:xdist tests/cluster $(PYTEST_ARGS)
+
 kind-down:
 	kind delete cluster --name $(KIND_CLUSTER)
 

@@ -2,8 +2,9 @@
 built from the pinned Go modules (``make controlplane``) and the process kubelet, started once per pytest
 session by the same code as ``make cluster-up``; memsync deployed as users deploy it.
 
-Every test here is skipped, with the reason, when the binaries are not built, or when this is not root on
-Linux with ``ip``, ``nsenter`` and ``unshare`` (the kubelet makes network and mount namespaces).
+Every test that uses the ``cluster`` fixture is skipped, with the reason, when the binaries are not built,
+or when this is not root on Linux with ``ip``, ``nsenter`` and ``unshare`` (the kubelet makes network and
+mount namespaces).
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ def missing_prerequisite() -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
-    ours = [item for item in items if here in item.path.parents]
+    # Only the tests that need the running cluster; the kubelet's pure logic is tested everywhere.
+    ours = [
+        item for item in items if here in item.path.parents and "cluster" in getattr(item, "fixturenames", ())
+    ]
     if not ours:
         return
     reason = missing_prerequisite()

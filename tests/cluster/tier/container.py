@@ -20,7 +20,7 @@ import httpx
 
 from e2e_local.podrunner import FALLBACK_LOG_BYTES, FALLBACK_LOG_LINES, MAX_TERMINATION_MESSAGE_BYTES
 
-from .podspec import ContainerKind, ContainerView, Identity, named_port, probe_settings
+from .podspec import ContainerKind, ContainerView, Identity, ImageConfig, named_port, probe_settings
 
 LAUNCHER = Path(__file__).with_name("launcher.py")
 
@@ -98,7 +98,12 @@ class Container:
     # ------------------------------------------------------------------ process
 
     async def start(
-        self, sandbox: Sandbox, mounts: list[Mount], env: dict[str, str], identity: Identity
+        self,
+        sandbox: Sandbox,
+        mounts: list[Mount],
+        env: dict[str, str],
+        identity: Identity,
+        image: ImageConfig,
     ) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         scratch = self.directory / "scratch"
@@ -115,7 +120,8 @@ class Container:
                 {"source": str(self.message_file), "target": message_path, "readOnly": False},
             ],
             "readOnlyRoot": identity.read_only_root,
-            "workingDir": self.spec.get("workingDir", ""),
+            "workingDir": self.spec.get("workingDir") or image.working_dir,
+            "users": [list(u) for u in image.users],
             "uid": identity.uid,
             "gid": identity.gid,
             "groups": list(identity.groups),

@@ -31,7 +31,27 @@ def mount(*args: str) -> None:
 
 
 def inside(root: Path, path: str) -> Path:
-    return root / path.lstrip("/")
+    """``path`` of the container as a path on this machine: symlinks resolve inside ``root`` (as after the
+    chroot: the image's ``/var/run -> /run`` must land on the container's ``/run``, not this machine's)."""
+    current = root
+    parts = [p for p in path.split("/") if p and p != "."]
+    hops = 0
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            current = current.parent if current != root else root
+            continue
+        candidate = current / part
+        if candidate.is_symlink():
+            hops += 1
+            if hops > 40:
+                raise SystemExit(f"container setup: too many symlinks in {path}")
+            target = os.readlink(candidate)
+            parts = [p for p in target.split("/") if p and p != "."] + parts
+            current = root if target.startswith("/") else current
+            continue
+        current = candidate
+    return current
 
 
 def build_root(scratch: Path) -> Path:
@@ -87,8 +107,12 @@ def bind(root: Path, source: str, target: str, read_only: bool) -> None:
 def main() -> None:
     spec = json.loads(Path(sys.argv[1]).read_text())
     root = build_root(Path(spec["scratch"]))
-    (root / "etc" / "hosts").write_text(spec["hosts"])
-    (root / "etc" / "hostname").write_text(spec["hostname"] + "\n")
+    inside(root, "/etc/hosts").write_text(spec["hosts"])
+    inside(root, "/etc/hostname").write_text(spec["hostname"] + "\n")
+    with inside(root, "/etc/passwd").open("a") as passwd, inside(root, "/etc/group").open("a") as group:
+        for name, uid, gid in spec["users"]:
+            passwd.write(f"{name}:x:{uid}:{gid}::/nonexistent:/usr/sbin/nologin\n")
+            group.write(f"{name}:x:{gid}:\n")
     for m in spec["mounts"]:
         bind(root, m["source"], m["target"], m["readOnly"])
     if spec["readOnlyRoot"]:

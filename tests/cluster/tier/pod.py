@@ -39,7 +39,7 @@ from .podspec import (
     Lookups,
     container_env,
     container_identity,
-    image_path,
+    image_config,
     pod_conditions,
     pod_phase,
     referenced_names,
@@ -218,21 +218,21 @@ class PodWorker:
 
     async def _start(self, c: Container) -> bool:
         assert self.sandbox is not None
+        try:
+            image = image_config(c.spec.get("image", ""))
+        except ImageError as exc:
+            c.state = {"waiting": {"reason": "ErrImagePull", "message": str(exc)}}
+            await self._warn("Failed", str(exc))
+            return False
         base = {
-            "PATH": "",
-            "HOSTNAME": self.pod["metadata"]["name"],
             "HOME": "/",
+            **image.env,
+            "HOSTNAME": self.pod["metadata"]["name"],
             "KUBERNETES_SERVICE_HOST": self.ctx.api_host,
             "KUBERNETES_SERVICE_PORT": str(self.ctx.api_port),
             "KUBERNETES_SERVICE_PORT_HTTPS": str(self.ctx.api_port),
             "KUBERNETES_PORT": f"tcp://{self.ctx.api_host}:{self.ctx.api_port}",
         }
-        try:
-            base["PATH"] = image_path(c.spec.get("image", ""))
-        except ImageError as exc:
-            c.state = {"waiting": {"reason": "ErrImagePull", "message": str(exc)}}
-            await self._warn("Failed", str(exc))
-            return False
         try:
             pod = {**self.pod, "status": {"podIP": self.sandbox.pod_ip, "hostIP": self.ctx.api_host}}
             env = container_env(pod, c.spec, base, await self._lookups())
@@ -242,7 +242,7 @@ class PodWorker:
             c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
             await self._warn("Failed", f"Error: {exc}")
             return False
-        await c.start(self.sandbox, mounts, env, identity)
+        await c.start(self.sandbox, mounts, env, identity, image)
         for kind in PROBES:
             if c.spec.get(kind) is not None:
                 self._spawn(c.probe_loop(kind, self.sandbox.pod_ip, self._probe_failed))

@@ -24,22 +24,39 @@ class ImageError(Exception):
     """The image is not in the image table (the kubelet's ErrImagePull)."""
 
 
-# image repository (the last path element, without tag or digest) -> the PATH its commands resolve on
-IMAGE_TABLE: dict[str, str] = {
-    "memsync": f"{VENV_BIN}:{SYSTEM_PATH}",  # the project's own environment
-    "python": f"{VENV_BIN}:{SYSTEM_PATH}",  # test sandboxes: its python is the project's
-    "busybox": SYSTEM_PATH,
-    "alpine": SYSTEM_PATH,
-    "debian": SYSTEM_PATH,
+@dataclass(frozen=True)
+class ImageConfig:
+    """What an image would bring: the environment its commands run in, its working directory, and the
+    users of its ``/etc/passwd`` (name, uid, gid)."""
+
+    env: Mapping[str, str]
+    working_dir: str = ""
+    users: tuple[tuple[str, int, int], ...] = ()
+
+
+_MEMSYNC_ENV = {
+    "PATH": f"{VENV_BIN}:{SYSTEM_PATH}",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+    "HOME": "/tmp",
+}
+# image repository (the last path element, without tag or digest) -> its configuration on this machine
+IMAGE_TABLE: dict[str, ImageConfig] = {
+    # the project's own image (see the Dockerfile): the project's environment, user memsync (65532)
+    "memsync": ImageConfig(_MEMSYNC_ENV, "/tmp", (("memsync", 65532, 65532),)),
+    # test sandboxes: their python is the project's
+    "python": ImageConfig({"PATH": f"{VENV_BIN}:{SYSTEM_PATH}", "HOME": "/root"}),
+    "busybox": ImageConfig({"PATH": SYSTEM_PATH}),
+    "alpine": ImageConfig({"PATH": SYSTEM_PATH}),
+    "debian": ImageConfig({"PATH": SYSTEM_PATH}),
 }
 
 
-def image_path(image: str) -> str:
+def image_config(image: str) -> ImageConfig:
     repo = image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
     if repo not in IMAGE_TABLE:
-        raise ImageError(
-            f'image "{image}" is not in the process kubelet\'s image table ({", ".join(sorted(IMAGE_TABLE))})'
-        )
+        known = ", ".join(sorted(IMAGE_TABLE))
+        raise ImageError(f'image "{image}" is not in the process kubelet\'s image table ({known})')
     return IMAGE_TABLE[repo]
 
 
