@@ -94,9 +94,18 @@ async def start_session(
     session = sid()
     secret = await server.mint_secret([(i, a) for i, _, a in stores], session_id=session)
     cluster.apply(secret_object(namespace, f"work-{name}", secret))
-    cluster.apply(
-        smem(namespace, name, session, server.url, stores, sandbox, secret_name=f"work-{name}", **kw)
+    work = f"work-{name}"
+    body = smem(
+        namespace,
+        name,
+        session=session,
+        base_url=server.url,
+        stores=stores,
+        sandbox=sandbox,
+        secret_name=work,
+        **kw,
     )
+    cluster.apply(body)
     return session
 
 
