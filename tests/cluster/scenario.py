@@ -177,3 +177,12 @@ async def wait_store_has(server: RunningStoreServer, store_id: str, count: int, 
     while len(await store_files(server, store_id)) < count:
         assert time.monotonic() < deadline, f"store {store_id} never held {count} memories"
         await asyncio.sleep(0.5)
+
+
+def container_state(cluster: Cluster, namespace: str, pod: str, name: str) -> dict[str, Any]:
+    """The container's current ``state`` ({} while the Pod or its status does not exist yet)."""
+    obj = cluster.get_or_none("-n", namespace, "pod", pod)
+    try:
+        return container((obj or {}).get("status") or {}, name).get("state") or {}
+    except KeyError:
+        return {}

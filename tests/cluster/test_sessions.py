@@ -35,7 +35,7 @@ from .scenario import (
     wait_store_has,
 )
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
 
 async def test_happy_path(deployed: Cluster, tier_store: RunningStoreServer, namespace: str) -> None:
