@@ -26,10 +26,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The test command CI runs: lint, types, then every tier that this machine can run
-# (the kind tier skips itself, with the reason, when docker or kind is absent).
+# The test command CI runs: lint, types, then every tier that this machine can run (the kind tier skips
+# itself, with the reason, when docker or kind is absent). The cluster tier runs after the xdist run, in
+# one pytest process with one control plane; with Go installed its binaries are built first (cached).
 test: lint typecheck
-	$(BIN)/pytest -n 2 $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 -m "not cluster" $(PYTEST_ARGS)
+	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory controlplane; fi
+	$(BIN)/pytest -p no:xdist -m cluster tests/cluster $(PYTEST_ARGS)
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
@@ -79,7 +82,7 @@ cluster-down: $(STAMP)
 
 # The cluster scenarios: one control plane for the whole pytest session (never under xdist).
 cluster-test: $(STAMP) controlplane
-	$(BIN)/pytest -p no:xdist tests/cluster $(PYTEST_ARGS)
+	$(BIN)/pytest -p no:xdist -m cluster tests/cluster $(PYTEST_ARGS)
 
 kind-down:
 	kind delete cluster --name $(KIND_CLUSTER)

@@ -6,6 +6,7 @@ machine and the Pods' network namespaces reach."""
 from __future__ import annotations
 
 import contextlib
+import shutil
 import socket
 import ssl
 import subprocess
@@ -26,6 +27,18 @@ KCM = Identity("kube-controller-manager", "system:kube-controller-manager")
 SCHEDULER = Identity("kube-scheduler", "system:kube-scheduler")
 
 
+# One audit event per request made by the operator's ServiceAccount (the scale benchmark counts them).
+OPERATOR_USER = "system:serviceaccount:memsync-system:memsync-operator"
+AUDIT_POLICY = f"""apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+  - level: Metadata
+    users: ["{OPERATOR_USER}"]
+  - level: None
+"""
+
+
 def node_identity(node: str) -> Identity:
     return Identity("node", f"system:node:{node}", ("system:nodes",))
 
@@ -37,6 +50,11 @@ def built_binaries() -> tuple[Path | None, str]:
     except OSError as exc:
         return None, f"cannot run {BUILD_SCRIPT}: {exc}"
     if proc.returncode != 0:
+        if shutil.which("go") is None:
+            return (
+                None,
+                "Go is not installed: the control plane cannot be built (`make controlplane` needs it)",
+            )
         return None, (proc.stderr.strip() or "not built") + " (run `make controlplane`)"
     return Path(proc.stdout.strip().splitlines()[-1]), ""
 
@@ -73,6 +91,10 @@ class ControlPlane:
     @property
     def server(self) -> str:
         return f"https://{self.host}:{self.api_port}"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.state / "logs" / "audit.log"
 
     @property
     def admin_kubeconfig(self) -> Path:
@@ -124,8 +146,12 @@ class ControlPlane:
             "etcd", lambda: httpx.get(f"{etcd_url}/health", timeout=2).status_code == 200, 60, self._dead
         )
         pki = self.pki.dir
+        policy = self.state / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
         self._spawn(
             "kube-apiserver",
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
             f"--etcd-servers={etcd_url}",
             f"--bind-address={self.host}",
             f"--advertise-address={self.host}",
