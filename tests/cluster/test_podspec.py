@@ -143,3 +143,17 @@ def test_ready_needs_every_sidecar_and_main_ready() -> None:
         [not_ready, view("main", running=True)], sandbox_ready=True, initialized=True, phase="Running"
     )
     assert {c["type"]: c["status"] for c in conds}["Ready"] == "False"
+
+
+def test_container_paths_resolve_symlinks_inside_the_container_root(tmp_path: Any) -> None:
+    from .tier.launcher import inside
+
+    root = tmp_path / "root"
+    (root / "run").mkdir(parents=True)
+    (root / "var").mkdir()
+    (root / "var" / "run").symlink_to("/run")  # an absolute link, as in every Debian image
+    (root / "etc").mkdir()
+    (root / "etc" / "alt").symlink_to("../run")
+    assert inside(root, "/var/run/secrets/token") == root / "run" / "secrets" / "token"
+    assert inside(root, "/etc/alt/x") == root / "run" / "x"
+    assert inside(root, "/../../etc/passwd") == root / "etc" / "passwd"  # never above the root

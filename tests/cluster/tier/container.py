@@ -161,7 +161,8 @@ class Container:
         if "terminated" in self.state:
             self.last_state = self.state
         self.state = {"running": {"startedAt": self.started_at}}
-        self.started = self.kind != "init" and self.spec.get("startupProbe") is None
+        # started: after the postStart hook, and the startupProbe if there is one
+        self.started = False
         self.ready = False
 
     async def reap(self) -> int:

@@ -4,7 +4,8 @@
   Pod stays ``ContainerCreating``, retried);
 * init containers one at a time (a failed one is restarted unless ``restartPolicy: Never``, which fails the
   Pod); a native sidecar (``restartPolicy: Always``) lets the next container start once it has *started*
-  (its startupProbe passed, or it runs when it has none), and is restarted whenever it exits;
+  (its postStart exec hook done and its startupProbe passed, if it has them), and is restarted whenever
+  it exits;
 * the main containers, restarted by the Pod's ``restartPolicy`` with a doubling back-off; startup,
   readiness and liveness probes (``httpGet``, ``tcpSocket``, ``exec``); a failed liveness or startup probe
   restarts the container;
@@ -243,6 +244,14 @@ class PodWorker:
             await self._warn("Failed", f"Error: {exc}")
             return False
         await c.start(self.sandbox, mounts, env, identity, image)
+        post_start = (c.spec.get("lifecycle") or {}).get("postStart")
+        if post_start is not None:
+            code = await c.exec(list((post_start.get("exec") or {}).get("command") or ["false"]), 30)
+            if code != 0:
+                await self._warn("FailedPostStartHook", f"PostStartHook failed for {c.name} (exit {code})")
+                await c.stop(float(self.pod["spec"].get("terminationGracePeriodSeconds", 30)))
+                return True
+        c.started = c.kind != "init" and c.spec.get("startupProbe") is None and c.running
         for kind in PROBES:
             if c.spec.get(kind) is not None:
                 self._spawn(c.probe_loop(kind, self.sandbox.pod_ip, self._probe_failed))
