@@ -65,6 +65,24 @@ class NodeContext:
     post_event: Callable[[dict[str, Any], str, str, str], Awaitable[None]]
 
 
+def turn_has_come(containers: list[Container], c: Container) -> bool:
+    """A sidecar stops only after every main container and every sidecar declared after it has exited."""
+    if c.kind != "sidecar":
+        return True
+    return not any(
+        o.running and (o.kind == "main" or (o.kind == "sidecar" and o.index > c.index)) for o in containers
+    )
+
+
+async def lookups(api: KubeApi, pod: dict[str, Any]) -> Lookups:
+    """The Secrets and ConfigMaps the Pod's env refers to, read as the node (absent ones left out)."""
+    secrets, maps = referenced_names(pod)
+    ns = pod["metadata"]["namespace"]
+    found_s = {n: d for n in secrets if (d := await read_data(api, "Secret", ns, n)) is not None}
+    found_m = {n: d for n in maps if (d := await read_data(api, "ConfigMap", ns, n)) is not None}
+    return Lookups(found_s, found_m)
+
+
 class PodWorker:
     def __init__(self, ctx: NodeContext, pod: dict[str, Any]) -> None:
         self.ctx = ctx
@@ -210,13 +228,6 @@ class PodWorker:
                 return
             c.restart_count += 1
 
-    async def _lookups(self) -> Lookups:
-        secrets, maps = referenced_names(self.pod)
-        ns = self.pod["metadata"]["namespace"]
-        found_s = {n: d for n in secrets if (d := await read_data(self.ctx.api, "Secret", ns, n)) is not None}
-        found_m = {n: d for n in maps if (d := await read_data(self.ctx.api, "ConfigMap", ns, n)) is not None}
-        return Lookups(found_s, found_m)
-
     async def _start(self, c: Container) -> bool:
         assert self.sandbox is not None
         try:
@@ -236,7 +247,7 @@ class PodWorker:
         }
         try:
             pod = {**self.pod, "status": {"podIP": self.sandbox.pod_ip, "hostIP": self.ctx.api_host}}
-            env = container_env(pod, c.spec, base, await self._lookups())
+            env = container_env(pod, c.spec, base, await lookups(self.ctx.api, self.pod))
             identity = container_identity(self.pod, c.spec)
             mounts = self._mounts(c)
         except ConfigError as exc:
@@ -276,14 +287,6 @@ class PodWorker:
 
     # ------------------------------------------------------------------ termination
 
-    def _turn_has_come(self, c: Container) -> bool:
-        if c.kind != "sidecar":
-            return True
-        return not any(
-            o.running and (o.kind == "main" or (o.kind == "sidecar" and o.index > c.index))
-            for o in self.containers
-        )
-
     async def _kill(self, c: Container, deadline: float) -> None:
         pre_stop = (c.spec.get("lifecycle") or {}).get("preStop")
         if pre_stop is not None and c.running:
@@ -293,7 +296,7 @@ class PodWorker:
                 code = await c.exec(list(pre_stop["exec"]["command"]), max(deadline - time.monotonic(), 0))
                 if code != 0:
                     await self._warn("FailedPreStopHook", f"PreStopHook failed for {c.name} (exit {code})")
-        while not self._turn_has_come(c) and time.monotonic() < deadline and c.running:
+        while not turn_has_come(self.containers, c) and time.monotonic() < deadline and c.running:
             await asyncio.sleep(0.02)
         await c.stop(max(deadline - time.monotonic(), MIN_GRACE_AFTER_HOOK_SECONDS))
 
