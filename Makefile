@@ -8,7 +8,8 @@ TAG         ?= dev-$(shell git rev-parse --short HEAD 2>/dev/null || echo local)
 KIND_CLUSTER ?= memsync-e2e
 PYTEST_ARGS ?=
 
-.PHONY: install test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean
+.PHONY: install test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean \
+	controlplane cluster-up cluster-down cluster-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,12 +26,17 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The test command CI runs: lint, types, then every tier that this machine can run. The kind tier runs
-# apart, serially, after the xdist run: its tests share one cluster (two workers would each create, use and
-# delete it); it skips itself, with the reason, when docker or kind is absent.
+# The test command CI runs: lint, types, then every tier that this machine can run.
+# 1. every tier but kind and cluster, on two xdist workers;
+# 2. the kind tier apart, serially (its tests share one cluster; it skips itself, with the reason, when docker
+#    or kind is absent);
+# 3. the cluster tier in one pytest process with one control plane; with Go installed its binaries are built
+#    first (cached outside the clone).
 test: lint typecheck
-	$(BIN)/pytest -n 2 -m "not kind" $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 -m "not kind and not cluster" $(PYTEST_ARGS)
 	$(BIN)/pytest -m kind tests/kind $(PYTEST_ARGS)
+	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory controlplane; fi
+	$(BIN)/pytest -p no:xdist -m cluster tests/cluster $(PYTEST_ARGS)
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
@@ -65,6 +71,22 @@ deploy:
 # and deletes the cluster unless KEEP_CLUSTER=1.
 e2e: $(STAMP)
 	MEMSYNC_IMAGE=$(IMAGE):$(TAG) KIND_CLUSTER=$(KIND_CLUSTER) $(BIN)/pytest -m kind tests/kind $(PYTEST_ARGS)
+
+# The cluster tier: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl built from the
+# pinned Go modules in tests/cluster/controlplane into a cache outside the clone (reused when current).
+controlplane:
+	nice -n 10 tests/cluster/controlplane/build.sh
+
+# A local cluster to try memsync with kubectl: prints KUBECONFIG=...; runs until `make cluster-down`.
+cluster-up: $(STAMP) controlplane
+	PYTHONPATH=tests $(BIN)/python -m cluster.tier up
+
+cluster-down: $(STAMP)
+	PYTHONPATH=tests $(BIN)/python -m cluster.tier down
+
+# The cluster scenarios: one control plane for the whole pytest session (never under xdist).
+cluster-test: $(STAMP) controlplane
+	$(BIN)/pytest -p no:xdist -m cluster tests/cluster $(PYTEST_ARGS)
 
 kind-down:
 	kind delete cluster --name $(KIND_CLUSTER)

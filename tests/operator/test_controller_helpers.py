@@ -146,6 +146,9 @@ def test_kopf_settings() -> None:
     assert list(settings.watching.label_selectors.values()) == [POD_SELECTOR]
     assert POD_SELECTOR == "app.kubernetes.io/managed-by=memsync"
     assert settings.posting.level == logging.INFO
+    # kopf sends server_timeout as the watch's timeoutSeconds, which a real API server parses as an integer.
+    default = configure_settings(kopf.OperatorSettings()).watching.server_timeout
+    assert type(default) is int and default == 300
     assert settings.posting.reporting_instance == "pod-1"
     # No CRD or Namespace watches (so no RBAC on them) unless namespace globs must be matched.
     assert settings.scanning.disabled is True

@@ -65,7 +65,8 @@ class ControllerConfig:
 
 @dataclass(frozen=True)
 class WatchTimeouts:
-    server_timeout: float = 300.0
+    # Sent as the watch's timeoutSeconds, an integer: the API server answers "300.0" with 400 BadRequest.
+    server_timeout: int = 300
     client_timeout: float = 330.0
     connect_timeout: float = 30.0
     inactivity_timeout: float = 70.0

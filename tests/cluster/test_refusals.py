@@ -1,0 +1,136 @@
+"""What only a real API server shows: admission and RBAC refusals of what the operator asks for. Each one
+must become the SessionMemory's outcome (``Failed``, ``Ready=False`` with the reason and the API's message,
+and a Warning Event), never a silent retry."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from conftest import RunningStoreServer
+
+from .conftest import REPO, Cluster, secret_object
+from .scenario import agent, condition, make_store, sid, smem, wait_phase
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+
+def warnings_for(cluster: Cluster, namespace: str, name: str) -> list[str]:
+    items: list[dict[str, Any]] = cluster.get("-n", namespace, "events")["items"]
+    return [
+        f"{e['reason']}: {e['message']}"
+        for e in items
+        if e["involvedObject"]["kind"] == "SessionMemory"
+        and e["involvedObject"]["name"] == name
+        and e["type"] == "Warning"
+    ]
+
+
+async def session_secret(cluster: Cluster, server: RunningStoreServer, namespace: str, store: str) -> str:
+    session = sid()
+    cluster.apply(
+        secret_object(namespace, "work", await server.mint_secret([(store, "read_write")], session))
+    )
+    return session
+
+
+def assert_refused(cluster: Cluster, namespace: str, name: str, reason: str, api_words: str) -> None:
+    status = wait_phase(cluster, namespace, name, ("Failed",), timeout=120)
+    ready = condition(status, "Ready")
+    assert ready["status"] == "False" and ready["reason"] == reason, status
+    assert api_words in ready["message"], ready
+    cluster.wait(
+        f"a Warning Event {reason} on the SessionMemory",
+        lambda: [w for w in warnings_for(cluster, namespace, name) if api_words in w],
+        60,
+    )
+
+
+async def test_pod_security_refuses_the_sandbox(
+    deployed: Cluster, tier_store: RunningStoreServer, namespace: str
+) -> None:
+    """A sandbox asking for an SELinux type that the restricted level forbids, in a restricted namespace:
+    refused by the CRD's own validation on this API server, or else by Pod Security admission, whose
+    refusal the SessionMemory must report."""
+    store = await make_store(tier_store, "psa", {})
+    session = await session_secret(deployed, tier_store, namespace, store)
+    sandbox = {**agent("--duration", "5"), "securityContext": {"seLinuxOptions": {"type": "spc_t"}}}
+    body = smem(
+        namespace,
+        "psa",
+        session=session,
+        base_url=tier_store.url,
+        stores=[(store, "n", "read_write")],
+        sandbox=sandbox,
+    )
+    applied = deployed.run_kubectl("apply", "--server-side", "-f", "-", input=json.dumps(body))
+    if applied.returncode != 0:
+        assert "seLinuxOptions" in applied.stderr, applied.stderr
+        return
+    assert_refused(deployed, namespace, "psa", "PodRejected", "violates PodSecurity")
+
+
+async def test_resource_quota_refuses_the_pod(
+    deployed: Cluster, tier_store: RunningStoreServer, namespace: str
+) -> None:
+    deployed.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "no-pods", "namespace": namespace},
+            "spec": {"hard": {"pods": "0"}},
+        }
+    )
+    deployed.wait(
+        "the quota's status",
+        lambda: (deployed.get("-n", namespace, "resourcequota", "no-pods").get("status") or {}).get("hard"),
+    )
+    store = await make_store(tier_store, "quota", {})
+    session = await session_secret(deployed, tier_store, namespace, store)
+    deployed.apply(
+        smem(
+            namespace,
+            "quota",
+            session=session,
+            base_url=tier_store.url,
+            stores=[(store, "n", "read_write")],
+            sandbox=agent("--duration", "5"),
+        )
+    )
+    assert_refused(deployed, namespace, "quota", "PodRejected", "exceeded quota")
+    assert deployed.get("-n", namespace, "pods")["items"] == []
+
+
+async def test_secret_read_forbidden_by_rbac(
+    deployed: Cluster, tier_store: RunningStoreServer, namespace: str
+) -> None:
+    """The operator may not read Secrets (its binding removed): SecretForbidden, not a silent retry."""
+    bindings = deployed.get("clusterrolebindings")["items"]
+    granting = [
+        b["metadata"]["name"]
+        for b in bindings
+        if any(s.get("name") == "memsync-operator" for s in b.get("subjects") or [])
+        and "secrets" in deployed.kubectl("get", "clusterrole", b["roleRef"]["name"], "-o", "json")
+    ]
+    assert granting, "no ClusterRoleBinding gives the operator Secrets"
+    try:
+        for name in granting:
+            deployed.kubectl("delete", "clusterrolebinding", name)
+        store = await make_store(tier_store, "forbidden", {})
+        session = await session_secret(deployed, tier_store, namespace, store)
+        deployed.apply(
+            smem(
+                namespace,
+                "forbidden",
+                session=session,
+                base_url=tier_store.url,
+                stores=[(store, "n", "read_write")],
+                sandbox=agent("--duration", "5"),
+            )
+        )
+        assert_refused(deployed, namespace, "forbidden", "SecretForbidden", "forbidden")
+        assert deployed.get("-n", namespace, "pods")["items"] == []
+    finally:
+        deployed.kubectl("apply", "--server-side", "-k", str(REPO / "manifests/overlays/kind"), timeout=180)
