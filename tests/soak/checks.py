@@ -10,7 +10,8 @@ hold at the end, what the agents reported, and what went over the wire. Each ret
   that session sent as the precondition;
 - no memory is duplicated (one unique content live at two paths) or stray (live at a path no attached
   folder holds);
-- every sidecar ended with a complete flush and nothing unsent.
+- every sidecar ended with a complete flush and nothing unsent, except files left unreadable at the end: those
+  are exactly the unsent ones, counted and named in the termination report.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from memsync.agent import messages
+from memsync.contracts.report import SAMPLE_MAX
 
 WRITE_LOST = (messages.BOTH_CHANGED, messages.UPLOAD_LOST, messages.RECREATING)
 DELETE_LOST = (messages.RESTORING, messages.DELETE_LOST)
@@ -151,7 +153,9 @@ def check_local_ops(  # noqa: PLR0917 - six plain-data inputs, named at the one 
         where = f"{pod} {store_id} {rel} (op {last.op}: {last.source or last.kind})"
         if last.kind == "write":
             if final_local.get((pod, store_id), {}).get(rel, "") is None:
-                if not _reported(reports.get(pod, []), store_id, rel, last.at - 1, ()):
+                # Named as unreadable at any time: the agent warns once per path and session; the final count
+                # and sample are checked against the termination report (``check_terminations``).
+                if not _reported(reports.get(pod, []), store_id, rel, 0.0, (messages.UNREADABLE,)):
                     out.append(
                         Violation("unreadable_unreported", f"{where}: unreadable at the end, never named")
                     )
@@ -195,14 +199,37 @@ def check_store_shape(
 
 
 def check_terminations(
-    exits: Mapping[str, int], terminations: Mapping[str, dict[str, Any]]
+    exits: Mapping[str, int],
+    terminations: Mapping[str, dict[str, Any]],
+    unreadable: Mapping[Folder, set[str]] | None = None,
 ) -> list[Violation]:
+    """Every sidecar flushed everything, except the files left unreadable at the end (``unreadable``): those,
+    and only those, are unsent, counted and named (a sample of at most ``SAMPLE_MAX``) in the report; the exit
+    code then says the flush was incomplete."""
     out: list[Violation] = []
+    unreadable = unreadable or {}
     for pod, code in sorted(exits.items()):
         term = terminations.get(pod, {})
-        unsent = {sid: s.get("unsent") for sid, s in term.get("stores", {}).items() if s.get("unsent")}
-        if code != 0 or term.get("phase") != "flushed" or not term.get("complete") or unsent:
-            out.append(Violation("flush_incomplete", f"{pod}: exit {code}, termination report {term}"))
+        stores: dict[str, dict[str, Any]] = term.get("stores", {})
+        left = {sid: paths for (p, sid), paths in unreadable.items() if p == pod and paths}
+        wrong = []
+        for sid in sorted(set(stores) | set(left)):
+            s, expected = stores.get(sid, {}), left.get(sid, set())
+            named = set(s.get("unreadable_paths", []))
+            if (
+                s.get("unsent", 0) != len(expected)
+                or s.get("unreadable", 0) != len(expected)
+                or not named <= expected
+                or len(named) != min(len(expected), SAMPLE_MAX)
+            ):
+                wrong.append(f"{sid}: unreadable at the end {sorted(expected)}")
+        complete = not left
+        if wrong or code != (0 if complete else 1) or term.get("phase") != "flushed":
+            out.append(
+                Violation("flush_incomplete", f"{pod}: exit {code}, {wrong}, termination report {term}")
+            )
+        elif bool(term.get("complete")) != complete:
+            out.append(Violation("flush_incomplete", f"{pod}: complete is wrong, termination report {term}"))
     return out
 
 

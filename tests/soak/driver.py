@@ -16,7 +16,7 @@ import random
 import shutil
 import time
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -85,6 +85,7 @@ class Soak:
         base: Path,
         server: RunningStoreServer,
         final_outage_s: float = 0.0,
+        weights: Mapping[str, float] | None = None,
     ) -> None:
         unknown = sorted(set(kinds) - set(ALL_KINDS))
         if unknown:
@@ -92,6 +93,7 @@ class Soak:
         self.seed, self.ops, self.kinds, self.base, self.server = seed, ops, kinds, base, server
         self.rng = random.Random(seed)
         self.final_outage_s = final_outage_s
+        self.weights = {**WEIGHTS, **(weights or {})}
         self.loop = asyncio.new_event_loop()
         self.admin = StoreClient(server.url, api_key=server.admin_key, max_retries=1, timeout=10)
         self.proxy: ProxyThread | None = None
@@ -246,10 +248,10 @@ class Soak:
         root = pod.folder(sid)
         parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
         if parent and self.rng.random() < 0.5:
-            for below in [
-                r for r in self.files.get((self.pods.index(pod), sid), []) if r.startswith(parent + "/")
-            ]:
-                if (root / below).exists():
+            # Every file below goes, including ones created since the batch's listing.
+            for dirpath, _, names in os.walk(root / parent):
+                for name in names:
+                    below = (Path(dirpath) / name).relative_to(root).as_posix()
                     self._record(pod, sid, below, "delete", None, op)
             shutil.rmtree(root / parent)
             self._write(pod, sid, parent, op)
@@ -302,7 +304,7 @@ class Soak:
     def run(self) -> Outcome:
         started = time.monotonic()
         kinds = list(self.kinds)
-        weights = [WEIGHTS[k] for k in kinds]
+        weights = [self.weights[k] for k in kinds]
         for op in range(self.ops):
             if op % BATCH == 0:
                 if op:
@@ -318,7 +320,26 @@ class Soak:
             (self.done if ok else self.missed)[kind] += 1
         return self._finish(started)
 
+    def _restore_some_readable(self) -> dict[checks.Folder, set[str]]:
+        """Before the sessions end, half the unreadable files (seeded) become readable again, so their edits
+        must then land; the rest stay unreadable and must be reported by path. Returns those left."""
+        left: dict[checks.Folder, set[str]] = {}
+        for pod in self.pods:
+            for sid in sorted(pod.stores):
+                for rel, content in sorted(pod.local_files(sid).items()):
+                    if content is not None:
+                        continue
+                    if self.rng.random() < 0.5:
+                        left.setdefault((pod.name, sid), set()).add(rel)
+                        continue
+                    path = pod.folder(sid) / rel
+                    os.chmod(path, 0o644)
+                    self.current = "readable_at_end"
+                    self._record(pod, sid, rel, "write", path.read_text(), self.ops)
+        return left
+
     def _finish(self, started: float) -> Outcome:
+        unreadable = self._restore_some_readable()
         time.sleep(1.0)
         for pod in self.pods:  # both sessions end at once
             pod.signal_end()
@@ -341,7 +362,7 @@ class Soak:
         violations = [
             *checks.check_local_ops(self.last_local, final_local, live, versions, reports, sessions),
             *checks.check_store_shape(live, final_local, self.attached),
-            *checks.check_terminations(exits, {pod.name: pod.termination() for pod in self.pods}),
+            *checks.check_terminations(exits, {pod.name: pod.termination() for pod in self.pods}, unreadable),
             *checks.check_overwrites(versions, self.sent, sessions),
             *(checks.Violation("no_precondition", w) for w in self.wire_violations),
         ]
@@ -354,6 +375,7 @@ class Soak:
             "requests": requests,
             "faults": faults,
             "conflicts": checks.conflict_count(reports),
+            "unreadable_at_end": sum(len(v) for v in unreadable.values()),
             "final_outage_s": self.final_outage_s,
             "duration_s": round(time.monotonic() - started, 1),
             "violations": len(violations),

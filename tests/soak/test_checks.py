@@ -44,7 +44,10 @@ def test_an_unreadable_file_at_the_end_must_be_named() -> None:
     ops = {("p1", S, "a.md"): LocalOp("write", "sha", 100.0, 1)}
     local = {("p1", S): {"a.md": None}}
     assert _kinds(check_local_ops(ops, local, {S: {}}, {S: []}, {}, SESSIONS)) == ["unreadable_unreported"]
-    named = {"p1": [Report(S, "a.md", "cannot read this file; skipping it", 120.0)]}
+    other = {"p1": [Report(S, "a.md", messages.BOTH_CHANGED, 120.0)]}
+    assert _kinds(check_local_ops(ops, local, {S: {}}, {S: []}, other, SESSIONS)) == ["unreadable_unreported"]
+    # the agent warns once per path: a warning from before the last write names it too
+    named = {"p1": [Report(S, "a.md", messages.UNREADABLE, 50.0)]}
     assert check_local_ops(ops, local, {S: {}}, {S: []}, named, SESSIONS) == []
 
 
@@ -108,3 +111,21 @@ def test_a_session_version_must_follow_one_whose_hash_it_sent() -> None:
     assert "sesn_2 deleted memory mem_1" in blind[0].detail
     admin_after = [*history[:2], Version("a.md", "h3", 3.0, "apikey_x", "mem_1", "modified")]
     assert check_overwrites({S: admin_after}, {"mem_1": {"h1"}}, SESSIONS) == []  # only sessions are judged
+
+
+def test_files_left_unreadable_are_exactly_the_unsent_ones_and_named() -> None:
+    left = {("p1", S): {"a.md", "b.md"}}
+    named = {"unsent": 2, "unreadable": 2, "unreadable_paths": ["a.md", "b.md"]}
+    report = {"phase": "flushed", "complete": False, "stores": {S: named}}
+    assert check_terminations({"p1": 1}, {"p1": report}, left) == []
+    assert _kinds(check_terminations({"p1": 0}, {"p1": report}, left)) == ["flush_incomplete"]
+    one_more = {**named, "unsent": 3}  # a readable file was not saved either
+    assert _kinds(check_terminations({"p1": 1}, {"p1": {**report, "stores": {S: one_more}}}, left)) == [
+        "flush_incomplete"
+    ]
+    unnamed = {**named, "unreadable_paths": ["a.md"]}
+    assert _kinds(check_terminations({"p1": 1}, {"p1": {**report, "stores": {S: unnamed}}}, left)) == [
+        "flush_incomplete"
+    ]
+    # nothing left unreadable: the same report is a violation
+    assert _kinds(check_terminations({"p1": 1}, {"p1": report}, {})) == ["flush_incomplete"]
