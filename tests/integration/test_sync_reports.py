@@ -95,6 +95,63 @@ async def test_folder_replaced_by_a_file_deletes_the_memories_then_uploads_the_f
         await h.aclose()
 
 
+async def test_file_replaced_by_a_folder_loses_to_a_remote_edit_of_the_file(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    """The store cannot hold both ``a.md`` and ``a.md/inside.md``: the remote edit wins, as in any conflict,
+    and the local folder gives way instead of both sides waiting for each other for the whole session."""
+    h = await make(store_server, tmp_path, files=FILES, delete_window=0)
+    try:
+        (h.root / "a.md").unlink()
+        h.write("a.md/inside.md", "now a folder")
+        await h.put("a.md", "remote edit")
+        await h.sync()
+        assert h.local_files().get("a.md") == "remote edit"
+        assert [r.path for r in logged(caplog_agent, messages.PATH_CLASH)] == ["/a.md/inside.md"]
+        out = await h.final()
+        assert out.complete and out.report.totals[h.store_id].conflicts >= 1
+        remote = await h.remote()
+        assert remote["a.md"] == "remote edit" and "a.md/inside.md" not in remote
+        assert not logged(caplog_agent, messages.PATH_TAKEN)
+    finally:
+        await h.aclose()
+
+
+async def test_folder_replaced_by_a_file_loses_to_a_remote_edit_below_it_and_keeps_a_copy(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    h = await make(
+        store_server,
+        tmp_path,
+        files=FILES,
+        delete_window=0,
+        conflict_policy="keepLocalCopy",
+        session_id="sesn_keep",
+    )
+    try:
+        h.clock.now = 1_796_065_588.0  # 2026-11-30T19:06:28Z
+        shutil.rmtree(h.root / "notes")
+        h.write("notes", "now a file")
+        await h.put("notes/c.md", "remote edit")
+        await h.sync()
+        copy = "notes.conflict-sesn_keep-20261130T190628Z"
+        local = h.local_files()
+        assert local["notes/c.md"] == "remote edit" and local[copy] == "now a file"
+        assert logged(caplog_agent, messages.PATH_CLASH) and logged(caplog_agent, messages.CONFLICT_COPY)
+        out = await h.final()
+        assert out.complete
+        # notes/d.md was deleted locally and unchanged remotely: an ordinary deletion
+        assert await h.remote() == {
+            "a.md": "alpha",
+            "b.md": "bravo",
+            "notes/c.md": "remote edit",
+            copy: "now a file",
+        }
+        assert not logged(caplog_agent, messages.PATH_TAKEN)
+    finally:
+        await h.aclose()
+
+
 async def test_a_push_only_flush_counts_a_create_in_the_way_of_its_own_memory_as_unsent(
     store_server, tmp_path: Path
 ) -> None:

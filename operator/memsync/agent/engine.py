@@ -20,7 +20,7 @@ from typing import Literal, TypeVar
 
 from memsync.agent import messages
 from memsync.agent.config import AgentConfig, StoreConfig
-from memsync.agent.conflicts import keep_local_copy
+from memsync.agent.conflicts import keep_clash_copy, keep_local_copy
 from memsync.agent.localfs import (
     NotRegularFile,
     RootMissing,
@@ -37,6 +37,7 @@ from memsync.agent.localfs import (
     sync_filesystem,
 )
 from memsync.agent.merge import (
+    Clash,
     Event,
     LocalRemove,
     Pull,
@@ -587,10 +588,43 @@ class StoreSync:
         # Deletes first: a create may need the path of a memory deleted in this pass (a file replaced by a
         # folder of the same name, or the reverse).
         await self._delete_all(root, state, plan.deletes)
+        if plan.clashes:
+            await asyncio.to_thread(self._yield_clashes, root, plan.clashes)
         await asyncio.gather(
             self._upload_all(root, state, uploads, progress=None),
             self._pull_all(root, state, plan.pulls),
         )
+
+    def _yield_clashes(self, root: StoreRoot, clashes: list[Clash]) -> None:
+        """The store wins a clash (``merge._yield_clashing_creates``): the local file is removed (after its
+        copy is kept under ``keepLocalCopy``), so the pulls can write the store's version. A file changed
+        since the scan is left for the next pass to decide."""
+        keep = self.config.conflict_policy == "keepLocalCopy"
+        session = self.config.session_id or "session"
+        when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.shared.clock()))
+        for item in clashes:
+            try:
+                if keep:
+                    result = keep_clash_copy(
+                        root, item.rel, at=item.at, local_sha=item.local_sha, session=session, when=when
+                    )
+                    if result.changed:
+                        continue
+                    if result.refused is not None or result.copy is None:
+                        self._warn_once(messages.CONFLICT_COPY_REFUSED, item.rel, str(result.copy))
+                        self.unwritable[item.rel] = f"{messages.CONFLICT_COPY_REFUSED}: {result.refused}"
+                        continue
+                    if result.created:
+                        self._wrote_files = True
+                        logger.warning(
+                            messages.CONFLICT_COPY,
+                            extra=self._extra(item.rel, copy=rel_to_remote(result.copy)),
+                        )
+                root.remove_if(item.rel, item.local_sha)
+            except OSError as exc:
+                logger.warning(
+                    "local file in the way not removed", extra=self._extra(item.rel, reason=str(exc))
+                )
 
     async def _remove_local(
         self, root: StoreRoot, state: StoreState, removals: list[LocalRemove]

@@ -71,6 +71,17 @@ class LocalRemove:
 
 
 @dataclass(frozen=True)
+class Clash:
+    """A new local file that cannot be created: the store holds a memory below its path (it is a folder
+    there) or at one of its ancestors (a file there). ``at`` is the local path that clashes: the file itself,
+    or its ancestor folder."""
+
+    rel: str
+    local_sha: str
+    at: str
+
+
+@dataclass(frozen=True)
 class SyncInput:
     remote: Mapping[str, Remote]
     local: Mapping[str, str]
@@ -111,10 +122,12 @@ class SyncPlan:
     deferred: dict[str, str] = field(default_factory=dict)
     suppressed_deletes: int = 0
     log_only_deletes: list[str] = field(default_factory=list)
+    # New local files that lose to a memory the store holds at a clashing path (see ``Clash``).
+    clashes: list[Clash] = field(default_factory=list)
 
     @property
     def is_noop(self) -> bool:
-        return not (self.pulls or self.uploads or self.deletes or self.local_removals)
+        return not (self.pulls or self.uploads or self.deletes or self.local_removals or self.clashes)
 
 
 def delete_cap(baseline_size: int) -> int:
@@ -176,6 +189,7 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
         _merge_path(inp, plan, rel, candidates)
     _corroborated_deletes(inp, plan, candidates)
     _defer_blocked_creates(inp, plan, candidates)
+    _yield_clashing_creates(plan)
     # A prior entry lasts until its path is back in the baseline, or the store no longer holds those bytes.
     plan.prior = {
         rel: sha
@@ -345,6 +359,34 @@ def _defer_blocked_creates(inp: SyncInput, plan: SyncPlan, candidates: list[str]
             plan.deferred[upload.rel] = waiting[0]
         else:
             keep.append(upload)
+    plan.uploads = keep
+
+
+def _yield_clashing_creates(plan: SyncPlan) -> None:
+    """A create that clashes with a memory being pulled loses, as any local edit loses to a remote change.
+
+    A local file where the store holds memories below its path (a folder there), or a local file inside a
+    folder whose path the store holds as a memory (a file there): both cannot be in the store, and the store
+    refuses the create for as long as its memory lives. The store wins: the local file is dropped (kept as a
+    conflict copy under ``keepLocalCopy``) before the pulls, which then write the store's version.
+    """
+    pulled = {p.rel for p in plan.pulls}
+    if not pulled:
+        return
+    folders = {a for rel in pulled for a in _ancestors(rel)}
+    keep: list[Upload] = []
+    for upload in plan.uploads:
+        at = (
+            upload.rel
+            if upload.rel in folders
+            else next((a for a in _ancestors(upload.rel) if a in pulled), None)
+        )
+        if upload.remote_id is not None or at is None:
+            keep.append(upload)
+            continue
+        plan.clashes.append(Clash(upload.rel, upload.local_sha, at))
+        plan.conflicts.append(upload.rel)
+        plan.events.append(Event(logging.WARNING, messages.PATH_CLASH, upload.rel))
     plan.uploads = keep
 
 
