@@ -152,6 +152,27 @@ async def test_folder_replaced_by_a_file_loses_to_a_remote_edit_below_it_and_kee
         await h.aclose()
 
 
+async def test_a_create_waiting_for_its_own_deletes_loses_to_a_remote_edit_in_its_way(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    """While the old memories' deletes wait (window or cap), one of them is changed remotely: it comes back,
+    and the file in its way gives way, rather than the pull failing every pass."""
+    h = await make(store_server, tmp_path, files=FILES, delete_window=30)
+    try:
+        shutil.rmtree(h.root / "notes")
+        h.write("notes", "now a file")
+        await h.put("notes/c.md", "remote edit")
+        await h.sync()
+        assert h.local_files().get("notes/c.md") == "remote edit"
+        assert [r.path for r in logged(caplog_agent, messages.PATH_CLASH)] == ["/notes"]
+        assert not logged(caplog_agent, "memory not written to disk")
+        out = await h.final()
+        assert out.complete
+        assert await h.remote() == {"a.md": "alpha", "b.md": "bravo", "notes/c.md": "remote edit"}
+    finally:
+        await h.aclose()
+
+
 async def test_a_push_only_flush_counts_a_create_in_the_way_of_its_own_memory_as_unsent(
     store_server, tmp_path: Path
 ) -> None:

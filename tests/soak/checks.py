@@ -3,8 +3,10 @@ hold at the end, what the agents reported, and what went over the wire. Each ret
 
 - every local edit is in the store (some version has its content), or the agent reported a conflict for
   that path after the edit; a file still unreadable at the end is reported by name instead;
-- every local delete reached the store, unless another writer changed that path after it or the agent
-  reported that the delete lost;
+- every local delete reached the store, or the session's end reported it held back by the delete cap (the
+  count covers it and every path named is such a delete), or another writer changed that path after it (after
+  the file became unreadable, when it was deleted unreadable: the agent cannot know that memory is the
+  file's), or the agent reported that the delete lost;
 - no write overwrote a memory without a precondition: every agent update and delete carried one, and in the
   version history every session version that follows another version of its memory follows one whose hash
   that session sent as the precondition;
@@ -27,9 +29,15 @@ from urllib.parse import parse_qs, urlsplit
 from memsync.agent import messages
 from memsync.contracts.report import SAMPLE_MAX
 
-WRITE_LOST = (messages.BOTH_CHANGED, messages.UPLOAD_LOST, messages.RECREATING)
+WRITE_LOST = (messages.BOTH_CHANGED, messages.UPLOAD_LOST, messages.RECREATING, messages.PATH_CLASH)
 DELETE_LOST = (messages.RESTORING, messages.DELETE_LOST)
-CONFLICTS = (messages.BOTH_CHANGED, messages.UPLOAD_LOST, messages.RESTORING, messages.DELETE_LOST)
+CONFLICTS = (
+    messages.BOTH_CHANGED,
+    messages.UPLOAD_LOST,
+    messages.RESTORING,
+    messages.DELETE_LOST,
+    messages.PATH_CLASH,
+)
 _MEMORY_URL = re.compile(r"^/v1/memory_stores/[^/]+/memories/[^/?]+$")
 
 Folder = tuple[str, str]  # (pod, store id)
@@ -44,6 +52,8 @@ class LocalOp:
     at: float  # unix time
     op: int
     source: str = ""  # the operation kind that did it (create, edit, rename, swap, ...)
+    # a delete of a file that was unreadable since this time: the agent last saw the path then
+    blind_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -139,15 +149,65 @@ def _reported(
     )
 
 
-def check_local_ops(  # noqa: PLR0917 - six plain-data inputs, named at the one call site
+Held = Mapping[Folder, tuple[int, list[str]]]  # (pod, store) -> deletes held by the cap at the end, sample
+
+
+def _delete_applied(  # noqa: PLR0917 - plain-data inputs of check_local_ops
+    pod: str,
+    store_id: str,
+    rel: str,
+    last: LocalOp,
+    live: Mapping[str, Mapping[str, str]],
+    versions: Mapping[str, list[Version]],
+    reports: Mapping[str, list[Report]],
+    sessions: Mapping[str, str],
+) -> bool:
+    """Gone from the store, or excused: another writer changed the path after the agent last saw the file,
+    or the agent reported that the delete lost."""
+    if rel not in live.get(store_id, {}):
+        return True
+    seen = last.at if last.blind_since is None else min(last.at, last.blind_since)
+    history = versions.get(store_id, [])
+    if any(v.path == rel and v.at >= seen - 1 and v.actor != sessions[pod] for v in history):
+        return True
+    return _reported(reports.get(pod, []), store_id, rel, last.at - 1, DELETE_LOST)
+
+
+def held_at_end(  # noqa: PLR0917 - plain-data inputs of check_local_ops
+    ops: Mapping[tuple[str, str, str], LocalOp],
+    live: Mapping[str, Mapping[str, str]],
+    versions: Mapping[str, list[Version]],
+    reports: Mapping[str, list[Report]],
+    sessions: Mapping[str, str],
+    held: Held,
+) -> dict[Folder, set[str]]:
+    """The local deletes still in the store that the session's end reported as held back by the delete cap:
+    per folder, all of them when the reported count covers them and every path it names is one of them."""
+    missing: dict[Folder, set[str]] = defaultdict(set)
+    for (pod, store_id, rel), last in ops.items():
+        if last.kind == "delete" and not _delete_applied(
+            pod, store_id, rel, last, live, versions, reports, sessions
+        ):
+            missing[(pod, store_id)].add(rel)
+    out: dict[Folder, set[str]] = {}
+    for folder, rels in missing.items():
+        count, named = held.get(folder, (0, []))
+        if len(rels) <= count and set(named) <= rels:
+            out[folder] = rels
+    return out
+
+
+def check_local_ops(  # noqa: PLR0917 - plain-data inputs, named at the one call site
     ops: Mapping[tuple[str, str, str], LocalOp],
     final_local: Mapping[Folder, Mapping[str, str | None]],
     live: Mapping[str, Mapping[str, str]],
     versions: Mapping[str, list[Version]],
     reports: Mapping[str, list[Report]],
     sessions: Mapping[str, str],
+    held: Held | None = None,
 ) -> list[Violation]:
     out: list[Violation] = []
+    excused = held_at_end(ops, live, versions, reports, sessions, held or {})
     for (pod, store_id, rel), last in sorted(ops.items()):
         history = versions.get(store_id, [])
         where = f"{pod} {store_id} {rel} (op {last.op}: {last.source or last.kind})"
@@ -167,14 +227,9 @@ def check_local_ops(  # noqa: PLR0917 - six plain-data inputs, named at the one 
             out.append(
                 Violation("lost_edit", f"{where}: never reached the store and no conflict was reported")
             )
-        else:
-            if rel not in live.get(store_id, {}):
-                continue
-            others = [
-                v for v in history if v.path == rel and v.at >= last.at - 1 and v.actor != sessions[pod]
-            ]
-            if others or _reported(reports.get(pod, []), store_id, rel, last.at - 1, DELETE_LOST):
-                continue
+        elif rel not in excused.get((pod, store_id), set()) and not _delete_applied(
+            pod, store_id, rel, last, live, versions, reports, sessions
+        ):
             out.append(Violation("delete_not_applied", f"{where}: deleted locally, still in the store"))
     return out
 
@@ -183,8 +238,10 @@ def check_store_shape(
     live: Mapping[str, Mapping[str, str]],
     final_local: Mapping[Folder, Mapping[str, str | None]],
     attached: Mapping[str, list[str]],
+    held: Mapping[Folder, set[str]] | None = None,
 ) -> list[Violation]:
-    """No content live twice in a store; no live path that no attached folder holds."""
+    """No content live twice in a store; no live path that no attached folder holds, other than local
+    deletes the session's end reported as held back by the delete cap (``held``, from ``held_at_end``)."""
     out: list[Violation] = []
     for store_id, memories in sorted(live.items()):
         counts = Counter(memories.values())
@@ -192,8 +249,9 @@ def check_store_shape(
             if n > 1:
                 paths = sorted(p for p, c in memories.items() if c == content)
                 out.append(Violation("duplicate", f"{store_id}: the same content is live at {paths}"))
-        held = {rel for pod in attached[store_id] for rel in final_local.get((pod, store_id), {})}
-        for rel in sorted(set(memories) - held):
+        kept = {rel for pod in attached[store_id] for rel in final_local.get((pod, store_id), {})}
+        kept |= {rel for (_, sid), rels in (held or {}).items() if sid == store_id for rel in rels}
+        for rel in sorted(set(memories) - kept):
             out.append(Violation("stray", f"{store_id} {rel}: live in the store, in no attached folder"))
     return out
 

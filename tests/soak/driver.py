@@ -107,6 +107,7 @@ class Soak:
         self.current = ""  # the kind of the operation running now
         self.files: dict[tuple[int, str], list[str]] = {}
         self.remote: dict[str, list[Memory]] = {}
+        self.unreadable_since: dict[tuple[str, str, str], float] = {}
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
@@ -173,7 +174,10 @@ class Soak:
 
     def _record(self, pod: Pod, sid: str, rel: str, kind: str, content: str | None, op: int) -> None:  # noqa: PLR0917
         sha = content_sha256(content) if content is not None else None
-        self.last_local[(pod.name, sid, rel)] = checks.LocalOp(kind, sha, time.time(), op, self.current)
+        blind = self.unreadable_since.pop((pod.name, sid, rel), None)  # written or gone: readable, or nothing
+        self.last_local[(pod.name, sid, rel)] = checks.LocalOp(
+            kind, sha, time.time(), op, self.current, blind if kind == "delete" else None
+        )
 
     def _write(self, pod: Pod, sid: str, rel: str, op: int) -> None:
         content = f"{pod.name} {rel} op{op} {self.rng.getrandbits(32):08x}\n"
@@ -237,6 +241,8 @@ class Soak:
         elif kind == "unreadable":
             readable = self._readable(pod, sid, rel)
             os.chmod(path, 0o000 if readable else 0o644)
+            if readable:
+                self.unreadable_since[(pod.name, sid, rel)] = time.time()
             if not readable:  # readable again: the content on disk is what must now reach the store
                 self._record(pod, sid, rel, "write", path.read_text(), op)
         else:
@@ -359,10 +365,17 @@ class Soak:
             versions[sid] = self._run(version_history(self.admin, sid))
         reports = {pod.name: warnings_of(pod) for pod in self.pods}
         sessions = {pod.name: pod.session_id for pod in self.pods}
+        terminations = {pod.name: pod.termination() for pod in self.pods}
+        held = {
+            (pod, sid): (int(s.get("held_deletes", 0)), list(s.get("held_delete_paths", [])))
+            for pod, term in terminations.items()
+            for sid, s in term.get("stores", {}).items()
+        }
+        excused = checks.held_at_end(self.last_local, live, versions, reports, sessions, held)
         violations = [
-            *checks.check_local_ops(self.last_local, final_local, live, versions, reports, sessions),
-            *checks.check_store_shape(live, final_local, self.attached),
-            *checks.check_terminations(exits, {pod.name: pod.termination() for pod in self.pods}, unreadable),
+            *checks.check_local_ops(self.last_local, final_local, live, versions, reports, sessions, held),
+            *checks.check_store_shape(live, final_local, self.attached, excused),
+            *checks.check_terminations(exits, terminations, unreadable),
             *checks.check_overwrites(versions, self.sent, sessions),
             *(checks.Violation("no_precondition", w) for w in self.wire_violations),
         ]
@@ -376,6 +389,7 @@ class Soak:
             "faults": faults,
             "conflicts": checks.conflict_count(reports),
             "unreadable_at_end": sum(len(v) for v in unreadable.values()),
+            "held_deletes_at_end": sum(len(v) for v in excused.values()),
             "final_outage_s": self.final_outage_s,
             "duration_s": round(time.monotonic() - started, 1),
             "violations": len(violations),

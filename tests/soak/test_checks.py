@@ -13,6 +13,7 @@ from .checks import (
     check_overwrites,
     check_store_shape,
     check_terminations,
+    held_at_end,
 )
 
 S = "memstore_a"
@@ -62,6 +63,17 @@ def test_a_local_delete_must_reach_the_store_unless_someone_else_changed_the_mem
     assert check_local_ops(ops, {}, still, other_later, {}, SESSIONS) == []
     restored = {"p1": [Report(S, "a.md", messages.RESTORING, 104.0)]}
     assert check_local_ops(ops, {}, still, {S: []}, restored, SESSIONS) == []
+
+
+def test_a_file_deleted_unreadable_excuses_only_other_writers_since_it_became_unreadable() -> None:
+    blind = {("p1", S, "a.md"): LocalOp("delete", None, 100.0, 3, "delete", blind_since=50.0)}
+    still = {S: {"a.md": "x"}}
+    other_while_blind = {S: [Version("a.md", "s", 70.0, "apikey_admin")]}
+    assert check_local_ops(blind, {}, still, other_while_blind, {}, SESSIONS) == []
+    other_before = {S: [Version("a.md", "s", 40.0, "apikey_admin")]}
+    assert _kinds(check_local_ops(blind, {}, still, other_before, {}, SESSIONS)) == ["delete_not_applied"]
+    own_while_blind = {S: [Version("a.md", "s", 70.0, "sesn_1")]}
+    assert _kinds(check_local_ops(blind, {}, still, own_while_blind, {}, SESSIONS)) == ["delete_not_applied"]
 
 
 def test_duplicates_and_strays() -> None:
@@ -129,3 +141,24 @@ def test_files_left_unreadable_are_exactly_the_unsent_ones_and_named() -> None:
     ]
     # nothing left unreadable: the same report is a violation
     assert _kinds(check_terminations({"p1": 1}, {"p1": report}, {})) == ["flush_incomplete"]
+
+
+def test_deletes_held_by_the_cap_at_the_end_are_excused_only_as_reported() -> None:
+    ops = {
+        ("p1", S, "a.md"): LocalOp("delete", None, 100.0, 3),
+        ("p1", S, "b.md"): LocalOp("delete", None, 100.0, 4),
+    }
+    still = {S: {"a.md": "x", "b.md": "y"}}
+    local = {("p1", S): {}}
+    reported = {("p1", S): (2, ["a.md"])}
+    assert check_local_ops(ops, local, still, {S: []}, {}, SESSIONS, reported) == []
+    excused = held_at_end(ops, still, {S: []}, {}, SESSIONS, reported)
+    assert check_store_shape(still, local, {S: ["p1"]}, excused) == []
+    too_few = {("p1", S): (1, ["a.md"])}
+    assert _kinds(check_local_ops(ops, local, still, {S: []}, {}, SESSIONS, too_few)) == [
+        "delete_not_applied",
+        "delete_not_applied",
+    ]
+    wrong_name = {("p1", S): (2, ["c.md"])}
+    assert len(check_local_ops(ops, local, still, {S: []}, {}, SESSIONS, wrong_name)) == 2
+    assert _kinds(check_store_shape(still, local, {S: ["p1"]}, {})) == ["stray", "stray"]

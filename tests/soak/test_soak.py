@@ -27,11 +27,7 @@ if TYPE_CHECKING:  # the fixture's type; the module name ``conftest`` is ambiguo
 
 LONG = os.environ.get("MEMSYNC_SOAK_LONG") == "1"
 DEFAULT_OPS = 100_000 if LONG else 10_000
-# A synced folder replaced by a file (or the reverse) while the store gains or changes a memory below that
-# path (another session, another client) leaves both sides stuck: the agent neither yields to the store nor
-# reports the loss as a conflict. Its own test below is an expected failure until the agent handles it.
-KNOWN_FAILING = ("swap",)
-DEFAULT_KINDS = tuple(k for k in ALL_KINDS if k not in KNOWN_FAILING)
+DEFAULT_KINDS = ALL_KINDS
 SHORT_OPS = 1_500
 
 pytestmark = pytest.mark.timeout(6 * 3600 if LONG else 1200)
@@ -93,10 +89,6 @@ def test_soak_with_unreadable_files(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a file<->folder swap clashing with a remote memory below the path gets stuck, unreported",
-)
 def test_soak_with_file_directory_swaps(
     request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path
 ) -> None:

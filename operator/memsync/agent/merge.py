@@ -189,7 +189,7 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
         _merge_path(inp, plan, rel, candidates)
     _corroborated_deletes(inp, plan, candidates)
     _defer_blocked_creates(inp, plan, candidates)
-    _yield_clashing_creates(plan)
+    _yield_clashing_creates(inp, plan)
     # A prior entry lasts until its path is back in the baseline, or the store no longer holds those bytes.
     plan.prior = {
         rel: sha
@@ -362,32 +362,41 @@ def _defer_blocked_creates(inp: SyncInput, plan: SyncPlan, candidates: list[str]
     plan.uploads = keep
 
 
-def _yield_clashing_creates(plan: SyncPlan) -> None:
+def _yield_clashing_creates(inp: SyncInput, plan: SyncPlan) -> None:
     """A create that clashes with a memory being pulled loses, as any local edit loses to a remote change.
 
     A local file where the store holds memories below its path (a folder there), or a local file inside a
     folder whose path the store holds as a memory (a file there): both cannot be in the store, and the store
     refuses the create for as long as its memory lives. The store wins: the local file is dropped (kept as a
-    conflict copy under ``keepLocalCopy``) before the pulls, which then write the store's version.
+    conflict copy under ``keepLocalCopy``) before the pulls, which then write the store's version. A create
+    deferred behind this session's own deletes loses too when such a pull is in its way.
     """
     pulled = {p.rel for p in plan.pulls}
     if not pulled:
         return
     folders = {a for rel in pulled for a in _ancestors(rel)}
+
+    def clash_at(rel: str) -> str | None:
+        return rel if rel in folders else next((a for a in _ancestors(rel) if a in pulled), None)
+
+    def lose(rel: str, sha: str, at: str) -> None:
+        plan.clashes.append(Clash(rel, sha, at))
+        plan.conflicts.append(rel)
+        plan.events.append(Event(logging.WARNING, messages.PATH_CLASH, rel))
+
     keep: list[Upload] = []
     for upload in plan.uploads:
-        at = (
-            upload.rel
-            if upload.rel in folders
-            else next((a for a in _ancestors(upload.rel) if a in pulled), None)
-        )
+        at = clash_at(upload.rel)
         if upload.remote_id is not None or at is None:
             keep.append(upload)
-            continue
-        plan.clashes.append(Clash(upload.rel, upload.local_sha, at))
-        plan.conflicts.append(upload.rel)
-        plan.events.append(Event(logging.WARNING, messages.PATH_CLASH, upload.rel))
+        else:
+            lose(upload.rel, upload.local_sha, at)
     plan.uploads = keep
+    for rel in sorted(plan.deferred):
+        at = clash_at(rel)
+        if at is not None and rel in inp.local:
+            del plan.deferred[rel]
+            lose(rel, inp.local[rel], at)
 
 
 def plan_flush(
