@@ -173,6 +173,30 @@ async def test_a_create_waiting_for_its_own_deletes_loses_to_a_remote_edit_in_it
         await h.aclose()
 
 
+async def test_an_empty_folder_left_where_a_memory_is_pulled_gives_way(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    """A file replaced by a folder whose files then moved away leaves empty folders: they hold nothing, so
+    the store's version of the path is written there instead of failing every pass."""
+    h = await make(store_server, tmp_path, files=FILES, delete_window=0)
+    try:
+        (h.root / "a.md").unlink()
+        (h.root / "a.md" / "sub").mkdir(parents=True)
+        (h.root / "b.md").unlink()
+        (h.root / "b.md").mkdir()
+        h.write("b.md/keep.md", "a file in the way")
+        await h.put("a.md", "remote edit")
+        await h.put("b.md", "remote b")
+        await h.sync()
+        assert h.local_files().get("a.md") == "remote edit"
+        assert not logged(caplog_agent, "memory not written to disk")
+        # a folder that holds a file is not removed: the file clashes and loses, as a conflict
+        assert h.local_files().get("b.md") == "remote b"
+        assert [r.path for r in logged(caplog_agent, messages.PATH_CLASH)] == ["/b.md/keep.md"]
+    finally:
+        await h.aclose()
+
+
 async def test_a_push_only_flush_counts_a_create_in_the_way_of_its_own_memory_as_unsent(
     store_server, tmp_path: Path
 ) -> None:

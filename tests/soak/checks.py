@@ -12,8 +12,9 @@ hold at the end, what the agents reported, and what went over the wire. Each ret
   that session sent as the precondition;
 - no memory is duplicated (one unique content live at two paths) or stray (live at a path no attached
   folder holds);
-- every sidecar ended with a complete flush and nothing unsent, except files left unreadable at the end: those
-  are exactly the unsent ones, counted and named in the termination report.
+- every sidecar ended with a complete flush and nothing unsent, except files left unreadable at the end and
+  new files waiting behind a delete the cap held at the end (named by the agent's warning): those are exactly
+  the unsent ones, the unreadable ones counted and named in the termination report.
 """
 
 from __future__ import annotations
@@ -197,6 +198,23 @@ def held_at_end(  # noqa: PLR0917 - plain-data inputs of check_local_ops
     return out
 
 
+def waiting_behind(
+    held: Mapping[Folder, set[str]], final_local: Mapping[Folder, Mapping[str, str | None]]
+) -> dict[Folder, set[str]]:
+    """Local files whose create waits for one of the folder's held deletes (a file replaced by a folder of
+    the same name, or the reverse): not saved when the session ends, by the documented cap."""
+    out: dict[Folder, set[str]] = {}
+    for folder, rels in held.items():
+        below = {r + "/" for r in rels}
+        ancestors = {"/".join(r.split("/")[:i]) for r in rels for i in range(1, r.count("/") + 1)}
+        waiting = {
+            f for f in final_local.get(folder, {}) if f in ancestors or any(f.startswith(b) for b in below)
+        }
+        if waiting:
+            out[folder] = waiting
+    return out
+
+
 def check_local_ops(  # noqa: PLR0917 - plain-data inputs, named at the one call site
     ops: Mapping[tuple[str, str, str], LocalOp],
     final_local: Mapping[Folder, Mapping[str, str | None]],
@@ -208,6 +226,7 @@ def check_local_ops(  # noqa: PLR0917 - plain-data inputs, named at the one call
 ) -> list[Violation]:
     out: list[Violation] = []
     excused = held_at_end(ops, live, versions, reports, sessions, held or {})
+    waiting = waiting_behind(excused, final_local)
     for (pod, store_id, rel), last in sorted(ops.items()):
         history = versions.get(store_id, [])
         where = f"{pod} {store_id} {rel} (op {last.op}: {last.source or last.kind})"
@@ -224,6 +243,10 @@ def check_local_ops(  # noqa: PLR0917 - plain-data inputs, named at the one call
                 continue
             if _reported(reports.get(pod, []), store_id, rel, last.at - 1, WRITE_LOST):
                 continue
+            if rel in waiting.get((pod, store_id), set()) and _reported(
+                reports.get(pod, []), store_id, rel, 0.0, (messages.WAITS_FOR_DELETE,)
+            ):
+                continue  # behind a delete the cap held at the end: named, and counted unsent
             out.append(
                 Violation("lost_edit", f"{where}: never reached the store and no conflict was reported")
             )
@@ -245,9 +268,12 @@ def check_store_shape(
     out: list[Violation] = []
     for store_id, memories in sorted(live.items()):
         counts = Counter(memories.values())
+        going = {rel for (_, sid), rels in (held or {}).items() if sid == store_id for rel in rels}
         for content, n in counts.items():
             if n > 1:
                 paths = sorted(p for p, c in memories.items() if c == content)
+                if len(set(paths) - going) <= 1:
+                    continue  # a rename whose old path's delete the cap held at the end
                 out.append(Violation("duplicate", f"{store_id}: the same content is live at {paths}"))
         kept = {rel for pod in attached[store_id] for rel in final_local.get((pod, store_id), {})}
         kept |= {rel for (_, sid), rels in (held or {}).items() if sid == store_id for rel in rels}
@@ -260,28 +286,31 @@ def check_terminations(
     exits: Mapping[str, int],
     terminations: Mapping[str, dict[str, Any]],
     unreadable: Mapping[Folder, set[str]] | None = None,
+    waiting: Mapping[Folder, set[str]] | None = None,
 ) -> list[Violation]:
     """Every sidecar flushed everything, except the files left unreadable at the end (``unreadable``): those,
     and only those, are unsent, counted and named (a sample of at most ``SAMPLE_MAX``) in the report; the exit
     code then says the flush was incomplete."""
     out: list[Violation] = []
     unreadable = unreadable or {}
+    waiting = waiting or {}
     for pod, code in sorted(exits.items()):
         term = terminations.get(pod, {})
         stores: dict[str, dict[str, Any]] = term.get("stores", {})
         left = {sid: paths for (p, sid), paths in unreadable.items() if p == pod and paths}
+        behind = {sid: paths for (p, sid), paths in waiting.items() if p == pod and paths}
         wrong = []
-        for sid in sorted(set(stores) | set(left)):
+        for sid in sorted(set(stores) | set(left) | set(behind)):
             s, expected = stores.get(sid, {}), left.get(sid, set())
             named = set(s.get("unreadable_paths", []))
             if (
-                s.get("unsent", 0) != len(expected)
+                s.get("unsent", 0) != len(expected | behind.get(sid, set()))
                 or s.get("unreadable", 0) != len(expected)
                 or not named <= expected
                 or len(named) != min(len(expected), SAMPLE_MAX)
             ):
                 wrong.append(f"{sid}: unreadable at the end {sorted(expected)}")
-        complete = not left
+        complete = not left and not behind
         if wrong or code != (0 if complete else 1) or term.get("phase") != "flushed":
             out.append(
                 Violation("flush_incomplete", f"{pod}: exit {code}, {wrong}, termination report {term}")

@@ -375,7 +375,9 @@ class Soak:
         violations = [
             *checks.check_local_ops(self.last_local, final_local, live, versions, reports, sessions, held),
             *checks.check_store_shape(live, final_local, self.attached, excused),
-            *checks.check_terminations(exits, terminations, unreadable),
+            *checks.check_terminations(
+                exits, terminations, unreadable, checks.waiting_behind(excused, final_local)
+            ),
             *checks.check_overwrites(versions, self.sent, sessions),
             *(checks.Violation("no_precondition", w) for w in self.wire_violations),
         ]

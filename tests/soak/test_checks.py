@@ -14,6 +14,7 @@ from .checks import (
     check_store_shape,
     check_terminations,
     held_at_end,
+    waiting_behind,
 )
 
 S = "memstore_a"
@@ -162,3 +163,13 @@ def test_deletes_held_by_the_cap_at_the_end_are_excused_only_as_reported() -> No
     wrong_name = {("p1", S): (2, ["c.md"])}
     assert len(check_local_ops(ops, local, still, {S: []}, {}, SESSIONS, wrong_name)) == 2
     assert _kinds(check_store_shape(still, local, {S: ["p1"]}, {})) == ["stray", "stray"]
+
+
+def test_new_files_behind_a_held_delete_are_unsent_only_as_named() -> None:
+    held = {("p1", S): {"a.md", "notes/c.md"}}
+    local = {("p1", S): {"a.md/inside.md": "1", "notes": "2", "other.md": "3"}}
+    waiting = waiting_behind(held, local)
+    assert waiting == {("p1", S): {"a.md/inside.md", "notes"}}
+    report = {"phase": "flushed", "complete": False, "stores": {S: {"unsent": 2}}}
+    assert check_terminations({"p1": 1}, {"p1": report}, {}, waiting) == []
+    assert _kinds(check_terminations({"p1": 1}, {"p1": report}, {}, {})) == ["flush_incomplete"]

@@ -886,6 +886,8 @@ class StoreSync:
                 # Re-check right before overwriting: an edit made since the scan is never clobbered silently;
                 # the next pass sees it and applies the rules (with their warnings).
                 try:
+                    if item.local_sha is None:  # no file was there; an empty folder may be, left by a move
+                        root.remove_empty_folder(item.rel)
                     if root.sha_of(item.rel) != item.local_sha:
                         return _CHANGED_SINCE_SCAN
                     if item.conflict and self.config.conflict_policy == "keepLocalCopy":
