@@ -5,6 +5,7 @@ write locally. Each must be counted and named, never silently dropped or reporte
 
 from __future__ import annotations
 
+import errno
 import logging
 import shutil
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from memsync.agent import messages
 from memsync.agent.conflicts import conflict_copy_name
+from memsync.agent.localfs import StoreRoot
 from support.sync_harness import Harness, make_harness
 
 FILES = {"a.md": "alpha", "b.md": "bravo", "notes/c.md": "charlie", "notes/d.md": "delta"}
@@ -193,6 +195,35 @@ async def test_an_empty_folder_left_where_a_memory_is_pulled_gives_way(
         # a folder that holds a file is not removed: the file clashes and loses, as a conflict
         assert h.local_files().get("b.md") == "remote b"
         assert [r.path for r in logged(caplog_agent, messages.PATH_CLASH)] == ["/b.md/keep.md"]
+    finally:
+        await h.aclose()
+
+
+async def test_a_file_made_unreadable_between_scan_and_upload_stops_nothing_else(
+    store_server, tmp_path: Path, caplog_agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan read it; by the time its upload reads it, it is mode 000 (the OS error is injected: the tests
+    run as root). The pass goes on with every other file, and the final flush counts it unsent."""
+    h = await make(store_server, tmp_path, files=FILES, delete_window=0)
+    real = StoreRoot.read_bytes
+
+    def read_bytes(self: StoreRoot, rel: str) -> bytes:
+        if rel == "a.md":
+            raise PermissionError(errno.EACCES, "Permission denied", "a.md")
+        return real(self, rel)
+
+    try:
+        h.write("a.md", "edit a")
+        h.write("b.md", "edit b")
+        await h.put("notes/c.md", "remote c")
+        monkeypatch.setattr(StoreRoot, "read_bytes", read_bytes)
+        await h.sync()
+        remote = await h.remote()
+        assert remote["b.md"] == "edit b" and remote["a.md"] == "alpha"
+        assert h.local_files()["notes/c.md"] == "remote c"
+        assert [r.path for r in logged(caplog_agent, messages.UNREADABLE)] == ["/a.md"]
+        out = await h.final()
+        assert not out.complete and out.stores[h.store_id]["unsent"] == 1
     finally:
         await h.aclose()
 

@@ -4,9 +4,10 @@ hold at the end, what the agents reported, and what went over the wire. Each ret
 - every local edit is in the store (some version has its content), or the agent reported a conflict for
   that path after the edit; a file still unreadable at the end is reported by name instead;
 - every local delete reached the store, or the session's end reported it held back by the delete cap (the
-  count covers it and every path named is such a delete), or another writer changed that path after it (after
-  the file became unreadable, when it was deleted unreadable: the agent cannot know that memory is the
-  file's), or the agent reported that the delete lost;
+  count covers it and every path named is such a delete), or another writer changed that path after it, or
+  after the file became unreadable (the agent cannot know that memory is the file's), or after the test last
+  wrote the file when the store holds other content than the file did (both wrote the path: a conflict the
+  store wins), or the agent reported that the delete lost;
 - no write overwrote a memory without a precondition: every agent update and delete carried one, and in the
   version history every session version that follows another version of its memory follows one whose hash
   that session sent as the precondition;
@@ -28,6 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from memsync.agent import messages
+from memsync.api.hashing import content_sha256
 from memsync.contracts.report import SAMPLE_MAX
 
 WRITE_LOST = (messages.BOTH_CHANGED, messages.UPLOAD_LOST, messages.RECREATING, messages.PATH_CLASH)
@@ -49,12 +51,14 @@ class LocalOp:
     """The last thing the test did to one path of one folder."""
 
     kind: str  # "write" or "delete"
-    sha256: str | None  # of the content written
+    sha256: str | None  # of the content written (or deleted; None when it could not be read)
     at: float  # unix time
     op: int
     source: str = ""  # the operation kind that did it (create, edit, rename, swap, ...)
     # a delete of a file that was unreadable since this time: the agent last saw the path then
     blind_since: float | None = None
+    # a delete of a file the test last wrote at this time (None: the agent wrote it, or the seed)
+    written_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -165,9 +169,12 @@ def _delete_applied(  # noqa: PLR0917 - plain-data inputs of check_local_ops
 ) -> bool:
     """Gone from the store, or excused: another writer changed the path after the agent last saw the file,
     or the agent reported that the delete lost."""
-    if rel not in live.get(store_id, {}):
+    content = live.get(store_id, {}).get(rel)
+    if content is None:
         return True
-    seen = last.at if last.blind_since is None else min(last.at, last.blind_since)
+    seen = min(t for t in (last.at, last.blind_since, last.written_at) if t is not None)
+    if last.written_at is not None and content_sha256(content) == last.sha256:
+        seen = last.at  # the store holds what the file held: the delete had to go
     history = versions.get(store_id, [])
     if any(v.path == rel and v.at >= seen - 1 and v.actor != sessions[pod] for v in history):
         return True

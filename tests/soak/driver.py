@@ -173,11 +173,22 @@ class Soak:
         return [m async for m in self.admin.list_memories(store_id, limit=100)]
 
     def _record(self, pod: Pod, sid: str, rel: str, kind: str, content: str | None, op: int) -> None:  # noqa: PLR0917
+        """A write (``content`` written) or a delete (``content``: what the file held, None when unknown)."""
+        key = (pod.name, sid, rel)
         sha = content_sha256(content) if content is not None else None
-        blind = self.unreadable_since.pop((pod.name, sid, rel), None)  # written or gone: readable, or nothing
-        self.last_local[(pod.name, sid, rel)] = checks.LocalOp(
-            kind, sha, time.time(), op, self.current, blind if kind == "delete" else None
+        blind = self.unreadable_since.pop(key, None)  # written or gone: readable, or nothing
+        before = self.last_local.get(key)
+        written = before.at if kind == "delete" and before is not None and before.kind == "write" else None
+        self.last_local[key] = checks.LocalOp(
+            kind, sha, time.time(), op, self.current, blind if kind == "delete" else None, written
         )
+
+    def _held(self, pod: Pod, sid: str, rel: str) -> str | None:
+        """What a file about to be deleted holds (None when it cannot be read)."""
+        try:
+            return (pod.folder(sid) / rel).read_text() if self._readable(pod, sid, rel) else None
+        except (OSError, UnicodeDecodeError):
+            return None
 
     def _write(self, pod: Pod, sid: str, rel: str, op: int) -> None:
         content = f"{pod.name} {rel} op{op} {self.rng.getrandbits(32):08x}\n"
@@ -227,8 +238,9 @@ class Soak:
                 return False
             self._write(pod, sid, rel, op)
         elif kind == "delete":
+            held = self._held(pod, sid, rel)
             path.unlink()
-            self._record(pod, sid, rel, "delete", None, op)
+            self._record(pod, sid, rel, "delete", held, op)
         elif kind == "rename":
             new = self.rng.choice(DIRS) + self.rng.choice(NAMES)
             if new == rel or (root / new).exists() or not self._readable(pod, sid, rel):
@@ -236,7 +248,7 @@ class Soak:
             content = path.read_text()
             (root / new).parent.mkdir(parents=True, exist_ok=True)
             os.rename(path, root / new)
-            self._record(pod, sid, rel, "delete", None, op)
+            self._record(pod, sid, rel, "delete", content, op)
             self._record(pod, sid, new, "write", content, op)
         elif kind == "unreadable":
             readable = self._readable(pod, sid, rel)
@@ -258,12 +270,13 @@ class Soak:
             for dirpath, _, names in os.walk(root / parent):
                 for name in names:
                     below = (Path(dirpath) / name).relative_to(root).as_posix()
-                    self._record(pod, sid, below, "delete", None, op)
+                    self._record(pod, sid, below, "delete", self._held(pod, sid, below), op)
             shutil.rmtree(root / parent)
             self._write(pod, sid, parent, op)
             return True
+        held = self._held(pod, sid, rel)
         (root / rel).unlink()
-        self._record(pod, sid, rel, "delete", None, op)
+        self._record(pod, sid, rel, "delete", held, op)
         self._write(pod, sid, f"{rel}/inner.md", op)
         return True
 

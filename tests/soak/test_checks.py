@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memsync.agent import messages
+from memsync.api.hashing import content_sha256
 
 from .checks import (
     LocalOp,
@@ -173,3 +174,18 @@ def test_new_files_behind_a_held_delete_are_unsent_only_as_named() -> None:
     report = {"phase": "flushed", "complete": False, "stores": {S: {"unsent": 2}}}
     assert check_terminations({"p1": 1}, {"p1": report}, {}, waiting) == []
     assert _kinds(check_terminations({"p1": 1}, {"p1": report}, {}, {})) == ["flush_incomplete"]
+
+
+def test_a_delete_after_both_wrote_the_path_may_lose_to_the_store() -> None:
+    mine = content_sha256("mine")
+    op = {("p1", S, "a.md"): LocalOp("delete", mine, 100.0, 3, "delete", written_at=50.0)}
+    admin_between = {S: [Version("a.md", "s", 70.0, "apikey_admin")]}
+    assert check_local_ops(op, {}, {S: {"a.md": "theirs"}}, admin_between, {}, SESSIONS) == []
+    # the store holds what the file held (the agent had it): the delete had to go
+    assert _kinds(check_local_ops(op, {}, {S: {"a.md": "mine"}}, admin_between, {}, SESSIONS)) == [
+        "delete_not_applied"
+    ]
+    admin_before = {S: [Version("a.md", "s", 40.0, "apikey_admin")]}
+    assert _kinds(check_local_ops(op, {}, {S: {"a.md": "theirs"}}, admin_before, {}, SESSIONS)) == [
+        "delete_not_applied"
+    ]

@@ -649,7 +649,11 @@ class StoreSync:
                     "memory deleted in the store; removed the local file", extra=self._extra(item.rel)
                 )
             elif outcome is False:
-                sha = await asyncio.to_thread(root.sha_of, item.rel)
+                try:
+                    sha = await asyncio.to_thread(root.sha_of, item.rel)
+                except OSError as exc:  # made unreadable meanwhile: left alone, the next scan decides
+                    logger.warning("failed to remove local file", extra=self._extra(item.rel, error=str(exc)))
+                    continue
                 if sha is None:
                     continue
                 if self.store.read_only:
@@ -663,14 +667,17 @@ class StoreSync:
 
     # --- uploads (reference §5.6) -------------------------------------------------------------------------
 
-    def _read_for_upload(self, root: StoreRoot, upload: Upload) -> tuple[str, str] | str | None:
-        """(content, sha) to send; a refusal "sha:reason" (non-UTF-8, too big); None when gone or no file."""
+    def _read_for_upload(self, root: StoreRoot, upload: Upload) -> tuple[str, str] | str | OSError | None:
+        """(content, sha) to send; a refusal "sha:reason" (non-UTF-8, too big); None when gone or no file; the
+        error when it cannot be read now (made unreadable since the scan): not sent, the next scan decides."""
         try:
             data = root.read_bytes(upload.rel)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except NotRegularFile:
             return None
+        except OSError as exc:
+            return exc
         sha = sha256_bytes(data)
         if len(data) > MAX_CONTENT_BYTES:
             return f"{sha}:over the {MAX_CONTENT_BYTES}-byte limit ({len(data)} bytes)"
@@ -685,11 +692,15 @@ class StoreSync:
         if not uploads:
             return
 
-        def read_all() -> list[tuple[Upload, tuple[str, str] | str | None]]:
+        def read_all() -> list[tuple[Upload, tuple[str, str] | str | OSError | None]]:
             return [(u, self._read_for_upload(root, u)) for u in uploads]
 
         ready: list[tuple[Upload, str, str]] = []
         for upload, read in await asyncio.to_thread(read_all):
+            if isinstance(read, OSError):  # still unsent: a flush counts it
+                why = read.strerror or type(read).__name__
+                self._warn_once(messages.UNREADABLE, upload.rel, why, reason=why)
+                continue
             if read is None:
                 if progress is not None:
                     progress.settled += 1
