@@ -33,7 +33,8 @@ from memsync.api.hashing import content_sha256
 from memsync.contracts.report import SAMPLE_MAX
 
 WRITE_LOST = (messages.BOTH_CHANGED, messages.UPLOAD_LOST, messages.RECREATING, messages.PATH_CLASH)
-DELETE_LOST = (messages.RESTORING, messages.DELETE_LOST)
+# The store's version kept at the path after the delete: the delete lost, reported as a conflict.
+DELETE_LOST = (messages.RESTORING, messages.DELETE_LOST, messages.BOTH_CHANGED, messages.UPLOAD_LOST)
 CONFLICTS = (
     messages.BOTH_CHANGED,
     messages.UPLOAD_LOST,
