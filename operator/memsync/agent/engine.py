@@ -532,6 +532,7 @@ class StoreSync:
                     local=result.files,
                     baseline=state.baseline,
                     blocked=frozenset(result.blocked),
+                    blocked_files=frozenset(result.unreadable_files),
                     refused=state.refused_shas,
                     pending=state.pending_deletes,
                     sent=state.sent_shas,

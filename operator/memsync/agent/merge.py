@@ -87,6 +87,7 @@ class SyncInput:
     local: Mapping[str, str]
     baseline: Mapping[str, str]
     blocked: Set[str] = frozenset()
+    blocked_files: Set[str] = frozenset()  # of those, unreadable regular files
     refused: Mapping[str, str] = field(default_factory=dict)
     pending: Mapping[str, float] = field(default_factory=dict)
     sent: Mapping[str, str] = field(default_factory=dict)
@@ -155,11 +156,13 @@ def trust(root: RootStatus, marker_ok: bool, entries: int, baseline_size: int) -
     return "sync"
 
 
-def _under_blocked(rel: str, blocked: Set[str]) -> bool:
+def _under_blocked(rel: str, blocked: Set[str], files: Set[str] = frozenset()) -> bool:
+    """At or below a blocked entry; below a blocked regular file (``files``) nothing can be, so a path there
+    is simply absent locally."""
     if rel in blocked:
         return True
     parts = rel.split("/")
-    return any("/".join(parts[:i]) in blocked for i in range(1, len(parts)))
+    return any((a := "/".join(parts[:i])) in blocked and a not in files for i in range(1, len(parts)))
 
 
 def plan_sync(inp: SyncInput) -> SyncPlan:
@@ -181,7 +184,7 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
     candidates: list[str] = []
     paths = set(inp.remote) | set(inp.local) | set(baseline)
     for rel in sorted(paths):
-        if _under_blocked(rel, inp.blocked):
+        if _under_blocked(rel, inp.blocked, inp.blocked_files):
             # A symlink, FIFO... (or something below one) sits here: never pull over it, never push it,
             # never take it for a deletion. The scan's caller warns about it.
             plan.pending.pop(rel, None)
