@@ -5,6 +5,7 @@ write locally. Each must be counted and named, never silently dropped or reporte
 
 from __future__ import annotations
 
+import errno
 import logging
 import shutil
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from memsync.agent import messages
 from memsync.agent.conflicts import conflict_copy_name
+from memsync.agent.localfs import StoreRoot
 from support.sync_harness import Harness, make_harness
 
 FILES = {"a.md": "alpha", "b.md": "bravo", "notes/c.md": "charlie", "notes/d.md": "delta"}
@@ -91,6 +93,137 @@ async def test_folder_replaced_by_a_file_deletes_the_memories_then_uploads_the_f
         remote = await h.remote()
         assert remote == {"a.md": "alpha", "b.md": "bravo", "notes": "now a file"}
         assert h.read("notes") == "now a file"
+    finally:
+        await h.aclose()
+
+
+async def test_file_replaced_by_a_folder_loses_to_a_remote_edit_of_the_file(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    """The store cannot hold both ``a.md`` and ``a.md/inside.md``: the remote edit wins, as in any conflict,
+    and the local folder gives way instead of both sides waiting for each other for the whole session."""
+    h = await make(store_server, tmp_path, files=FILES, delete_window=0)
+    try:
+        (h.root / "a.md").unlink()
+        h.write("a.md/inside.md", "now a folder")
+        await h.put("a.md", "remote edit")
+        await h.sync()
+        assert h.local_files().get("a.md") == "remote edit"
+        assert [r.path for r in logged(caplog_agent, messages.PATH_CLASH)] == ["/a.md/inside.md"]
+        out = await h.final()
+        assert out.complete and out.report.totals[h.store_id].conflicts >= 1
+        remote = await h.remote()
+        assert remote["a.md"] == "remote edit" and "a.md/inside.md" not in remote
+        assert not logged(caplog_agent, messages.PATH_TAKEN)
+    finally:
+        await h.aclose()
+
+
+async def test_folder_replaced_by_a_file_loses_to_a_remote_edit_below_it_and_keeps_a_copy(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    h = await make(
+        store_server,
+        tmp_path,
+        files=FILES,
+        delete_window=0,
+        conflict_policy="keepLocalCopy",
+        session_id="sesn_keep",
+    )
+    try:
+        h.clock.now = 1_796_065_588.0  # 2026-11-30T19:06:28Z
+        shutil.rmtree(h.root / "notes")
+        h.write("notes", "now a file")
+        await h.put("notes/c.md", "remote edit")
+        await h.sync()
+        copy = "notes.conflict-sesn_keep-20261130T190628Z"
+        local = h.local_files()
+        assert local["notes/c.md"] == "remote edit" and local[copy] == "now a file"
+        assert logged(caplog_agent, messages.PATH_CLASH) and logged(caplog_agent, messages.CONFLICT_COPY)
+        out = await h.final()
+        assert out.complete
+        # notes/d.md was deleted locally and unchanged remotely: an ordinary deletion
+        assert await h.remote() == {
+            "a.md": "alpha",
+            "b.md": "bravo",
+            "notes/c.md": "remote edit",
+            copy: "now a file",
+        }
+        assert not logged(caplog_agent, messages.PATH_TAKEN)
+    finally:
+        await h.aclose()
+
+
+async def test_a_create_waiting_for_its_own_deletes_loses_to_a_remote_edit_in_its_way(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    """While the old memories' deletes wait (window or cap), one of them is changed remotely: it comes back,
+    and the file in its way gives way, rather than the pull failing every pass."""
+    h = await make(store_server, tmp_path, files=FILES, delete_window=30)
+    try:
+        shutil.rmtree(h.root / "notes")
+        h.write("notes", "now a file")
+        await h.put("notes/c.md", "remote edit")
+        await h.sync()
+        assert h.local_files().get("notes/c.md") == "remote edit"
+        assert [r.path for r in logged(caplog_agent, messages.PATH_CLASH)] == ["/notes"]
+        assert not logged(caplog_agent, "memory not written to disk")
+        out = await h.final()
+        assert out.complete
+        assert await h.remote() == {"a.md": "alpha", "b.md": "bravo", "notes/c.md": "remote edit"}
+    finally:
+        await h.aclose()
+
+
+async def test_an_empty_folder_left_where_a_memory_is_pulled_gives_way(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    """A file replaced by a folder whose files then moved away leaves empty folders: they hold nothing, so
+    the store's version of the path is written there instead of failing every pass."""
+    h = await make(store_server, tmp_path, files=FILES, delete_window=0)
+    try:
+        (h.root / "a.md").unlink()
+        (h.root / "a.md" / "sub").mkdir(parents=True)
+        (h.root / "b.md").unlink()
+        (h.root / "b.md").mkdir()
+        h.write("b.md/keep.md", "a file in the way")
+        await h.put("a.md", "remote edit")
+        await h.put("b.md", "remote b")
+        await h.sync()
+        assert h.local_files().get("a.md") == "remote edit"
+        assert not logged(caplog_agent, "memory not written to disk")
+        # a folder that holds a file is not removed: the file clashes and loses, as a conflict
+        assert h.local_files().get("b.md") == "remote b"
+        assert [r.path for r in logged(caplog_agent, messages.PATH_CLASH)] == ["/b.md/keep.md"]
+    finally:
+        await h.aclose()
+
+
+async def test_a_file_made_unreadable_between_scan_and_upload_stops_nothing_else(
+    store_server, tmp_path: Path, caplog_agent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan read it; by the time its upload reads it, it is mode 000 (the OS error is injected: the tests
+    run as root). The pass goes on with every other file, and the final flush counts it unsent."""
+    h = await make(store_server, tmp_path, files=FILES, delete_window=0)
+    real = StoreRoot.read_bytes
+
+    def read_bytes(self: StoreRoot, rel: str) -> bytes:
+        if rel == "a.md":
+            raise PermissionError(errno.EACCES, "Permission denied", "a.md")
+        return real(self, rel)
+
+    try:
+        h.write("a.md", "edit a")
+        h.write("b.md", "edit b")
+        await h.put("notes/c.md", "remote c")
+        monkeypatch.setattr(StoreRoot, "read_bytes", read_bytes)
+        await h.sync()
+        remote = await h.remote()
+        assert remote["b.md"] == "edit b" and remote["a.md"] == "alpha"
+        assert h.local_files()["notes/c.md"] == "remote c"
+        assert [r.path for r in logged(caplog_agent, messages.UNREADABLE)] == ["/a.md"]
+        out = await h.final()
+        assert not out.complete and out.stores[h.store_id]["unsent"] == 1
     finally:
         await h.aclose()
 

@@ -3,14 +3,19 @@ hold at the end, what the agents reported, and what went over the wire. Each ret
 
 - every local edit is in the store (some version has its content), or the agent reported a conflict for
   that path after the edit; a file still unreadable at the end is reported by name instead;
-- every local delete reached the store, unless another writer changed that path after it or the agent
-  reported that the delete lost;
+- every local delete reached the store, or the session's end reported it held back by the delete cap (the
+  count covers it and every path named is such a delete), or another writer changed that path after it, or
+  after the file became unreadable (the agent cannot know that memory is the file's), or after the test last
+  wrote the file when the store holds other content than the file did (both wrote the path: a conflict the
+  store wins), or the agent reported that the delete lost;
 - no write overwrote a memory without a precondition: every agent update and delete carried one, and in the
   version history every session version that follows another version of its memory follows one whose hash
   that session sent as the precondition;
 - no memory is duplicated (one unique content live at two paths) or stray (live at a path no attached
   folder holds);
-- every sidecar ended with a complete flush and nothing unsent.
+- every sidecar ended with a complete flush and nothing unsent, except files left unreadable at the end and
+  new files waiting behind a delete the cap held at the end (named by the agent's warning): those are exactly
+  the unsent ones, the unreadable ones counted and named in the termination report.
 """
 
 from __future__ import annotations
@@ -24,10 +29,19 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from memsync.agent import messages
+from memsync.api.hashing import content_sha256
+from memsync.contracts.report import SAMPLE_MAX
 
-WRITE_LOST = (messages.BOTH_CHANGED, messages.UPLOAD_LOST, messages.RECREATING)
-DELETE_LOST = (messages.RESTORING, messages.DELETE_LOST)
-CONFLICTS = (messages.BOTH_CHANGED, messages.UPLOAD_LOST, messages.RESTORING, messages.DELETE_LOST)
+WRITE_LOST = (messages.BOTH_CHANGED, messages.UPLOAD_LOST, messages.RECREATING, messages.PATH_CLASH)
+# The store's version kept at the path after the delete: the delete lost, reported as a conflict.
+DELETE_LOST = (messages.RESTORING, messages.DELETE_LOST, messages.BOTH_CHANGED, messages.UPLOAD_LOST)
+CONFLICTS = (
+    messages.BOTH_CHANGED,
+    messages.UPLOAD_LOST,
+    messages.RESTORING,
+    messages.DELETE_LOST,
+    messages.PATH_CLASH,
+)
 _MEMORY_URL = re.compile(r"^/v1/memory_stores/[^/]+/memories/[^/?]+$")
 
 Folder = tuple[str, str]  # (pod, store id)
@@ -38,10 +52,14 @@ class LocalOp:
     """The last thing the test did to one path of one folder."""
 
     kind: str  # "write" or "delete"
-    sha256: str | None  # of the content written
+    sha256: str | None  # of the content written (or deleted; None when it could not be read)
     at: float  # unix time
     op: int
     source: str = ""  # the operation kind that did it (create, edit, rename, swap, ...)
+    # a delete of a file that was unreadable since this time: the agent last saw the path then
+    blind_since: float | None = None
+    # a delete of a file the test last wrote at this time (None: the agent wrote it, or the seed)
+    written_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -137,21 +155,94 @@ def _reported(
     )
 
 
-def check_local_ops(  # noqa: PLR0917 - six plain-data inputs, named at the one call site
+Held = Mapping[Folder, tuple[int, list[str]]]  # (pod, store) -> deletes held by the cap at the end, sample
+
+
+def _delete_applied(  # noqa: PLR0917 - plain-data inputs of check_local_ops
+    pod: str,
+    store_id: str,
+    rel: str,
+    last: LocalOp,
+    live: Mapping[str, Mapping[str, str]],
+    versions: Mapping[str, list[Version]],
+    reports: Mapping[str, list[Report]],
+    sessions: Mapping[str, str],
+) -> bool:
+    """Gone from the store, or excused: another writer changed the path after the agent last saw the file,
+    or the agent reported that the delete lost."""
+    content = live.get(store_id, {}).get(rel)
+    if content is None:
+        return True
+    seen = min(t for t in (last.at, last.blind_since, last.written_at) if t is not None)
+    if last.written_at is not None and content_sha256(content) == last.sha256:
+        seen = last.at  # the store holds what the file held: the delete had to go
+    history = versions.get(store_id, [])
+    if any(v.path == rel and v.at >= seen - 1 and v.actor != sessions[pod] for v in history):
+        return True
+    return _reported(reports.get(pod, []), store_id, rel, last.at - 1, DELETE_LOST)
+
+
+def held_at_end(  # noqa: PLR0917 - plain-data inputs of check_local_ops
+    ops: Mapping[tuple[str, str, str], LocalOp],
+    live: Mapping[str, Mapping[str, str]],
+    versions: Mapping[str, list[Version]],
+    reports: Mapping[str, list[Report]],
+    sessions: Mapping[str, str],
+    held: Held,
+) -> dict[Folder, set[str]]:
+    """The local deletes still in the store that the session's end reported as held back by the delete cap:
+    per folder, all of them when the reported count covers them and every path it names is one of them."""
+    missing: dict[Folder, set[str]] = defaultdict(set)
+    for (pod, store_id, rel), last in ops.items():
+        if last.kind == "delete" and not _delete_applied(
+            pod, store_id, rel, last, live, versions, reports, sessions
+        ):
+            missing[(pod, store_id)].add(rel)
+    out: dict[Folder, set[str]] = {}
+    for folder, rels in missing.items():
+        count, named = held.get(folder, (0, []))
+        if len(rels) <= count and set(named) <= rels:
+            out[folder] = rels
+    return out
+
+
+def waiting_behind(
+    held: Mapping[Folder, set[str]], final_local: Mapping[Folder, Mapping[str, str | None]]
+) -> dict[Folder, set[str]]:
+    """Local files whose create waits for one of the folder's held deletes (a file replaced by a folder of
+    the same name, or the reverse): not saved when the session ends, by the documented cap."""
+    out: dict[Folder, set[str]] = {}
+    for folder, rels in held.items():
+        below = {r + "/" for r in rels}
+        ancestors = {"/".join(r.split("/")[:i]) for r in rels for i in range(1, r.count("/") + 1)}
+        waiting = {
+            f for f in final_local.get(folder, {}) if f in ancestors or any(f.startswith(b) for b in below)
+        }
+        if waiting:
+            out[folder] = waiting
+    return out
+
+
+def check_local_ops(  # noqa: PLR0917 - plain-data inputs, named at the one call site
     ops: Mapping[tuple[str, str, str], LocalOp],
     final_local: Mapping[Folder, Mapping[str, str | None]],
     live: Mapping[str, Mapping[str, str]],
     versions: Mapping[str, list[Version]],
     reports: Mapping[str, list[Report]],
     sessions: Mapping[str, str],
+    held: Held | None = None,
 ) -> list[Violation]:
     out: list[Violation] = []
+    excused = held_at_end(ops, live, versions, reports, sessions, held or {})
+    waiting = waiting_behind(excused, final_local)
     for (pod, store_id, rel), last in sorted(ops.items()):
         history = versions.get(store_id, [])
         where = f"{pod} {store_id} {rel} (op {last.op}: {last.source or last.kind})"
         if last.kind == "write":
             if final_local.get((pod, store_id), {}).get(rel, "") is None:
-                if not _reported(reports.get(pod, []), store_id, rel, last.at - 1, ()):
+                # Named as unreadable at any time: the agent warns once per path and session; the final count
+                # and sample are checked against the termination report (``check_terminations``).
+                if not _reported(reports.get(pod, []), store_id, rel, 0.0, (messages.UNREADABLE,)):
                     out.append(
                         Violation("unreadable_unreported", f"{where}: unreadable at the end, never named")
                     )
@@ -160,17 +251,16 @@ def check_local_ops(  # noqa: PLR0917 - six plain-data inputs, named at the one 
                 continue
             if _reported(reports.get(pod, []), store_id, rel, last.at - 1, WRITE_LOST):
                 continue
+            if rel in waiting.get((pod, store_id), set()) and _reported(
+                reports.get(pod, []), store_id, rel, 0.0, (messages.WAITS_FOR_DELETE,)
+            ):
+                continue  # behind a delete the cap held at the end: named, and counted unsent
             out.append(
                 Violation("lost_edit", f"{where}: never reached the store and no conflict was reported")
             )
-        else:
-            if rel not in live.get(store_id, {}):
-                continue
-            others = [
-                v for v in history if v.path == rel and v.at >= last.at - 1 and v.actor != sessions[pod]
-            ]
-            if others or _reported(reports.get(pod, []), store_id, rel, last.at - 1, DELETE_LOST):
-                continue
+        elif rel not in excused.get((pod, store_id), set()) and not _delete_applied(
+            pod, store_id, rel, last, live, versions, reports, sessions
+        ):
             out.append(Violation("delete_not_applied", f"{where}: deleted locally, still in the store"))
     return out
 
@@ -179,30 +269,62 @@ def check_store_shape(
     live: Mapping[str, Mapping[str, str]],
     final_local: Mapping[Folder, Mapping[str, str | None]],
     attached: Mapping[str, list[str]],
+    held: Mapping[Folder, set[str]] | None = None,
 ) -> list[Violation]:
-    """No content live twice in a store; no live path that no attached folder holds."""
+    """No content live twice in a store; no live path that no attached folder holds, other than local
+    deletes the session's end reported as held back by the delete cap (``held``, from ``held_at_end``)."""
     out: list[Violation] = []
     for store_id, memories in sorted(live.items()):
         counts = Counter(memories.values())
+        going = {rel for (_, sid), rels in (held or {}).items() if sid == store_id for rel in rels}
         for content, n in counts.items():
             if n > 1:
                 paths = sorted(p for p, c in memories.items() if c == content)
+                if len(set(paths) - going) <= 1:
+                    continue  # a rename whose old path's delete the cap held at the end
                 out.append(Violation("duplicate", f"{store_id}: the same content is live at {paths}"))
-        held = {rel for pod in attached[store_id] for rel in final_local.get((pod, store_id), {})}
-        for rel in sorted(set(memories) - held):
+        kept = {rel for pod in attached[store_id] for rel in final_local.get((pod, store_id), {})}
+        kept |= {rel for (_, sid), rels in (held or {}).items() if sid == store_id for rel in rels}
+        for rel in sorted(set(memories) - kept):
             out.append(Violation("stray", f"{store_id} {rel}: live in the store, in no attached folder"))
     return out
 
 
 def check_terminations(
-    exits: Mapping[str, int], terminations: Mapping[str, dict[str, Any]]
+    exits: Mapping[str, int],
+    terminations: Mapping[str, dict[str, Any]],
+    unreadable: Mapping[Folder, set[str]] | None = None,
+    waiting: Mapping[Folder, set[str]] | None = None,
 ) -> list[Violation]:
+    """Every sidecar flushed everything, except the files left unreadable at the end (``unreadable``): those,
+    and only those, are unsent, counted and named (a sample of at most ``SAMPLE_MAX``) in the report; the exit
+    code then says the flush was incomplete."""
     out: list[Violation] = []
+    unreadable = unreadable or {}
+    waiting = waiting or {}
     for pod, code in sorted(exits.items()):
         term = terminations.get(pod, {})
-        unsent = {sid: s.get("unsent") for sid, s in term.get("stores", {}).items() if s.get("unsent")}
-        if code != 0 or term.get("phase") != "flushed" or not term.get("complete") or unsent:
-            out.append(Violation("flush_incomplete", f"{pod}: exit {code}, termination report {term}"))
+        stores: dict[str, dict[str, Any]] = term.get("stores", {})
+        left = {sid: paths for (p, sid), paths in unreadable.items() if p == pod and paths}
+        behind = {sid: paths for (p, sid), paths in waiting.items() if p == pod and paths}
+        wrong = []
+        for sid in sorted(set(stores) | set(left) | set(behind)):
+            s, expected = stores.get(sid, {}), left.get(sid, set())
+            named = set(s.get("unreadable_paths", []))
+            if (
+                s.get("unsent", 0) != len(expected | behind.get(sid, set()))
+                or s.get("unreadable", 0) != len(expected)
+                or not named <= expected
+                or len(named) != min(len(expected), SAMPLE_MAX)
+            ):
+                wrong.append(f"{sid}: unreadable at the end {sorted(expected)}")
+        complete = not left and not behind
+        if wrong or code != (0 if complete else 1) or term.get("phase") != "flushed":
+            out.append(
+                Violation("flush_incomplete", f"{pod}: exit {code}, {wrong}, termination report {term}")
+            )
+        elif bool(term.get("complete")) != complete:
+            out.append(Violation("flush_incomplete", f"{pod}: complete is wrong, termination report {term}"))
     return out
 
 

@@ -16,7 +16,7 @@ import random
 import shutil
 import time
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -85,6 +85,7 @@ class Soak:
         base: Path,
         server: RunningStoreServer,
         final_outage_s: float = 0.0,
+        weights: Mapping[str, float] | None = None,
     ) -> None:
         unknown = sorted(set(kinds) - set(ALL_KINDS))
         if unknown:
@@ -92,6 +93,7 @@ class Soak:
         self.seed, self.ops, self.kinds, self.base, self.server = seed, ops, kinds, base, server
         self.rng = random.Random(seed)
         self.final_outage_s = final_outage_s
+        self.weights = {**WEIGHTS, **(weights or {})}
         self.loop = asyncio.new_event_loop()
         self.admin = StoreClient(server.url, api_key=server.admin_key, max_retries=1, timeout=10)
         self.proxy: ProxyThread | None = None
@@ -105,6 +107,7 @@ class Soak:
         self.current = ""  # the kind of the operation running now
         self.files: dict[tuple[int, str], list[str]] = {}
         self.remote: dict[str, list[Memory]] = {}
+        self.unreadable_since: dict[tuple[str, str, str], float] = {}
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
@@ -170,8 +173,22 @@ class Soak:
         return [m async for m in self.admin.list_memories(store_id, limit=100)]
 
     def _record(self, pod: Pod, sid: str, rel: str, kind: str, content: str | None, op: int) -> None:  # noqa: PLR0917
+        """A write (``content`` written) or a delete (``content``: what the file held, None when unknown)."""
+        key = (pod.name, sid, rel)
         sha = content_sha256(content) if content is not None else None
-        self.last_local[(pod.name, sid, rel)] = checks.LocalOp(kind, sha, time.time(), op, self.current)
+        blind = self.unreadable_since.pop(key, None)  # written or gone: readable, or nothing
+        before = self.last_local.get(key)
+        written = before.at if kind == "delete" and before is not None and before.kind == "write" else None
+        self.last_local[key] = checks.LocalOp(
+            kind, sha, time.time(), op, self.current, blind if kind == "delete" else None, written
+        )
+
+    def _held(self, pod: Pod, sid: str, rel: str) -> str | None:
+        """What a file about to be deleted holds (None when it cannot be read)."""
+        try:
+            return (pod.folder(sid) / rel).read_text() if self._readable(pod, sid, rel) else None
+        except (OSError, UnicodeDecodeError):
+            return None
 
     def _write(self, pod: Pod, sid: str, rel: str, op: int) -> None:
         content = f"{pod.name} {rel} op{op} {self.rng.getrandbits(32):08x}\n"
@@ -221,8 +238,9 @@ class Soak:
                 return False
             self._write(pod, sid, rel, op)
         elif kind == "delete":
+            held = self._held(pod, sid, rel)
             path.unlink()
-            self._record(pod, sid, rel, "delete", None, op)
+            self._record(pod, sid, rel, "delete", held, op)
         elif kind == "rename":
             new = self.rng.choice(DIRS) + self.rng.choice(NAMES)
             if new == rel or (root / new).exists() or not self._readable(pod, sid, rel):
@@ -230,11 +248,13 @@ class Soak:
             content = path.read_text()
             (root / new).parent.mkdir(parents=True, exist_ok=True)
             os.rename(path, root / new)
-            self._record(pod, sid, rel, "delete", None, op)
+            self._record(pod, sid, rel, "delete", content, op)
             self._record(pod, sid, new, "write", content, op)
         elif kind == "unreadable":
             readable = self._readable(pod, sid, rel)
             os.chmod(path, 0o000 if readable else 0o644)
+            if readable:
+                self.unreadable_since[(pod.name, sid, rel)] = time.time()
             if not readable:  # readable again: the content on disk is what must now reach the store
                 self._record(pod, sid, rel, "write", path.read_text(), op)
         else:
@@ -246,16 +266,17 @@ class Soak:
         root = pod.folder(sid)
         parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
         if parent and self.rng.random() < 0.5:
-            for below in [
-                r for r in self.files.get((self.pods.index(pod), sid), []) if r.startswith(parent + "/")
-            ]:
-                if (root / below).exists():
-                    self._record(pod, sid, below, "delete", None, op)
+            # Every file below goes, including ones created since the batch's listing.
+            for dirpath, _, names in os.walk(root / parent):
+                for name in names:
+                    below = (Path(dirpath) / name).relative_to(root).as_posix()
+                    self._record(pod, sid, below, "delete", self._held(pod, sid, below), op)
             shutil.rmtree(root / parent)
             self._write(pod, sid, parent, op)
             return True
+        held = self._held(pod, sid, rel)
         (root / rel).unlink()
-        self._record(pod, sid, rel, "delete", None, op)
+        self._record(pod, sid, rel, "delete", held, op)
         self._write(pod, sid, f"{rel}/inner.md", op)
         return True
 
@@ -302,7 +323,7 @@ class Soak:
     def run(self) -> Outcome:
         started = time.monotonic()
         kinds = list(self.kinds)
-        weights = [WEIGHTS[k] for k in kinds]
+        weights = [self.weights[k] for k in kinds]
         for op in range(self.ops):
             if op % BATCH == 0:
                 if op:
@@ -318,7 +339,26 @@ class Soak:
             (self.done if ok else self.missed)[kind] += 1
         return self._finish(started)
 
+    def _restore_some_readable(self) -> dict[checks.Folder, set[str]]:
+        """Before the sessions end, half the unreadable files (seeded) become readable again, so their edits
+        must then land; the rest stay unreadable and must be reported by path. Returns those left."""
+        left: dict[checks.Folder, set[str]] = {}
+        for pod in self.pods:
+            for sid in sorted(pod.stores):
+                for rel, content in sorted(pod.local_files(sid).items()):
+                    if content is not None:
+                        continue
+                    if self.rng.random() < 0.5:
+                        left.setdefault((pod.name, sid), set()).add(rel)
+                        continue
+                    path = pod.folder(sid) / rel
+                    os.chmod(path, 0o644)
+                    self.current = "readable_at_end"
+                    self._record(pod, sid, rel, "write", path.read_text(), self.ops)
+        return left
+
     def _finish(self, started: float) -> Outcome:
+        unreadable = self._restore_some_readable()
         time.sleep(1.0)
         for pod in self.pods:  # both sessions end at once
             pod.signal_end()
@@ -338,10 +378,19 @@ class Soak:
             versions[sid] = self._run(version_history(self.admin, sid))
         reports = {pod.name: warnings_of(pod) for pod in self.pods}
         sessions = {pod.name: pod.session_id for pod in self.pods}
+        terminations = {pod.name: pod.termination() for pod in self.pods}
+        held = {
+            (pod, sid): (int(s.get("held_deletes", 0)), list(s.get("held_delete_paths", [])))
+            for pod, term in terminations.items()
+            for sid, s in term.get("stores", {}).items()
+        }
+        excused = checks.held_at_end(self.last_local, live, versions, reports, sessions, held)
         violations = [
-            *checks.check_local_ops(self.last_local, final_local, live, versions, reports, sessions),
-            *checks.check_store_shape(live, final_local, self.attached),
-            *checks.check_terminations(exits, {pod.name: pod.termination() for pod in self.pods}),
+            *checks.check_local_ops(self.last_local, final_local, live, versions, reports, sessions, held),
+            *checks.check_store_shape(live, final_local, self.attached, excused),
+            *checks.check_terminations(
+                exits, terminations, unreadable, checks.waiting_behind(excused, final_local)
+            ),
             *checks.check_overwrites(versions, self.sent, sessions),
             *(checks.Violation("no_precondition", w) for w in self.wire_violations),
         ]
@@ -354,6 +403,8 @@ class Soak:
             "requests": requests,
             "faults": faults,
             "conflicts": checks.conflict_count(reports),
+            "unreadable_at_end": sum(len(v) for v in unreadable.values()),
+            "held_deletes_at_end": sum(len(v) for v in excused.values()),
             "final_outage_s": self.final_outage_s,
             "duration_s": round(time.monotonic() - started, 1),
             "violations": len(violations),

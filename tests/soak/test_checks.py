@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from memsync.agent import messages
+from memsync.api.hashing import content_sha256
 
 from .checks import (
     LocalOp,
@@ -13,6 +14,8 @@ from .checks import (
     check_overwrites,
     check_store_shape,
     check_terminations,
+    held_at_end,
+    waiting_behind,
 )
 
 S = "memstore_a"
@@ -44,7 +47,10 @@ def test_an_unreadable_file_at_the_end_must_be_named() -> None:
     ops = {("p1", S, "a.md"): LocalOp("write", "sha", 100.0, 1)}
     local = {("p1", S): {"a.md": None}}
     assert _kinds(check_local_ops(ops, local, {S: {}}, {S: []}, {}, SESSIONS)) == ["unreadable_unreported"]
-    named = {"p1": [Report(S, "a.md", "cannot read this file; skipping it", 120.0)]}
+    other = {"p1": [Report(S, "a.md", messages.BOTH_CHANGED, 120.0)]}
+    assert _kinds(check_local_ops(ops, local, {S: {}}, {S: []}, other, SESSIONS)) == ["unreadable_unreported"]
+    # the agent warns once per path: a warning from before the last write names it too
+    named = {"p1": [Report(S, "a.md", messages.UNREADABLE, 50.0)]}
     assert check_local_ops(ops, local, {S: {}}, {S: []}, named, SESSIONS) == []
 
 
@@ -59,6 +65,17 @@ def test_a_local_delete_must_reach_the_store_unless_someone_else_changed_the_mem
     assert check_local_ops(ops, {}, still, other_later, {}, SESSIONS) == []
     restored = {"p1": [Report(S, "a.md", messages.RESTORING, 104.0)]}
     assert check_local_ops(ops, {}, still, {S: []}, restored, SESSIONS) == []
+
+
+def test_a_file_deleted_unreadable_excuses_only_other_writers_since_it_became_unreadable() -> None:
+    blind = {("p1", S, "a.md"): LocalOp("delete", None, 100.0, 3, "delete", blind_since=50.0)}
+    still = {S: {"a.md": "x"}}
+    other_while_blind = {S: [Version("a.md", "s", 70.0, "apikey_admin")]}
+    assert check_local_ops(blind, {}, still, other_while_blind, {}, SESSIONS) == []
+    other_before = {S: [Version("a.md", "s", 40.0, "apikey_admin")]}
+    assert _kinds(check_local_ops(blind, {}, still, other_before, {}, SESSIONS)) == ["delete_not_applied"]
+    own_while_blind = {S: [Version("a.md", "s", 70.0, "sesn_1")]}
+    assert _kinds(check_local_ops(blind, {}, still, own_while_blind, {}, SESSIONS)) == ["delete_not_applied"]
 
 
 def test_duplicates_and_strays() -> None:
@@ -108,3 +125,67 @@ def test_a_session_version_must_follow_one_whose_hash_it_sent() -> None:
     assert "sesn_2 deleted memory mem_1" in blind[0].detail
     admin_after = [*history[:2], Version("a.md", "h3", 3.0, "apikey_x", "mem_1", "modified")]
     assert check_overwrites({S: admin_after}, {"mem_1": {"h1"}}, SESSIONS) == []  # only sessions are judged
+
+
+def test_files_left_unreadable_are_exactly_the_unsent_ones_and_named() -> None:
+    left = {("p1", S): {"a.md", "b.md"}}
+    named = {"unsent": 2, "unreadable": 2, "unreadable_paths": ["a.md", "b.md"]}
+    report = {"phase": "flushed", "complete": False, "stores": {S: named}}
+    assert check_terminations({"p1": 1}, {"p1": report}, left) == []
+    assert _kinds(check_terminations({"p1": 0}, {"p1": report}, left)) == ["flush_incomplete"]
+    one_more = {**named, "unsent": 3}  # a readable file was not saved either
+    assert _kinds(check_terminations({"p1": 1}, {"p1": {**report, "stores": {S: one_more}}}, left)) == [
+        "flush_incomplete"
+    ]
+    unnamed = {**named, "unreadable_paths": ["a.md"]}
+    assert _kinds(check_terminations({"p1": 1}, {"p1": {**report, "stores": {S: unnamed}}}, left)) == [
+        "flush_incomplete"
+    ]
+    # nothing left unreadable: the same report is a violation
+    assert _kinds(check_terminations({"p1": 1}, {"p1": report}, {})) == ["flush_incomplete"]
+
+
+def test_deletes_held_by_the_cap_at_the_end_are_excused_only_as_reported() -> None:
+    ops = {
+        ("p1", S, "a.md"): LocalOp("delete", None, 100.0, 3),
+        ("p1", S, "b.md"): LocalOp("delete", None, 100.0, 4),
+    }
+    still = {S: {"a.md": "x", "b.md": "y"}}
+    local = {("p1", S): {}}
+    reported = {("p1", S): (2, ["a.md"])}
+    assert check_local_ops(ops, local, still, {S: []}, {}, SESSIONS, reported) == []
+    excused = held_at_end(ops, still, {S: []}, {}, SESSIONS, reported)
+    assert check_store_shape(still, local, {S: ["p1"]}, excused) == []
+    too_few = {("p1", S): (1, ["a.md"])}
+    assert _kinds(check_local_ops(ops, local, still, {S: []}, {}, SESSIONS, too_few)) == [
+        "delete_not_applied",
+        "delete_not_applied",
+    ]
+    wrong_name = {("p1", S): (2, ["c.md"])}
+    assert len(check_local_ops(ops, local, still, {S: []}, {}, SESSIONS, wrong_name)) == 2
+    assert _kinds(check_store_shape(still, local, {S: ["p1"]}, {})) == ["stray", "stray"]
+
+
+def test_new_files_behind_a_held_delete_are_unsent_only_as_named() -> None:
+    held = {("p1", S): {"a.md", "notes/c.md"}}
+    local = {("p1", S): {"a.md/inside.md": "1", "notes": "2", "other.md": "3"}}
+    waiting = waiting_behind(held, local)
+    assert waiting == {("p1", S): {"a.md/inside.md", "notes"}}
+    report = {"phase": "flushed", "complete": False, "stores": {S: {"unsent": 2}}}
+    assert check_terminations({"p1": 1}, {"p1": report}, {}, waiting) == []
+    assert _kinds(check_terminations({"p1": 1}, {"p1": report}, {}, {})) == ["flush_incomplete"]
+
+
+def test_a_delete_after_both_wrote_the_path_may_lose_to_the_store() -> None:
+    mine = content_sha256("mine")
+    op = {("p1", S, "a.md"): LocalOp("delete", mine, 100.0, 3, "delete", written_at=50.0)}
+    admin_between = {S: [Version("a.md", "s", 70.0, "apikey_admin")]}
+    assert check_local_ops(op, {}, {S: {"a.md": "theirs"}}, admin_between, {}, SESSIONS) == []
+    # the store holds what the file held (the agent had it): the delete had to go
+    assert _kinds(check_local_ops(op, {}, {S: {"a.md": "mine"}}, admin_between, {}, SESSIONS)) == [
+        "delete_not_applied"
+    ]
+    admin_before = {S: [Version("a.md", "s", 40.0, "apikey_admin")]}
+    assert _kinds(check_local_ops(op, {}, {S: {"a.md": "theirs"}}, admin_before, {}, SESSIONS)) == [
+        "delete_not_applied"
+    ]

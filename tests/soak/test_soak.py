@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,9 +27,7 @@ if TYPE_CHECKING:  # the fixture's type; the module name ``conftest`` is ambiguo
 
 LONG = os.environ.get("MEMSYNC_SOAK_LONG") == "1"
 DEFAULT_OPS = 100_000 if LONG else 10_000
-# Kinds the sync agent does not survive yet (issue 10 items 1 and 3); each has its own xfail test below.
-KNOWN_FAILING = ("unreadable", "swap")
-DEFAULT_KINDS = tuple(k for k in ALL_KINDS if k not in KNOWN_FAILING)
+DEFAULT_KINDS = ALL_KINDS
 SHORT_OPS = 1_500
 
 pytestmark = pytest.mark.timeout(6 * 3600 if LONG else 1200)
@@ -47,10 +46,19 @@ def _soak(
     ops: int,
     *,
     final_outage_s: float = 0.0,
+    weights: Mapping[str, float] | None = None,
 ) -> None:
     seed = _seed()
     print(f"\nsoak: seed {seed}, {ops} operations, kinds {','.join(kinds)}", flush=True)
-    soak = Soak(seed=seed, ops=ops, kinds=kinds, base=base, server=server, final_outage_s=final_outage_s)
+    soak = Soak(
+        seed=seed,
+        ops=ops,
+        kinds=kinds,
+        base=base,
+        server=server,
+        final_outage_s=final_outage_s,
+        weights=weights,
+    )
     try:
         soak.setup()
         outcome = soak.run()
@@ -71,24 +79,30 @@ def test_soak(request: pytest.FixtureRequest, fresh_store_server: RunningStoreSe
     _soak(request, fresh_store_server, tmp_path / "pods", kinds, ops)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10 item 1: one unreadable file stops its whole store's sync")
+# The weighted soaks below push a kind five times harder than the default mix (which passes with every kind)
+# and still find rare interleavings the agent gets wrong on some seeds: a local delete that never reaches
+# the store after the same session re-created the path; with swaps, both sessions turning the same shared
+# path into a file and a folder in turn, and deletes held by the cap beyond what the termination report can
+# name. Not strict: they pass on many seeds; a failure prints its seed for replay.
+@pytest.mark.xfail(strict=False, reason="rare interleavings under a heavy unreadable-file load; see above")
 def test_soak_with_unreadable_files(
     request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path
 ) -> None:
-    _soak(request, fresh_store_server, tmp_path / "pods", (*DEFAULT_KINDS, "unreadable"), SHORT_OPS)
+    """More unreadable files than the default mix; half of those still unreadable at the end are made readable
+    again before the sessions end (their edits must land), the rest must be the unsent ones, named."""
+    _soak(
+        request, fresh_store_server, tmp_path / "pods", DEFAULT_KINDS, SHORT_OPS, weights={"unreadable": 10.0}
+    )
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10 item 3: a synced file replaced by a directory gets stuck")
+@pytest.mark.xfail(strict=False, reason="two sessions swapping the same shared path; held deletes; see above")
 def test_soak_with_file_directory_swaps(
     request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path
 ) -> None:
-    _soak(request, fresh_store_server, tmp_path / "pods", (*DEFAULT_KINDS, "swap"), SHORT_OPS)
+    """More file<->directory swaps than the default mix makes, in the shared store as in the others."""
+    _soak(request, fresh_store_server, tmp_path / "pods", ALL_KINDS, SHORT_OPS, weights={"swap": 10.0})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10 item 2: the final flush gives up long before its deadline when the store is down",
-)
 def test_soak_with_a_store_outage_during_the_final_flush(
     request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path
 ) -> None:

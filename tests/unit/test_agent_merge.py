@@ -186,6 +186,23 @@ def test_blocked_paths_and_paths_below_them_are_left_alone() -> None:
     assert plan.baseline == {"link": A, "dir/x": A}
 
 
+def test_below_an_unreadable_file_nothing_is_there_so_a_synced_path_there_is_deleted() -> None:
+    """A folder replaced by a file that cannot be read: the file itself is left alone, but no path below it
+    can exist locally, so the memories that were there are ordinary local deletions."""
+    plan = plan_sync(
+        SyncInput(
+            remote={"d/x": Remote("m2", A)},
+            local={},
+            baseline={"d/x": A},
+            blocked=frozenset({"d"}),
+            blocked_files=frozenset({"d"}),
+            now=100,
+            final=True,
+        )
+    )
+    assert [d.rel for d in plan.deletes] == ["d/x"]
+
+
 # --- step 5: corroborated deletes -------------------------------------------------------------------------
 
 

@@ -60,3 +60,25 @@ def keep_local_copy(root: StoreRoot, rel: str, local_sha: str | None, session: s
             root.write_bytes(copy, data)
             return CopyResult(copy, created=True)
     return CopyResult(None, refused="every conflict copy name is taken")
+
+
+def keep_clash_copy(
+    root: StoreRoot, rel: str, *, at: str, local_sha: str, session: str, when: str
+) -> CopyResult:
+    """Before a clashing local file is dropped (``merge.Clash``): its bytes kept out of the way, at ``rel``
+    with the clashing part ``at`` (the file itself, or its ancestor folder) renamed as its conflict copy."""
+    data = root.read_bytes(rel)
+    if sha256_bytes(data) != local_sha:
+        return CopyResult(None, changed=True)
+    rest = rel[len(at) :]
+    for attempt in range(1, MAX_ATTEMPTS):
+        copy = conflict_copy_name(at, session, when, attempt) + rest
+        problem = path_problem(copy)
+        if problem is not None:
+            return CopyResult(copy, refused=problem)
+        if not root.exists(copy):
+            root.write_bytes(copy, data)
+            return CopyResult(copy, created=True)
+        if root.sha_of(copy) == local_sha:
+            return CopyResult(copy)
+    return CopyResult(None, refused="every conflict copy name is taken")

@@ -20,7 +20,7 @@ from typing import Literal, TypeVar
 
 from memsync.agent import messages
 from memsync.agent.config import AgentConfig, StoreConfig
-from memsync.agent.conflicts import keep_local_copy
+from memsync.agent.conflicts import keep_clash_copy, keep_local_copy
 from memsync.agent.localfs import (
     NotRegularFile,
     RootMissing,
@@ -37,6 +37,7 @@ from memsync.agent.localfs import (
     sync_filesystem,
 )
 from memsync.agent.merge import (
+    Clash,
     Event,
     LocalRemove,
     Pull,
@@ -531,6 +532,7 @@ class StoreSync:
                     local=result.files,
                     baseline=state.baseline,
                     blocked=frozenset(result.blocked),
+                    blocked_files=frozenset(result.unreadable_files),
                     refused=state.refused_shas,
                     pending=state.pending_deletes,
                     sent=state.sent_shas,
@@ -587,10 +589,43 @@ class StoreSync:
         # Deletes first: a create may need the path of a memory deleted in this pass (a file replaced by a
         # folder of the same name, or the reverse).
         await self._delete_all(root, state, plan.deletes)
+        if plan.clashes:
+            await asyncio.to_thread(self._yield_clashes, root, plan.clashes)
         await asyncio.gather(
             self._upload_all(root, state, uploads, progress=None),
             self._pull_all(root, state, plan.pulls),
         )
+
+    def _yield_clashes(self, root: StoreRoot, clashes: list[Clash]) -> None:
+        """The store wins a clash (``merge._yield_clashing_creates``): the local file is removed (after its
+        copy is kept under ``keepLocalCopy``), so the pulls can write the store's version. A file changed
+        since the scan is left for the next pass to decide."""
+        keep = self.config.conflict_policy == "keepLocalCopy"
+        session = self.config.session_id or "session"
+        when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.shared.clock()))
+        for item in clashes:
+            try:
+                if keep:
+                    result = keep_clash_copy(
+                        root, item.rel, at=item.at, local_sha=item.local_sha, session=session, when=when
+                    )
+                    if result.changed:
+                        continue
+                    if result.refused is not None or result.copy is None:
+                        self._warn_once(messages.CONFLICT_COPY_REFUSED, item.rel, str(result.copy))
+                        self.unwritable[item.rel] = f"{messages.CONFLICT_COPY_REFUSED}: {result.refused}"
+                        continue
+                    if result.created:
+                        self._wrote_files = True
+                        logger.warning(
+                            messages.CONFLICT_COPY,
+                            extra=self._extra(item.rel, copy=rel_to_remote(result.copy)),
+                        )
+                root.remove_if(item.rel, item.local_sha)
+            except OSError as exc:
+                logger.warning(
+                    "local file in the way not removed", extra=self._extra(item.rel, reason=str(exc))
+                )
 
     async def _remove_local(
         self, root: StoreRoot, state: StoreState, removals: list[LocalRemove]
@@ -615,7 +650,11 @@ class StoreSync:
                     "memory deleted in the store; removed the local file", extra=self._extra(item.rel)
                 )
             elif outcome is False:
-                sha = await asyncio.to_thread(root.sha_of, item.rel)
+                try:
+                    sha = await asyncio.to_thread(root.sha_of, item.rel)
+                except OSError as exc:  # made unreadable meanwhile: left alone, the next scan decides
+                    logger.warning("failed to remove local file", extra=self._extra(item.rel, error=str(exc)))
+                    continue
                 if sha is None:
                     continue
                 if self.store.read_only:
@@ -629,14 +668,17 @@ class StoreSync:
 
     # --- uploads (reference §5.6) -------------------------------------------------------------------------
 
-    def _read_for_upload(self, root: StoreRoot, upload: Upload) -> tuple[str, str] | str | None:
-        """(content, sha) to send; a refusal "sha:reason" (non-UTF-8, too big); None when gone or no file."""
+    def _read_for_upload(self, root: StoreRoot, upload: Upload) -> tuple[str, str] | str | OSError | None:
+        """(content, sha) to send; a refusal "sha:reason" (non-UTF-8, too big); None when gone or no file; the
+        error when it cannot be read now (made unreadable since the scan): not sent, the next scan decides."""
         try:
             data = root.read_bytes(upload.rel)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except NotRegularFile:
             return None
+        except OSError as exc:
+            return exc
         sha = sha256_bytes(data)
         if len(data) > MAX_CONTENT_BYTES:
             return f"{sha}:over the {MAX_CONTENT_BYTES}-byte limit ({len(data)} bytes)"
@@ -651,11 +693,15 @@ class StoreSync:
         if not uploads:
             return
 
-        def read_all() -> list[tuple[Upload, tuple[str, str] | str | None]]:
+        def read_all() -> list[tuple[Upload, tuple[str, str] | str | OSError | None]]:
             return [(u, self._read_for_upload(root, u)) for u in uploads]
 
         ready: list[tuple[Upload, str, str]] = []
         for upload, read in await asyncio.to_thread(read_all):
+            if isinstance(read, OSError):  # still unsent: a flush counts it
+                why = read.strerror or type(read).__name__
+                self._warn_once(messages.UNREADABLE, upload.rel, why, reason=why)
+                continue
             if read is None:
                 if progress is not None:
                     progress.settled += 1
@@ -852,6 +898,8 @@ class StoreSync:
                 # Re-check right before overwriting: an edit made since the scan is never clobbered silently;
                 # the next pass sees it and applies the rules (with their warnings).
                 try:
+                    if item.local_sha is None:  # no file was there; an empty folder may be, left by a move
+                        root.remove_empty_folder(item.rel)
                     if root.sha_of(item.rel) != item.local_sha:
                         return _CHANGED_SINCE_SCAN
                     if item.conflict and self.config.conflict_policy == "keepLocalCopy":

@@ -257,6 +257,17 @@ class StoreRoot:
             return []
         return ["/".join([*dirs, n]) for n in names]
 
+    def remove_empty_folder(self, rel: str) -> bool:
+        """Remove the directory at ``rel`` if it holds nothing but empty directories (what a file moved or
+        deleted out of a folder leaves behind), so a memory of that path can be written. Never follows a
+        symlink; anything else there is left alone. True when something was removed."""
+        _, name = _split(rel)
+        try:
+            with self.parent_dir(rel) as dir_fd:
+                return _remove_empty_tree(dir_fd, name)
+        except OSError:
+            return False
+
     def holds_file(self, rel: str) -> bool:
         """Whether something other than a directory is at ``rel`` (never follows a symlink).
 
@@ -413,6 +424,25 @@ def sync_filesystem(path: Path) -> None:
         os.sync()
     finally:
         os.close(fd)
+
+
+def _remove_empty_tree(dir_fd: int, name: str) -> bool:
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return False  # nothing there, not a directory, or a symlink
+    try:
+        with os.scandir(fd) as it:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        if not all(is_dir and _remove_empty_tree(fd, sub) for sub, is_dir in entries):
+            return False
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+    except OSError:
+        return False
+    return True
 
 
 def _open_root_fd(path: Path, parent_fd: int | None = None) -> int:

@@ -71,11 +71,23 @@ class LocalRemove:
 
 
 @dataclass(frozen=True)
+class Clash:
+    """A new local file that cannot be created: the store holds a memory below its path (it is a folder
+    there) or at one of its ancestors (a file there). ``at`` is the local path that clashes: the file itself,
+    or its ancestor folder."""
+
+    rel: str
+    local_sha: str
+    at: str
+
+
+@dataclass(frozen=True)
 class SyncInput:
     remote: Mapping[str, Remote]
     local: Mapping[str, str]
     baseline: Mapping[str, str]
     blocked: Set[str] = frozenset()
+    blocked_files: Set[str] = frozenset()  # of those, unreadable regular files
     refused: Mapping[str, str] = field(default_factory=dict)
     pending: Mapping[str, float] = field(default_factory=dict)
     sent: Mapping[str, str] = field(default_factory=dict)
@@ -111,10 +123,12 @@ class SyncPlan:
     deferred: dict[str, str] = field(default_factory=dict)
     suppressed_deletes: int = 0
     log_only_deletes: list[str] = field(default_factory=list)
+    # New local files that lose to a memory the store holds at a clashing path (see ``Clash``).
+    clashes: list[Clash] = field(default_factory=list)
 
     @property
     def is_noop(self) -> bool:
-        return not (self.pulls or self.uploads or self.deletes or self.local_removals)
+        return not (self.pulls or self.uploads or self.deletes or self.local_removals or self.clashes)
 
 
 def delete_cap(baseline_size: int) -> int:
@@ -142,11 +156,13 @@ def trust(root: RootStatus, marker_ok: bool, entries: int, baseline_size: int) -
     return "sync"
 
 
-def _under_blocked(rel: str, blocked: Set[str]) -> bool:
+def _under_blocked(rel: str, blocked: Set[str], files: Set[str] = frozenset()) -> bool:
+    """At or below a blocked entry; below a blocked regular file (``files``) nothing can be, so a path there
+    is simply absent locally."""
     if rel in blocked:
         return True
     parts = rel.split("/")
-    return any("/".join(parts[:i]) in blocked for i in range(1, len(parts)))
+    return any((a := "/".join(parts[:i])) in blocked and a not in files for i in range(1, len(parts)))
 
 
 def plan_sync(inp: SyncInput) -> SyncPlan:
@@ -168,7 +184,7 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
     candidates: list[str] = []
     paths = set(inp.remote) | set(inp.local) | set(baseline)
     for rel in sorted(paths):
-        if _under_blocked(rel, inp.blocked):
+        if _under_blocked(rel, inp.blocked, inp.blocked_files):
             # A symlink, FIFO... (or something below one) sits here: never pull over it, never push it,
             # never take it for a deletion. The scan's caller warns about it.
             plan.pending.pop(rel, None)
@@ -176,6 +192,7 @@ def plan_sync(inp: SyncInput) -> SyncPlan:
         _merge_path(inp, plan, rel, candidates)
     _corroborated_deletes(inp, plan, candidates)
     _defer_blocked_creates(inp, plan, candidates)
+    _yield_clashing_creates(inp, plan)
     # A prior entry lasts until its path is back in the baseline, or the store no longer holds those bytes.
     plan.prior = {
         rel: sha
@@ -346,6 +363,43 @@ def _defer_blocked_creates(inp: SyncInput, plan: SyncPlan, candidates: list[str]
         else:
             keep.append(upload)
     plan.uploads = keep
+
+
+def _yield_clashing_creates(inp: SyncInput, plan: SyncPlan) -> None:
+    """A create that clashes with a memory being pulled loses, as any local edit loses to a remote change.
+
+    A local file where the store holds memories below its path (a folder there), or a local file inside a
+    folder whose path the store holds as a memory (a file there): both cannot be in the store, and the store
+    refuses the create for as long as its memory lives. The store wins: the local file is dropped (kept as a
+    conflict copy under ``keepLocalCopy``) before the pulls, which then write the store's version. A create
+    deferred behind this session's own deletes loses too when such a pull is in its way.
+    """
+    pulled = {p.rel for p in plan.pulls}
+    if not pulled:
+        return
+    folders = {a for rel in pulled for a in _ancestors(rel)}
+
+    def clash_at(rel: str) -> str | None:
+        return rel if rel in folders else next((a for a in _ancestors(rel) if a in pulled), None)
+
+    def lose(rel: str, sha: str, at: str) -> None:
+        plan.clashes.append(Clash(rel, sha, at))
+        plan.conflicts.append(rel)
+        plan.events.append(Event(logging.WARNING, messages.PATH_CLASH, rel))
+
+    keep: list[Upload] = []
+    for upload in plan.uploads:
+        at = clash_at(upload.rel)
+        if upload.remote_id is not None or at is None:
+            keep.append(upload)
+        else:
+            lose(upload.rel, upload.local_sha, at)
+    plan.uploads = keep
+    for rel in sorted(plan.deferred):
+        at = clash_at(rel)
+        if at is not None and rel in inp.local:
+            del plan.deferred[rel]
+            lose(rel, inp.local[rel], at)
 
 
 def plan_flush(

@@ -54,6 +54,10 @@ NOT_REGULAR: Final = (
 )
 UNSAFE_REMOTE_PATH: Final = "memory path cannot be mapped safely into the store folder; skipping it"
 PATH_TAKEN: Final = "the memory's path is held by another memory in the store; the next sync reconciles it"
+PATH_CLASH: Final = (
+    "local file clashes with a memory in the store (a file where the store has a folder, or the reverse); "
+    "keeping the remote version"
+)
 ROOT_REPLACED: Final = "the memory store folder was replaced (now a symlink or another directory)"
 MARKER_BAD: Final = "the memory store folder's marker file is missing or does not match this store"
 UNREADABLE: Final = (

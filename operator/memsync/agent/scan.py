@@ -55,6 +55,8 @@ class ScanResult:
     # Of those, files and folders that cannot be read (permissions, I/O errors): rel -> why. Skipped this scan
     # and tried again on the next one.
     unreadable: dict[str, str] = field(default_factory=dict)
+    # Of those, regular files (nothing can be below them, unlike a folder that cannot be read).
+    unreadable_files: set[str] = field(default_factory=set)
     # Of those, local names that can never be a memory path: rel -> why.
     unsyncable: dict[str, str] = field(default_factory=dict)
     marker_ok: bool = False
@@ -136,6 +138,7 @@ def scan(root: StoreRoot, memory_store_id: str, cache: HashCache, *, now_ns: int
                             continue
                         except OSError as exc:
                             _unreadable(result, rel, exc)
+                            result.unreadable_files.add(rel)
                             continue
                         cache.hashes += 1
                         result.hashed += 1
