@@ -30,7 +30,7 @@ DEFAULT_OPS = 100_000 if LONG else 10_000
 DEFAULT_KINDS = ALL_KINDS
 SHORT_OPS = 1_500
 
-pytestmark = pytest.mark.timeout(6 * 3600 if LONG else 1200)
+pytestmark = [pytest.mark.soak, pytest.mark.timeout(6 * 3600 if LONG else 1200)]
 
 
 #: The seed CI uses when none is given: the soak still has rare failing interleavings on some seeds (issue 10
