@@ -401,7 +401,6 @@ async def run_sync(
     Returns the exit code: with ``once``, 0 unless a store failed; otherwise 0 when the final shutdown saved
     everything, else 1. Never dies on a sync error.
     """
-    _log_start("sync", config)
     own_client = client is None
     api = make_client(config) if client is None else client
     agent = Agent(config, api, metrics)
@@ -412,6 +411,8 @@ async def run_sync(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop_event.set)
             installed.append(sig)
+    # Logged once SIGTERM is handled: from this line on, the end of the session runs the final flush.
+    _log_start("sync", config)
     server: MetricsServer | None = None
     try:
         if config.metrics_port is not None and not once:
