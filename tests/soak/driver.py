@@ -11,6 +11,7 @@ Operations go in batches with a pause between them, so the sidecars' passes (eve
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import random
 import shutil
@@ -147,6 +148,8 @@ class Soak:
         for pod in self.pods:
             pod.mount()
             pod.start()
+        for pod in self.pods:
+            pod.wait_started()
 
     def close(self) -> None:
         for pod in self.pods:
@@ -266,12 +269,7 @@ class Soak:
         root = pod.folder(sid)
         parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
         if parent and self.rng.random() < 0.5:
-            # Every file below goes, including ones created since the batch's listing.
-            for dirpath, _, names in os.walk(root / parent):
-                for name in names:
-                    below = (Path(dirpath) / name).relative_to(root).as_posix()
-                    self._record(pod, sid, below, "delete", self._held(pod, sid, below), op)
-            shutil.rmtree(root / parent)
+            self._remove_tree(pod, sid, parent, op)
             self._write(pod, sid, parent, op)
             return True
         held = self._held(pod, sid, rel)
@@ -279,6 +277,28 @@ class Soak:
         self._record(pod, sid, rel, "delete", held, op)
         self._write(pod, sid, f"{rel}/inner.md", op)
         return True
+
+    def _remove_tree(self, pod: Pod, sid: str, folder: str, op: int) -> None:
+        """Every file below ``folder`` goes, including ones created since the batch's listing and ones the
+        sidecar writes there while the tree is being removed (then the removal is simply repeated)."""
+        root = pod.folder(sid)
+        recorded: set[str] = set()
+        for _ in range(20):
+            for dirpath, _, names in os.walk(root / folder):
+                for name in names:
+                    below = (Path(dirpath) / name).relative_to(root).as_posix()
+                    if below not in recorded:
+                        recorded.add(below)
+                        self._record(pod, sid, below, "delete", self._held(pod, sid, below), op)
+            try:
+                shutil.rmtree(root / folder)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.ENOENT):
+                    raise
+                if (root / folder).is_dir():
+                    continue
+            return
+        raise AssertionError(f"{pod.name} {sid} {folder}: still not empty after 20 removals")
 
     def _remote_op(self, kind: str, op: int) -> bool:
         sid = self.rng.choice(sorted(self.attached))
@@ -310,6 +330,7 @@ class Soak:
             pod = self.rng.choice(self.pods)
             pod.kill()
             pod.start()
+            pod.wait_started()
         else:
             if self.rng.random() < 0.5:
                 self.server.kill()
