@@ -254,6 +254,8 @@ class Soak:
             self._record(pod, sid, rel, "delete", content, op)
             self._record(pod, sid, new, "write", content, op)
         elif kind == "unreadable":
+            if not path.is_file():  # swapped for a folder since the listing: the soak makes files unreadable
+                return False
             readable = self._readable(pod, sid, rel)
             os.chmod(path, 0o000 if readable else 0o644)
             if readable:
