@@ -10,6 +10,7 @@ import logging
 import shutil
 from pathlib import Path
 
+import httpx
 import pytest
 
 from memsync.agent import messages
@@ -416,5 +417,28 @@ async def test_keep_local_copy_in_a_push_only_flush_saves_the_losing_edit_once(
         assert remote["a.md"] == "changed in the store meanwhile"
         assert [c for rel, c in remote.items() if ".conflict-" in rel] == ["edited just before the end"]
         assert [rel for rel in h.local_files() if ".conflict-" in rel] == list(copies)
+    finally:
+        await h.aclose()
+
+
+async def test_a_create_refused_for_a_clashing_memory_created_meanwhile_is_a_reported_conflict(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    """Another writer creates a memory below the new file's path between the listing and the create (the
+    other session of a shared store turned the path into a folder): the store wins, and the final pass,
+    after which no sync follows, reports the lost file as that conflict."""
+    h = await make(store_server, tmp_path, files=FILES, delete_window=0)
+    try:
+        h.write("new.md", "a new file")
+
+        async def folder_first(request: httpx.Request) -> None:
+            await h.put("new.md/inside.md", "the other session's folder")
+
+        h.transport.once(lambda r: r.method == "POST" and b'"/new.md"' in r.content, folder_first)
+        out = await h.final()
+        assert [r.path for r in logged(caplog_agent, messages.PATH_CLASH)] == ["/new.md"]
+        assert not logged(caplog_agent, messages.PATH_TAKEN)
+        assert out.report.totals[h.store_id].conflicts == 1
+        assert (await h.remote())["new.md/inside.md"] == "the other session's folder"
     finally:
         await h.aclose()

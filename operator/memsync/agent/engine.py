@@ -121,6 +121,11 @@ def is_transient(exc: BaseException) -> bool:
     )
 
 
+def _clashes(path: str, other: str) -> bool:
+    """Two memory paths that cannot both be in a store: one is an ancestor folder of the other."""
+    return other.startswith(path + "/") or path.startswith(other + "/")
+
+
 def unsaved_files(result: ScanResult, state: StoreState) -> list[str]:
     """Local files whose content the store does not hold per the baseline (refused content excepted), and
     files that cannot be read (they may hold an edit)."""
@@ -815,7 +820,16 @@ class StoreSync:
             return "failed"
         if holder is None or holder.path != rel_to_remote(rel):
             state.sent_shas.pop(rel, None)
-            self._warn_once(messages.PATH_TAKEN, rel, sha, blocker=exc.conflicting_path or "")
+            blocker = holder.path if holder is not None else exc.conflicting_path or ""
+            if _clashes(rel_to_remote(rel), blocker):
+                # A memory below our path (a folder there) or at an ancestor (a file there) came first: the
+                # store wins, as when the listing shows it (``merge._yield_clashing_creates``). Reported as
+                # that conflict (once per content), also by a final pass after which no sync follows.
+                if (self.id, messages.PATH_CLASH, rel, sha) not in self.shared.logged_once:
+                    self._warn_once(messages.PATH_CLASH, rel, sha, blocker=blocker)
+                    self.recorder.bump(conflicts=1)
+                return "settled"
+            self._warn_once(messages.PATH_TAKEN, rel, sha, blocker=blocker)
             self.recorder.bump(conflicts=1)
             return "settled"
         if holder.content_sha256 == sha:
