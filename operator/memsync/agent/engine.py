@@ -926,15 +926,26 @@ class StoreSync:
                 self._wrote_files = True
                 return None
 
-            problem = await asyncio.to_thread(write)
-            if problem is not None:
-                logger.warning("memory not written to disk", extra=self._extra(item.rel, reason=problem))
-                if problem is not _CHANGED_SINCE_SCAN:
-                    self.unwritable[item.rel] = problem
-                return
-            state.baseline[item.rel] = sha256_bytes(data)
-            state.remote_ids[item.rel] = memory.id
-            self.recorder.bump(downloaded=1)
+            def record(problem: str | None) -> None:
+                if problem is not None:
+                    logger.warning("memory not written to disk", extra=self._extra(item.rel, reason=problem))
+                    if problem is not _CHANGED_SINCE_SCAN:
+                        self.unwritable[item.rel] = problem
+                    return
+                state.baseline[item.rel] = sha256_bytes(data)
+                state.remote_ids[item.rel] = memory.id
+                self.recorder.bump(downloaded=1)
+
+            writing = asyncio.ensure_future(asyncio.to_thread(write))
+            try:
+                problem = await asyncio.shield(writing)
+            except asyncio.CancelledError:
+                # The pass is cancelled (SIGTERM) while the file is written: the write still ends, so record
+                # it before the state is saved, or the next pass takes the store's bytes on disk for a local
+                # edit (and re-creates the memory if it is deleted meanwhile).
+                record(await writing)
+                raise
+            record(problem)
 
         await asyncio.gather(*(one(p) for p in pulls))
 
