@@ -383,12 +383,11 @@ class Soak:
     def _finish(self, started: float) -> Outcome:
         unreadable = self._restore_some_readable()
         time.sleep(1.0)
+        if self.final_outage_s:  # the store is unreachable as the final flushes start, for exactly that long
+            assert self.proxy is not None
+            self.proxy.proxy.outage(self.final_outage_s)
         for pod in self.pods:  # both sessions end at once
             pod.signal_end()
-        if self.final_outage_s:  # the store goes away as the final flushes start, then comes back
-            self.server.stop()
-            time.sleep(self.final_outage_s)
-            self.server.start()
         exits = {pod.name: pod.wait_end() for pod in self.pods}
         assert self.proxy is not None
         faults = dict(self.proxy.proxy.faults_injected)

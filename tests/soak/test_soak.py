@@ -107,5 +107,7 @@ def test_soak_with_file_directory_swaps(
 def test_soak_with_a_store_outage_during_the_final_flush(
     request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path
 ) -> None:
-    """The store is down for the first 10 s of the sidecars' 30 s final flush: nothing may be lost."""
+    """The store is unreachable for the first 10 s of the sidecars' 30 s final sync and flush: nothing may be
+    lost. The fault proxy answers for the store then, so the outage lasts 10 s however slowly a store server
+    process restarts on a loaded machine (server restarts are operations of the mix)."""
     _soak(request, fresh_store_server, tmp_path / "pods", DEFAULT_KINDS, SHORT_OPS, final_outage_s=10.0)
