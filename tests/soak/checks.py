@@ -11,8 +11,8 @@ hold at the end, what the agents reported, and what went over the wire. Each ret
 - no write overwrote a memory without a precondition: every agent update and delete carried one, and in the
   version history every session version that follows another version of its memory follows one whose hash
   that session sent as the precondition;
-- no memory is duplicated (one unique content live at two paths) or stray (live at a path no attached
-  folder holds);
+- no memory is duplicated (one unique content live at two paths, unless the test last wrote it at each of
+  them: both sessions renamed the same file) or stray (live at a path no attached folder holds);
 - every sidecar ended with a complete flush and nothing unsent, except files left unreadable at the end and
   new files waiting behind a delete the cap held at the end (named by the agent's warning): those are exactly
   the unsent ones, the unreadable ones counted and named in the termination report.
@@ -270,18 +270,28 @@ def check_store_shape(
     final_local: Mapping[Folder, Mapping[str, str | None]],
     attached: Mapping[str, list[str]],
     held: Mapping[Folder, set[str]] | None = None,
+    ops: Mapping[tuple[str, str, str], LocalOp] | None = None,
 ) -> list[Violation]:
-    """No content live twice in a store; no live path that no attached folder holds, other than local
-    deletes the session's end reported as held back by the delete cap (``held``, from ``held_at_end``)."""
+    """No content live twice in a store, other than at paths where the test itself last wrote exactly that
+    content (both sessions of a shared store renamed the same file, each to its own path); no live path that
+    no attached folder holds, other than local deletes the session's end reported as held back by the delete
+    cap (``held``, from ``held_at_end``)."""
     out: list[Violation] = []
     for store_id, memories in sorted(live.items()):
         counts = Counter(memories.values())
         going = {rel for (_, sid), rels in (held or {}).items() if sid == store_id for rel in rels}
+        written = {
+            (rel, op.sha256)
+            for (_, sid, rel), op in (ops or {}).items()
+            if sid == store_id and op.kind == "write"
+        }
         for content, n in counts.items():
             if n > 1:
                 paths = sorted(p for p, c in memories.items() if c == content)
                 if len(set(paths) - going) <= 1:
                     continue  # a rename whose old path's delete the cap held at the end
+                if all((p, content_sha256(content)) in written for p in set(paths) - going):
+                    continue  # every copy is one the test wrote there
                 out.append(Violation("duplicate", f"{store_id}: the same content is live at {paths}"))
         kept = {rel for pod in attached[store_id] for rel in final_local.get((pod, store_id), {})}
         kept |= {rel for (_, sid), rels in (held or {}).items() if sid == store_id for rel in rels}

@@ -409,7 +409,7 @@ class Soak:
         excused = checks.held_at_end(self.last_local, live, versions, reports, sessions, held)
         violations = [
             *checks.check_local_ops(self.last_local, final_local, live, versions, reports, sessions, held),
-            *checks.check_store_shape(live, final_local, self.attached, excused),
+            *checks.check_store_shape(live, final_local, self.attached, excused, self.last_local),
             *checks.check_terminations(
                 exits, terminations, unreadable, checks.waiting_behind(excused, final_local)
             ),

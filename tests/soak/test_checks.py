@@ -88,6 +88,21 @@ def test_duplicates_and_strays() -> None:
     assert _kinds(stray) == ["stray"]
 
 
+def test_a_duplicate_is_excused_only_where_the_test_wrote_each_copy() -> None:
+    """Both sessions renamed the same synced file, each to its own path: two copies, both written locally."""
+    local = {("p1", S): {"a.md": "1"}, ("p2", S): {"b.md": "1"}}
+    attached = {S: ["p1", "p2"]}
+    both = {
+        ("p1", S, "a.md"): LocalOp("write", content_sha256("1"), 100.0, 1),
+        ("p2", S, "b.md"): LocalOp("write", content_sha256("1"), 101.0, 2),
+    }
+    assert check_store_shape({S: {"a.md": "1", "b.md": "1"}}, local, attached, {}, both) == []
+    one = {("p1", S, "a.md"): both[("p1", S, "a.md")], ("p2", S, "b.md"): LocalOp("delete", None, 102.0, 3)}
+    assert _kinds(check_store_shape({S: {"a.md": "1", "b.md": "1"}}, local, attached, {}, one)) == [
+        "duplicate"
+    ]
+
+
 def test_every_overwrite_and_delete_needs_its_precondition() -> None:
     url = "/v1/memory_stores/memstore_a/memories/mem_1"
     assert (
