@@ -100,7 +100,7 @@ class RunningStoreServer:
 
     # --- process control, for tests that restart or kill the server ------------------------------------
 
-    def start(self) -> None:
+    def start(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         """Start (or restart) the server process on the same port, db and key; wait until it answers."""
         if self.process is not None and self.process.poll() is None:
             raise RuntimeError("store server is already running")
@@ -120,7 +120,7 @@ class RunningStoreServer:
             cwd=self.db_path.parent,
         )
         try:
-            wait_until_ready(self.process, self.url, log_text=self.log_text)
+            wait_until_ready(self.process, self.url, timeout_s=timeout_s, log_text=self.log_text)
         except RuntimeError:
             self.stop()
             raise

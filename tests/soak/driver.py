@@ -68,6 +68,7 @@ NAMES = tuple(f"f{i:02d}.md" for i in range(40))
 BATCH = 40
 PAUSE_S = 0.5
 INITIAL_MEMORIES = 30
+SERVER_START_S = 180.0  # a restarted store server may take long to answer on a loaded machine
 
 
 @dataclass(frozen=True)
@@ -338,7 +339,7 @@ class Soak:
                 self.server.kill()
             else:
                 self.server.stop()
-            self.server.start()
+            self.server.start(timeout_s=SERVER_START_S)
         return True
 
     # --- the run --------------------------------------------------------------------------------------------
