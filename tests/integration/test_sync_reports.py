@@ -5,6 +5,7 @@ write locally. Each must be counted and named, never silently dropped or reporte
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import shutil
@@ -440,5 +441,31 @@ async def test_a_create_refused_for_a_clashing_memory_created_meanwhile_is_a_rep
         assert not logged(caplog_agent, messages.PATH_TAKEN)
         assert out.report.totals[h.store_id].conflicts == 1
         assert (await h.remote())["new.md/inside.md"] == "the other session's folder"
+    finally:
+        await h.aclose()
+
+
+async def test_deletes_held_by_a_final_sync_cut_off_mid_transfer_are_still_reported(
+    store_server, tmp_path: Path, caplog_agent
+) -> None:
+    """The final sync holds deletes back by the cap, then its budget runs out while its transfers hang (a slow
+    store): the held deletes are reported all the same (the push-only flush that follows never deletes)."""
+    files = {f"f{i:02d}.md": f"file {i}" for i in range(12)}
+    h = await make(
+        store_server, tmp_path, files={**files, "kept.md": "kept"}, delete_window=0, flush_timeout=2
+    )
+    try:
+        for rel in files:
+            (h.root / rel).unlink()
+
+        async def hang(_: httpx.Request) -> None:
+            await asyncio.sleep(3600)
+
+        h.transport.once(lambda r: r.method == "DELETE", hang)
+        out = await h.final()
+        assert logged(caplog_agent, messages.FINAL_CUT_OFF.split("{")[0])
+        counts = out.report.stores[h.store_id]
+        assert counts.held_deletes == 4 and len(counts.held_delete_paths) == 4
+        assert logged(caplog_agent, messages.HELD_AT_END.split("{")[0])
     finally:
         await h.aclose()

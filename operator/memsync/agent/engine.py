@@ -550,14 +550,16 @@ class StoreSync:
                 )
             )
             self._adopt(state, plan)
-            await self._execute(root, state, plan)
-            self._note_deferred(plan, final=final)
-            self._note_problems(
-                state,
-                result,
-                held=plan.held,
-                blocked_creates=plan.deferred if self.config.deletions != "enabled" else None,
-            )
+            try:
+                await self._execute(root, state, plan)
+            finally:  # also when the final sync is cut off mid-transfer: what it holds back is still reported
+                self._note_deferred(plan, final=final)
+                self._note_problems(
+                    state,
+                    result,
+                    held=plan.held,
+                    blocked_creates=plan.deferred if self.config.deletions != "enabled" else None,
+                )
         return "synced"
 
     def _note_deferred(self, plan: SyncPlan, *, final: bool) -> None:
