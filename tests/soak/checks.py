@@ -193,16 +193,20 @@ def held_at_end(  # noqa: PLR0917 - plain-data inputs of check_local_ops
     """The local deletes still in the store that the session's end reported as held back by the delete cap:
     per folder, all of them when the reported count covers them and every path it names is one of them."""
     missing: dict[Folder, set[str]] = defaultdict(set)
+    still: dict[Folder, set[str]] = defaultdict(set)  # local deletes whose path is live, excused or not
     for (pod, store_id, rel), last in ops.items():
-        if last.kind == "delete" and not _delete_applied(
-            pod, store_id, rel, last, live, versions, reports, sessions
-        ):
+        if last.kind != "delete" or rel not in live.get(store_id, {}):
+            continue
+        still[(pod, store_id)].add(rel)
+        if not _delete_applied(pod, store_id, rel, last, live, versions, reports, sessions):
             missing[(pod, store_id)].add(rel)
     out: dict[Folder, set[str]] = {}
-    for folder, rels in missing.items():
+    for folder, rels in still.items():
         count, named = held.get(folder, (0, []))
         if len(rels) <= count and set(named) <= rels:
-            out[folder] = rels
+            out[folder] = rels  # the cap held them all (also those another writer changed meanwhile)
+        elif missing[folder] and len(missing[folder]) <= count and set(named) <= missing[folder]:
+            out[folder] = missing[folder]
     return out
 
 

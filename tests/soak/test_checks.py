@@ -178,6 +178,23 @@ def test_deletes_held_by_the_cap_at_the_end_are_excused_only_as_reported() -> No
     ]
     wrong_name = {("p1", S): (2, ["c.md"])}
     assert len(check_local_ops(ops, local, still, {S: []}, {}, SESSIONS, wrong_name)) == 2
+
+
+def test_a_held_delete_another_writer_changed_meanwhile_is_among_the_held() -> None:
+    """The cap held both deletes and named both; b.md was also changed by another writer after its delete
+    (so its delete is excused anyway): it still counts among the held ones, and is no stray."""
+    ops = {
+        ("p1", S, "a.md"): LocalOp("delete", None, 100.0, 3),
+        ("p1", S, "b.md"): LocalOp("delete", None, 100.0, 4),
+    }
+    still = {S: {"a.md": "x", "b.md": "y"}}
+    versions = {S: [Version("b.md", content_sha256("y"), 150.0, "admin")]}
+    local = {("p1", S): {}}
+    reported = {("p1", S): (2, ["a.md", "b.md"])}
+    excused = held_at_end(ops, still, versions, {}, SESSIONS, reported)
+    assert excused == {("p1", S): {"a.md", "b.md"}}
+    assert check_store_shape(still, local, {S: ["p1"]}, excused) == []
+    assert _kinds(check_store_shape(still, local, {S: ["p1"]}, {})) == ["stray", "stray"]
     assert _kinds(check_store_shape(still, local, {S: ["p1"]}, {})) == ["stray", "stray"]
 
 
