@@ -12,7 +12,8 @@ hold at the end, what the agents reported, and what went over the wire. Each ret
   version history every session version that follows another version of its memory follows one whose hash
   that session sent as the precondition;
 - no memory is duplicated (one unique content live at two paths, unless the test last wrote it at each of
-  them: both sessions renamed the same file) or stray (live at a path no attached folder holds);
+  them: both sessions renamed the same file) or stray (live at a path no attached folder holds, unless a
+  session's end named it as refused: it cannot be written locally);
 - every sidecar ended with a complete flush and nothing unsent, except files left unreadable at the end and
   new files waiting behind a delete the cap held at the end (named by the agent's warning): those are exactly
   the unsent ones, the unreadable ones counted and named in the termination report.
@@ -269,17 +270,19 @@ def check_local_ops(  # noqa: PLR0917 - plain-data inputs, named at the one call
     return out
 
 
-def check_store_shape(
+def check_store_shape(  # noqa: PLR0917 - plain-data inputs, named at the one call site
     live: Mapping[str, Mapping[str, str]],
     final_local: Mapping[Folder, Mapping[str, str | None]],
     attached: Mapping[str, list[str]],
     held: Mapping[Folder, set[str]] | None = None,
     ops: Mapping[tuple[str, str, str], LocalOp] | None = None,
+    refused: Mapping[str, set[str]] | None = None,
 ) -> list[Violation]:
     """No content live twice in a store, other than at paths where the test itself last wrote exactly that
     content (both sessions of a shared store renamed the same file, each to its own path); no live path that
     no attached folder holds, other than local deletes the session's end reported as held back by the delete
-    cap (``held``, from ``held_at_end``)."""
+    cap (``held``, from ``held_at_end``), and memories a session's end named as refused in that store
+    (``refused``: it cannot write them locally, e.g. an unreadable file is in their way, never removed)."""
     out: list[Violation] = []
     for store_id, memories in sorted(live.items()):
         counts = Counter(memories.values())
@@ -299,6 +302,7 @@ def check_store_shape(
                 out.append(Violation("duplicate", f"{store_id}: the same content is live at {paths}"))
         kept = {rel for pod in attached[store_id] for rel in final_local.get((pod, store_id), {})}
         kept |= {rel for (_, sid), rels in (held or {}).items() if sid == store_id for rel in rels}
+        kept |= (refused or {}).get(store_id, set())
         for rel in sorted(set(memories) - kept):
             out.append(Violation("stray", f"{store_id} {rel}: live in the store, in no attached folder"))
     return out

@@ -407,10 +407,14 @@ class Soak:
             for pod, term in terminations.items()
             for sid, s in term.get("stores", {}).items()
         }
+        refused: dict[str, set[str]] = {}
+        for term in terminations.values():
+            for sid, s in term.get("stores", {}).items():
+                refused.setdefault(sid, set()).update(s.get("refused_paths", []))
         excused = checks.held_at_end(self.last_local, live, versions, reports, sessions, held)
         violations = [
             *checks.check_local_ops(self.last_local, final_local, live, versions, reports, sessions, held),
-            *checks.check_store_shape(live, final_local, self.attached, excused, self.last_local),
+            *checks.check_store_shape(live, final_local, self.attached, excused, self.last_local, refused),
             *checks.check_terminations(
                 exits, terminations, unreadable, checks.waiting_behind(excused, final_local)
             ),

@@ -221,3 +221,12 @@ def test_a_delete_after_both_wrote_the_path_may_lose_to_the_store() -> None:
     assert _kinds(check_local_ops(op, {}, {S: {"a.md": "theirs"}}, admin_before, {}, SESSIONS)) == [
         "delete_not_applied"
     ]
+
+
+def test_a_stray_is_excused_only_when_a_session_named_it_refused() -> None:
+    """An unreadable local file in the way of a memory: the agent never removes it, so the memory cannot be
+    written locally; the session's end names it among the refused paths."""
+    local = {("p1", S): {"a.md": "1"}}
+    live = {S: {"a.md": "1", "e/f.md": "2"}}
+    assert check_store_shape(live, local, {S: ["p1"]}, {}, {}, {S: {"e/f.md"}}) == []
+    assert _kinds(check_store_shape(live, local, {S: ["p1"]}, {}, {}, {S: {"other.md"}})) == ["stray"]
