@@ -262,7 +262,14 @@ class Soak:
             if readable:
                 self.unreadable_since[(pod.name, sid, rel)] = time.time()
             if not readable:  # readable again: the content on disk is what must now reach the store
-                self._record(pod, sid, rel, "write", path.read_text(), op)
+                content = path.read_text()
+                before = self.last_local.get((pod.name, sid, rel))
+                if before is not None and before.kind == "write" and before.sha256 == content_sha256(content):
+                    self.unreadable_since.pop(
+                        (pod.name, sid, rel), None
+                    )  # unchanged: the same edit as before
+                else:
+                    self._record(pod, sid, rel, "write", content, op)
         else:
             return self._swap(pod, sid, rel, op)
         return True
