@@ -204,11 +204,12 @@ def held_at_end(  # noqa: PLR0917 - plain-data inputs of check_local_ops
     out: dict[Folder, set[str]] = {}
     for folder, rels in still.items():
         count, named = held.get(folder, (0, []))
-        if len(rels) <= count and set(named) <= rels:
-            out[folder] = rels  # the cap held them all (also those another writer changed meanwhile)
-        elif missing[folder] and len(missing[folder]) <= count and set(named) <= missing[folder]:
-            out[folder] = missing[folder]
-    return out
+        if not set(named) <= rels or len(missing[folder]) > count:
+            continue
+        # The cap held them all (also those another writer changed meanwhile), or at least the ones named and
+        # every one not excused otherwise.
+        out[folder] = rels if len(rels) <= count else missing[folder] | set(named)
+    return {folder: rels for folder, rels in out.items() if rels}
 
 
 def waiting_behind(

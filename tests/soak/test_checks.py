@@ -230,3 +230,15 @@ def test_a_stray_is_excused_only_when_a_session_named_it_refused() -> None:
     live = {S: {"a.md": "1", "e/f.md": "2"}}
     assert check_store_shape(live, local, {S: ["p1"]}, {}, {}, {S: {"e/f.md"}}) == []
     assert _kinds(check_store_shape(live, local, {S: ["p1"]}, {}, {}, {S: {"other.md"}})) == ["stray"]
+
+
+def test_held_deletes_beyond_the_sample_with_more_deletes_still_live_than_held() -> None:
+    """Three local deletes still live; the cap held two (one named); the third was changed by another writer
+    after the delete (excused anyway): the unexcused one and the named one are the held ones."""
+    ops = {(("p1", S, r)): LocalOp("delete", None, 100.0, i) for i, r in enumerate(("a.md", "b.md", "c.md"))}
+    still = {S: {"a.md": "x", "b.md": "y", "c.md": "z"}}
+    versions = {S: [Version("b.md", content_sha256("y"), 150.0, "admin")]}
+    versions[S].append(Version("c.md", content_sha256("z"), 150.0, "admin"))
+    reported = {("p1", S): (2, ["b.md"])}
+    assert held_at_end(ops, still, versions, {}, SESSIONS, reported) == {("p1", S): {"a.md", "b.md"}}
+    assert held_at_end(ops, still, versions, {}, SESSIONS, {("p1", S): (2, ["d.md"])}) == {}
