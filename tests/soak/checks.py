@@ -7,7 +7,8 @@ hold at the end, what the agents reported, and what went over the wire. Each ret
   count covers it and every path named is such a delete), or another writer changed that path after it, or
   after the file became unreadable (the agent cannot know that memory is the file's), or after the test last
   wrote the file when the store holds other content than the file did (both wrote the path: a conflict the
-  store wins), or the agent reported that the delete lost;
+  store wins; also when the agent reported the file's content lost to the store's after it was written), or
+  the agent reported that the delete lost;
 - no write overwrote a memory without a precondition: every agent update and delete carried one, and in the
   version history every session version that follows another version of its memory follows one whose hash
   that session sent as the precondition;
@@ -180,6 +181,12 @@ def _delete_applied(  # noqa: PLR0917 - plain-data inputs of check_local_ops
     history = versions.get(store_id, [])
     if any(v.path == rel and v.at >= seen - 1 and v.actor != sessions[pod] for v in history):
         return True
+    if (
+        last.written_at is not None
+        and content_sha256(content) != last.sha256
+        and _reported(reports.get(pod, []), store_id, rel, last.written_at - 1, WRITE_LOST)
+    ):
+        return True  # the file the test wrote lost to the store's version (reported), and still held its own
     return _reported(reports.get(pod, []), store_id, rel, last.at - 1, DELETE_LOST)
 
 

@@ -242,3 +242,21 @@ def test_held_deletes_beyond_the_sample_with_more_deletes_still_live_than_held()
     reported = {("p1", S): (2, ["b.md"])}
     assert held_at_end(ops, still, versions, {}, SESSIONS, reported) == {("p1", S): {"a.md", "b.md"}}
     assert held_at_end(ops, still, versions, {}, SESSIONS, {("p1", S): (2, ["d.md"])}) == {}
+
+
+def test_a_delete_of_a_file_that_lost_to_the_store_leaves_the_store_version() -> None:
+    """The test wrote a new file where another writer had just created a memory; the agent reported that the
+    store's version won; the test then deleted its file (still holding its own content): the store keeps the
+    other writer's memory. Had the file held the store's version when deleted, the delete must have gone."""
+    written = LocalOp("delete", content_sha256("mine"), 200.0, 9, written_at=100.0)
+    ops = {("p1", S, "a.md"): written}
+    live = {S: {"a.md": "theirs"}}
+    versions = {S: [Version("a.md", content_sha256("theirs"), 90.0, "admin")]}
+    lost = {"p1": [Report(S, "a.md", messages.BOTH_CHANGED, 150.0)]}
+    local = {("p1", S): {}}
+    assert check_local_ops(ops, local, live, versions, lost, SESSIONS) == []
+    assert _kinds(check_local_ops(ops, local, live, versions, {}, SESSIONS)) == ["delete_not_applied"]
+    held_theirs = {("p1", S, "a.md"): LocalOp("delete", content_sha256("theirs"), 200.0, 9, written_at=100.0)}
+    assert _kinds(check_local_ops(held_theirs, local, live, versions, lost, SESSIONS)) == [
+        "delete_not_applied"
+    ]
