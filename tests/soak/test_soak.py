@@ -85,7 +85,7 @@ def test_soak(request: pytest.FixtureRequest, fresh_store_server: RunningStoreSe
 # and still find rare interleavings the agent gets wrong on some seeds: a local delete that never reaches
 # the store after the same session re-created the path; with swaps, both sessions turning the same shared
 # path into a file and a folder in turn, and deletes held by the cap beyond what the termination report can
-# name (issue 10 stays open for them). They pass on many seeds and fail, visibly, on others; a failure
+# name. They pass on many seeds and fail, visibly, on others; a failure
 # prints its seed for replay. The soak is not part of `make test` until they pass on every seed.
 def test_soak_with_unreadable_files(
     request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path

@@ -270,7 +270,7 @@ def test_over_the_cap_is_held_with_the_documented_warning(mode: str, verb: str) 
     assert len(plan.pending) == 12  # the held ones stay pending
 
 
-# --- the push-only flush (§5.7) ---------------------------------------------------------------------------
+# --- the push-only flush ---------------------------------------------------------------------------
 
 
 def test_flush_uploads_changed_files_conditionally_on_the_baseline() -> None:

@@ -106,7 +106,8 @@ class MountResult:
 
 
 async def mount(config: AgentConfig, *, client: StoreClient | None = None) -> MountResult:
-    """Materialise every store (reference §5.4, §4.8). On any failure, remove what this command created."""
+    """Materialise every store (docs/sync-semantics.md#mount). On any failure, remove what this command
+    created."""
     _log_start("mount", config)
     # Refuse first, before creating anything, if anything exists at any mount path (lstat: a dangling
     # symlink counts) - memsync never deletes a folder it did not create.

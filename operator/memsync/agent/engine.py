@@ -1,10 +1,11 @@
 """The sync engine: carries out the pure plans of ``merge`` against the store client and the store folder.
 
-Concurrency (design §7): stores sync in parallel; a listing fans out over path prefixes (a ``depth=1``
-listing shows a level's prefixes, which are then listed concurrently) when the store is large enough for it
-to pay; content fetches run 16 at once per store and uploads 32 at once per store, in the periodic sync and
-in the flush alike; a process-wide limiter caps requests in flight (64) so the server is never flooded.
-Blocking filesystem work runs in worker threads, so the metrics endpoint and signal handling stay live.
+Concurrency (docs/sync-semantics.md#concurrency): stores sync in parallel; a listing fans out over path
+prefixes (a ``depth=1`` listing shows a level's prefixes, which are then listed concurrently) when the store
+is large enough for it to pay; content fetches run 16 at once per store and uploads 32 at once per store, in
+the periodic sync and in the flush alike; a process-wide limiter caps requests in flight (64) so the server is
+never flooded. Blocking filesystem work runs in worker threads, so the metrics endpoint and signal handling
+stay live.
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ from memsync.contracts.report import SAMPLE_MAX, StoreCounts
 
 logger = logging.getLogger("memsync.agent")
 
-FETCH_CONCURRENCY = 16  # content fetches per store (reference §5.5 step 6)
-UPLOAD_CONCURRENCY = 32  # uploads per store (reference §5.7; memsync also uses it in the periodic sync)
+FETCH_CONCURRENCY = 16  # content fetches per store (docs/sync-semantics.md#pulls)
+UPLOAD_CONCURRENCY = 32  # uploads per store, in the flush and in the periodic sync
 DELETE_CONCURRENCY = 16
 GLOBAL_CONCURRENCY = 64  # requests in flight per process, all stores together
 FANOUT_MIN = 100  # list a level's prefixes concurrently when the baseline holds more than this below it
@@ -399,7 +400,7 @@ class StoreSync:
         self.shared.metrics.set_ready(self.id, True)
         return count
 
-    # --- the trust check (reference §5.5 step 1) ---------------------------------------------------------
+    # --- the trust check (docs/sync-semantics.md#the-trust-check) -------------------------------------------
 
     def _open_and_scan(self, state: StoreState) -> tuple[RootStatus, StoreRoot | None, ScanResult | None]:
         try:
@@ -464,7 +465,7 @@ class StoreSync:
         self.shared.metrics.set_ready(self.id, True)
         return "recovered"
 
-    # --- the periodic pass (reference §5.5) ---------------------------------------------------------------
+    # --- the periodic pass (docs/sync-semantics.md#three-way-merge) -----------------------------------------
 
     async def sync_pass(self, *, final: bool = False, lock_timeout: float | None = None) -> PassStats:
         """One reconcile of this store, under its lock. Raises on a store-level failure (the caller logs)."""
@@ -666,7 +667,7 @@ class StoreSync:
                 logger.warning("failed to remove local file", extra=self._extra(item.rel, error=outcome))
         return recreate
 
-    # --- uploads (reference §5.6) -------------------------------------------------------------------------
+    # --- uploads (docs/sync-semantics.md#uploads-and-preconditions) -----------------------------------------
 
     def _read_for_upload(self, root: StoreRoot, upload: Upload) -> tuple[str, str] | str | OSError | None:
         """(content, sha) to send; a refusal "sha:reason" (non-UTF-8, too big); None when gone or no file; the
@@ -767,7 +768,8 @@ class StoreSync:
             except store_errors.NotFound:
                 if upload.remote_id is None:
                     raise
-                # Deleted since the listing: the un-pushed edit re-creates it (reference §5.6).
+                # Deleted since the listing: the un-pushed edit re-creates it
+                # (docs/sync-semantics.md#three-way-merge).
                 memory = await self._api(lambda: self.client.create_memory(self.id, path, content))
         except store_errors.PreconditionFailed:
             self._lost(state, rel)
@@ -827,7 +829,7 @@ class StoreSync:
         self._lost(state, rel)
         return "settled"
 
-    # --- corroborated deletes (reference §5.5 step 5) -----------------------------------------------------
+    # --- corroborated deletes (docs/sync-semantics.md#deletes) ----------------------------------------------
 
     async def _delete_all(self, root: StoreRoot, state: StoreState, deletes: list[RemoteDelete]) -> None:
         if not deletes:
@@ -876,7 +878,7 @@ class StoreSync:
                 go.append(item)
         await asyncio.gather(*(one(d) for d in go))
 
-    # --- the content pass (reference §5.5 step 6) ---------------------------------------------------------
+    # --- the content pass (docs/sync-semantics.md#pulls) ----------------------------------------------------
 
     async def _pull_all(self, root: StoreRoot, state: StoreState, pulls: list[Pull]) -> None:
         async def one(item: Pull) -> None:
@@ -963,7 +965,7 @@ class StoreSync:
             return
         self._uploaded(state, copy, memory)
 
-    # --- the push-only flush (reference §5.7 step 4) ------------------------------------------------------
+    # --- the push-only flush (docs/sync-semantics.md#sync-flush-and-the-final-shutdown) ---------------------
 
     def count_unsaved(self) -> int:
         """How many local files are not saved in the store, by a fresh scan against the saved baseline.

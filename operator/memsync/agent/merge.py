@@ -1,4 +1,4 @@
-"""The sync rules as pure decisions (reference §5.5 steps 1–5, §5.6, §5.7): plain data in, a plan out.
+"""The sync rules as pure decisions (docs/sync-semantics.md): plain data in, a plan out.
 
 No I/O happens here. The engine gathers the inputs (a local scan, a content-free listing, the saved state),
 asks these functions what to do, carries out the plan, and records what actually succeeded.
@@ -132,7 +132,7 @@ class SyncPlan:
 
 
 def delete_cap(baseline_size: int) -> int:
-    """Per-pass delete cap (reference §5.5 step 5): max(8, min(50, floor(len(baseline)/4)))."""
+    """Per-pass delete cap (docs/sync-semantics.md#deletes): max(8, min(50, floor(len(baseline)/4)))."""
     return max(8, min(50, baseline_size // 4))
 
 
@@ -411,7 +411,8 @@ def plan_flush(
     read_only: bool,
     prior: Mapping[str, str] | None = None,
 ) -> list[Upload]:
-    """The push-only flush (reference §5.7 step 4): upload every file whose content differs from the baseline.
+    """The push-only flush (docs/sync-semantics.md#sync-flush-and-the-final-shutdown): upload every file whose
+    content differs from the baseline.
 
     No listing: an update is conditional on the *baseline* sha, so a remote that changed since is left alone
     (409), and a remote that already holds these bytes answers 200 without a new version (it is adopted).
