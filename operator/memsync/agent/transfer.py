@@ -167,26 +167,23 @@ async def delete_one(ctx: StoreContext, item: RemoteDelete) -> list[Record]:
 
 
 async def pull_all(ctx: StoreContext, root: StoreRoot, pulls: list[Pull], journal: Journal) -> None:
-    async def one(item: Pull) -> None:
-        journal.add(*await pull_one(ctx, root, item))
-
-    await asyncio.gather(*(one(p) for p in pulls))
+    await asyncio.gather(*(pull_one(ctx, root, p, journal) for p in pulls))
 
 
-async def pull_one(ctx: StoreContext, root: StoreRoot, item: Pull) -> list[Record]:
-    """Fetch one memory and write it, unless the local file changed since the scan."""
+async def pull_one(ctx: StoreContext, root: StoreRoot, item: Pull, journal: Journal) -> None:
+    """Fetch one memory and write it, unless the local file changed since the scan; journal the write."""
     async with ctx.fetch_sem:
         try:
             memory = await ctx.api(lambda: ctx.client.get_memory(ctx.id, item.id, view="full"))
         except store_errors.NotFound:
-            return []  # deleted since the listing: the next pass reconciles
+            return  # deleted since the listing: the next pass reconciles
         except store_errors.StoreError as exc:
             logger.warning("failed to download memory", extra=ctx.fields(item.rel, error=str(exc)))
             ctx.recorder.fail(f"failed to download memory {rel_to_remote(item.rel)}: {exc}", exc)
-            return []
+            return
         ctx.recorder.fetched()
     if memory.path != rel_to_remote(item.rel):
-        return []  # renamed since the listing
+        return  # renamed since the listing
     data = (memory.content or "").encode("utf-8")
 
     def write() -> str | None:
@@ -207,14 +204,25 @@ async def pull_one(ctx: StoreContext, root: StoreRoot, item: Pull) -> list[Recor
         ctx.wrote_files = True
         return None
 
-    problem = await asyncio.to_thread(write)
-    if problem is not None:
-        logger.warning("memory not written to disk", extra=ctx.fields(item.rel, reason=problem))
-        if problem is not CHANGED_SINCE_SCAN:
-            ctx.recorder.unwritable[item.rel] = problem
-        return []
-    ctx.recorder.bump(downloaded=1)
-    return [Written(rel=item.rel, sha=sha256_bytes(data), memory_id=memory.id)]
+    def record(problem: str | None) -> None:
+        if problem is not None:
+            logger.warning("memory not written to disk", extra=ctx.fields(item.rel, reason=problem))
+            if problem is not CHANGED_SINCE_SCAN:
+                ctx.recorder.unwritable[item.rel] = problem
+            return
+        ctx.recorder.bump(downloaded=1)
+        journal.add(Written(rel=item.rel, sha=sha256_bytes(data), memory_id=memory.id))
+
+    writing = asyncio.ensure_future(asyncio.to_thread(write))
+    try:
+        problem = await asyncio.shield(writing)
+    except asyncio.CancelledError:
+        # The pass is cancelled (SIGTERM) while the file is written: the write still ends, so record it before
+        # the state is saved, or the next pass takes the store's bytes on disk for a local edit (and
+        # re-creates the memory if it is deleted meanwhile).
+        record(await writing)
+        raise
+    record(problem)
 
 
 # --- conflict copies and path clashes (docs/sync-semantics.md#conflicts) ------------------------------------

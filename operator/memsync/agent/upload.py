@@ -34,6 +34,11 @@ UploadResult = Literal["saved", "settled", "failed"]
 Read = tuple[str, str] | str | OSError | None
 
 
+def _clashes(path: str, other: str) -> bool:
+    """Two memory paths that cannot both be in a store: one is an ancestor folder of the other."""
+    return other.startswith(path + "/") or path.startswith(other + "/")
+
+
 def read_for_upload(root: StoreRoot, upload: Upload) -> Read:
     """(content, sha) to send; a refusal "sha:reason" (non-UTF-8, too big); None when gone or no file; the
     error when it cannot be read now (made unreadable since the scan): not sent, the next scan decides."""
@@ -194,7 +199,16 @@ async def path_conflict(
         )
         return "failed", []
     if holder is None or holder.path != rel_to_remote(rel):
-        ctx.warn_once(messages.PATH_TAKEN, rel, sha, blocker=exc.conflicting_path or "")
+        blocker = holder.path if holder is not None else exc.conflicting_path or ""
+        if _clashes(rel_to_remote(rel), blocker):
+            # A memory below our path (a folder there) or at an ancestor (a file there) came first: the store
+            # wins, as when the listing shows it (``merge._yield_clashing_creates``). Reported as that
+            # conflict (once per content), also by a final pass after which no sync follows.
+            if (ctx.id, messages.PATH_CLASH, rel, sha) not in ctx.sync.logged_once:
+                ctx.warn_once(messages.PATH_CLASH, rel, sha, blocker=blocker)
+                ctx.recorder.bump(conflicts=1)
+            return "settled", [SendSettled(rel=rel)]
+        ctx.warn_once(messages.PATH_TAKEN, rel, sha, blocker=blocker)
         ctx.recorder.bump(conflicts=1)
         return "settled", [SendSettled(rel=rel)]
     if holder.content_sha256 == sha:
