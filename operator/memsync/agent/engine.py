@@ -243,13 +243,15 @@ class StoreSync:
             for event in plan.events:
                 self.ctx.log(event)
             self.recorder.bump(conflicts=len(plan.conflicts))
-            await self._execute(root, plan)
-            self._note_deferred(plan, final=final)
-            self._note_problems(
-                result,
-                held=plan.held,
-                blocked_creates=plan.deferred if self.ctx.config.deletions != "enabled" else None,
-            )
+            try:
+                await self._execute(root, plan)
+            finally:  # also when the final sync is cut off mid-transfer: what it holds back is still reported
+                self._note_deferred(plan, final=final)
+                self._note_problems(
+                    result,
+                    held=plan.held,
+                    blocked_creates=plan.deferred if self.ctx.config.deletions != "enabled" else None,
+                )
         return "synced"
 
     def _note_deferred(self, plan: SyncPlan, *, final: bool) -> None:
