@@ -2,7 +2,7 @@
 
 For each N (default 2,000 and 10,000 memories of about 1 kB, spread over top-level folders of 100 files each:
 20 folders for 2,000, 100 for 10,000) it measures, with the agent's own code (``commands.mount`` and
-``commands.Agent``: what ``memsync mount``, ``sync`` and ``flush --final`` run):
+``commands.SyncAgent``: what ``memsync mount``, ``sync`` and ``flush --final`` run):
 
 - mount (full-view download into an empty folder);
 - the first sync pass after the mount (a new process has a cold hash cache: every file is read once);
@@ -46,7 +46,7 @@ from typing import Any
 
 import httpx
 
-from memsync.agent.commands import Agent, mount
+from memsync.agent.commands import SyncAgent, mount
 from memsync.agent.config import load_config
 from memsync.api.models import MemoryStoreResource
 from memsync.api.secret import decode_work_secret
@@ -288,7 +288,7 @@ async def bench_size(n: int, work: Path, delay_ms: float, max_connections: int) 
             measure("mount", pages_full, None, before)
             mounted_at = time.monotonic()
 
-            agent = Agent(config, client)  # a new process: the sidecar after the init container
+            agent = SyncAgent(config, client)  # a new process: the sidecar after the init container
             await asyncio.sleep(max(0.0, RECENT_S - (time.monotonic() - mounted_at)))
             before = snap()
             stats = (await bounded(agent.sync_once()))[store_id]

@@ -1,4 +1,4 @@
-"""One pipeline (issue 5 §3): the real parts chained, nothing stubbed between them.
+"""One pipeline: the real parts chained, nothing stubbed between them.
 
 The operator (kopf, wired exactly as the operator tier wires it, against the emulated Kubernetes API of
 ``tests/operator/smem_harness.py``) creates the Pod for a SessionMemory; the local Pod runner executes

@@ -1,6 +1,7 @@
-"""What the sync reports beyond the reference rules, against the real store server: a synced file replaced by
-a folder of the same name (and the reverse), held deletes at session end, and memories the agent can never
-write locally. Each must be counted and named, never silently dropped or reported as a conflict.
+"""What the sync reports beyond the plain sync rules (docs/sync-semantics.md), against the real store server:
+a synced file replaced by a folder of the same name (and the reverse), held deletes at session end, and
+memories the agent can never write locally. Each must be counted and named, never silently dropped or
+reported as a conflict.
 """
 
 from __future__ import annotations
@@ -358,7 +359,7 @@ async def test_keep_local_copy_writes_the_losing_edit_beside_the_file_and_syncs_
         await h.sync()
         copy = "notes/c.conflict-sesn_keep-20261130T190628Z.md"
         local = h.local_files()
-        assert local["notes/c.md"] == "someone else's edit"  # the store wins, as in the reference
+        assert local["notes/c.md"] == "someone else's edit"  # the store wins, as in every conflict
         assert local[copy] == "the agent's edit"  # and the agent's edit survives beside it
         assert logged(caplog_agent, messages.BOTH_CHANGED) and logged(caplog_agent, messages.CONFLICT_COPY)
         out = await h.final()
