@@ -10,9 +10,8 @@
 - Pods are watched with a server-side label selector: the operator never lists every Pod of the cluster.
 - Events: Normal and Warning events are posted (``posting.level`` INFO); kopf's own log lines are not
   (``posting.loggers`` stays off).
-- At most ``WORKER_LIMIT`` objects are processed at once per resource (``queueing.worker_limit``): a burst
-  of a thousand new SessionMemories then waits in kopf's queues as raw events instead of running a
-  thousand handlers that all hold their objects while they queue for the API client's threads.
+- No ``queueing.worker_limit``: kopf's object workers wait until every object of an indexed resource is
+  indexed; with a bounded pool, a burst of 1,000 new SessionMemories stalled the operator for good.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from memsync.crd.models import ANNOTATION_PREFIX, FINALIZER, LABEL_MANAGED_BY, M
 POD_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 DEFAULT_AGENT_IMAGE: Final = "ghcr.io/memsync/memsync:latest"
 EVENT_COMPONENT: Final = "memsync-operator"
-WORKER_LIMIT: Final = 64
 
 
 @dataclass(frozen=True)
@@ -112,5 +110,4 @@ def configure_settings(
     if reporting_instance:
         settings.posting.reporting_instance = reporting_instance
     settings.scanning.disabled = not namespace_patterns
-    settings.queueing.worker_limit = WORKER_LIMIT
     return settings
