@@ -62,6 +62,50 @@ def test_the_oldest_session_memory_holds_the_session() -> None:
     assert h.senior_duplicate(smem("n", "", "x"), everyone) is None
 
 
+def test_the_sessions_index_keeps_a_small_claim_per_session() -> None:
+    a = smem("a", "sesn_x", "2026-01-01T00:00:00Z")
+    a["metadata"] |= {"namespace": "ns", "annotations": {"big": "x" * 10_000}, "managedFields": [{}]}
+    a["spec"] |= {"stores": [{"memoryStoreId": "memstore_1", "name": "notes"}]}
+    claim = {
+        "metadata": {
+            "name": "a",
+            "namespace": "ns",
+            "uid": "uid-a",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "spec": {"sessionId": "sesn_x"},
+    }
+    assert h.session_claim(a) == {("ns", "sesn_x"): claim}
+    b = smem("b", "sesn_x", "2026-01-01T00:00:05Z")
+    b["metadata"]["namespace"] = "ns"
+    # The claims in the index decide as the whole objects would.
+    [b_claim] = (h.session_claim(b) or {}).values()
+    assert h.senior_duplicate(b, [claim, b_claim]) == claim
+    assert h.senior_duplicate(a, [claim, b_claim]) is None
+    assert h.session_claim(smem("n", "", "x")) is None
+    assert h.session_claim({"metadata": {"name": "x"}, "spec": {"sessionId": "sesn_y"}}) is None
+
+
+def test_lean_drops_only_what_the_controller_never_reads() -> None:
+    pod = {
+        "metadata": {
+            "name": "p",
+            "uid": "u",
+            "managedFields": [{"manager": "kubelet"}],
+            "annotations": {"a": "b"},
+        },
+        "spec": {"containers": []},
+        "status": {"phase": "Running"},
+    }
+    lean = h.lean(pod)
+    assert lean == {
+        "metadata": {"name": "p", "uid": "u"},
+        "spec": {"containers": []},
+        "status": {"phase": "Running"},
+    }
+    assert "managedFields" in pod["metadata"]  # the original is left alone
+
+
 def test_store_paths_from_a_valid_and_an_invalid_spec() -> None:
     spec = {
         "sessionId": "sesn_1",

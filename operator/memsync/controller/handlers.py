@@ -131,6 +131,8 @@ class Runtime:
     # The SessionMemory as this process last read or wrote it, per (namespace, name): a status write
     # starts from it instead of a read (its resourceVersion precondition catches any newer change).
     objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # The store paths of each SessionMemory's spec (uid -> generation, paths).
+    paths: dict[str, tuple[int | None, StorePaths]] = field(default_factory=dict)
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self.locks.setdefault((namespace, name), asyncio.Lock())
@@ -159,7 +161,9 @@ class Runtime:
         return obj
 
     def forget(self, namespace: str, name: str) -> None:
-        self.objects.pop((namespace, name), None)
+        known = self.objects.pop((namespace, name), None)
+        if known is not None:
+            self.paths.pop(str(meta_of(known).uid), None)
         self.locks.pop((namespace, name), None)
         self.gone_since.pop((namespace, name), None)
         self.seen_pods.pop((namespace, name), None)
@@ -391,9 +395,17 @@ def _generation(obj: Mapping[str, Any]) -> int | None:
     return meta_of(obj).generation
 
 
-def _paths(obj: Mapping[str, Any], known: StorePaths | None) -> StorePaths:
-    """The store paths the caller already has from its one validation, else those of ``obj``'s spec."""
-    return known if known is not None else store_paths(obj.get("spec") or {})
+def _paths(runtime: Runtime, obj: Mapping[str, Any], known: StorePaths | None) -> StorePaths:
+    """The store paths the caller already has from its one validation, else those of ``obj``'s spec
+    (validated once per object and generation: every Pod event of a session needs them)."""
+    if known is not None:
+        return known
+    meta = meta_of(obj)
+    generation, paths = runtime.paths.get(str(meta.uid), (None, None))
+    if paths is None or generation != meta.generation:
+        paths = store_paths(obj.get("spec") or {})
+        runtime.paths[str(meta.uid)] = (meta.generation, paths)
+    return paths
 
 
 async def _refuse(
@@ -414,7 +426,7 @@ async def _refuse(
             previous,
             reason=reason,
             message=message,
-            stores=_paths(obj, stores),
+            stores=_paths(runtime, obj, stores),
             generation=_generation(obj),
             now=now,
         )
@@ -441,7 +453,7 @@ async def _record_pod(
         return st.derive_status(
             previous,
             pod,
-            stores=_paths(obj, stores),
+            stores=_paths(runtime, obj, stores),
             generation=_generation(obj),
             now=now,
             pod_gone=pod_gone,
@@ -480,7 +492,7 @@ async def _record_lost_pod(
         return st.lost_pod_status(
             previous,
             pod_name=pod_name,
-            stores=_paths(obj, stores),
+            stores=_paths(runtime, obj, stores),
             generation=_generation(obj),
             now=now,
             reason=reason,
