@@ -143,21 +143,36 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU time of the process; None once it has exited."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class OperatorWatch:
-    """The operator's peak RSS, sampled while the benchmark waits, across any restart of its container."""
+    """The operator's peak RSS and CPU time, sampled while the benchmark waits, across any restart of its
+    container (CPU time does not depend on how busy the rest of the machine is)."""
 
     def __init__(self, info: ClusterInfo) -> None:
         self.info = info
         self.peak = 0.0
+        self.cpu = self.cpu_before = self.cpu_of_ended = 0.0
         self.pid = self._current_pid()
         self.restarts_before = self.restarts = int(operator_status(info).get("restartCount") or 0)
+        self.cpu_before = cpu_seconds(self.pid) or 0.0
 
     def _current_pid(self) -> int:
         return int(str(operator_status(self.info).get("containerID", "")).removeprefix("process://") or 0)
 
     def sample(self) -> None:
-        rss = peak_rss_mb(self.pid)
+        rss, cpu = peak_rss_mb(self.pid), cpu_seconds(self.pid)
+        if cpu is not None:
+            self.cpu = self.cpu_of_ended + cpu - self.cpu_before
         if rss is None:  # the container restarted (or is restarting): follow the new process
+            self.cpu_of_ended, self.cpu_before = self.cpu, 0.0
             status = operator_status(self.info)
             self.restarts = int(status.get("restartCount") or 0)
             self.pid = int(str(status.get("containerID", "")).removeprefix("process://") or 0)
@@ -254,6 +269,7 @@ def run(count_: int, timeout: float, operator_log: Path | None = None) -> int:
         (f"every status written ({count_})", f"{seconds(status_at)} s", f"<= {TARGET_SECONDS:.0f} s"),
         ("  of which after the last create", after_last(status_at), ""),
         ("operator peak RSS", f"{operator.peak:.0f} MB", f"<= {TARGET_RSS_MB:.0f} MB"),
+        ("operator CPU time", f"{operator.cpu:.1f} s", ""),
         ("operator container restarts", str(restarts), "0"),
     ]
     if restarts:

@@ -13,7 +13,7 @@ import pytest
 from conftest import RunningStoreServer
 from memsync.controller.pod import pod_name_for
 
-from .conftest import SYSTEM_NS, Cluster, secret_object
+from .conftest import SYSTEM_NS, Cluster
 from .scenario import (
     FINAL,
     agent,
@@ -23,6 +23,7 @@ from .scenario import (
     container_state,
     make_store,
     pod_status,
+    secret_object,
     sid,
     smem,
     start_session,

@@ -11,8 +11,8 @@ import pytest
 
 from conftest import RunningStoreServer
 
-from .conftest import REPO, Cluster, secret_object
-from .scenario import agent, condition, make_store, sid, smem, wait_phase
+from .conftest import REPO, Cluster
+from .scenario import agent, condition, make_store, secret_object, sid, smem, wait_phase
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 

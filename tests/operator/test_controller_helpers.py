@@ -21,7 +21,13 @@ from memsync.controller.kube import (
     _error,
 )
 from memsync.controller.objects import meta_of
-from memsync.controller.settings import POD_SELECTOR, WatchTimeouts, configure_settings
+from memsync.controller.settings import (
+    KOPF_REQUESTS,
+    POD_SELECTOR,
+    WatchTimeouts,
+    bounded_session,
+    configure_settings,
+)
 from memsync.crd.models import ANNOTATION_PREFIX, API_VERSION, FINALIZER, KIND, validate_spec
 
 
@@ -281,3 +287,15 @@ def test_paths_of_a_validated_spec_equal_store_paths() -> None:
         h.paths_of(validate_spec(raw), raw) == h.store_paths(raw) == {"memstore_a": "/mnt/memory/team-notes"}
     )
     assert h.paths_of(None, raw) == {"memstore_a": None}
+
+
+async def test_kopf_session_bounds_its_requests_and_keeps_the_credentials() -> None:
+    info = kopf.ConnectionInfo(server="https://127.0.0.1:6443", scheme="Bearer", token="t0ken", insecure=True)
+    bounded = bounded_session(info, watches=4)
+    try:
+        assert bounded.server == info.server
+        connector = bounded.aiohttp_session.connector
+        assert connector is not None and connector.limit == KOPF_REQUESTS + 4
+        assert bounded.aiohttp_session.headers["Authorization"] == "Bearer t0ken"
+    finally:
+        await bounded.aiohttp_session.close()

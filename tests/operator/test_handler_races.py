@@ -164,7 +164,7 @@ async def test_the_duplicate_check_reads_the_index_and_writes_start_from_the_kno
         "resourceVersion"
     ]
 
-    # A spec update behind the operator's back: the next write conflicts, reads, and carries the new generation.
+    # A spec update behind the operator's back: the next write conflicts, reads, carries the new generation.
     await cluster.patch_smem_spec("first", {"sandbox": {"image": "example.com/agent-sandbox:2.0"}})
     await cluster.set_pod_status(pod_name, RUNNING_POD)
     await h.observe_pod(runtime, "MODIFIED", cluster.pod(pod_name) or {})

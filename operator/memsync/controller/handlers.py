@@ -64,6 +64,7 @@ from memsync.controller import metrics
 from memsync.controller import status as st
 from memsync.controller.health import health_url, read_health
 from memsync.controller.kube import (
+    CALL_THREADS,
     KubeAlreadyExists,
     KubeApi,
     KubeApiError,
@@ -91,6 +92,10 @@ from memsync.crd.models import (
 logger = logging.getLogger(__name__)
 
 STATUS_WRITE_ATTEMPTS: Final = 8
+#: Handler steps that run at once. kopf starts a handler for every object at once: a burst of 1,000 new
+#: SessionMemories would otherwise hold 1,000 objects, Pod manifests and responses while they all queue
+#: for the API client's threads (which serve ``CALL_THREADS`` calls at a time anyway).
+HANDLER_SLOTS: Final = 2 * CALL_THREADS
 RECONCILE_ERROR_DELAY: Final = 10.0
 
 Status = dict[str, Any]
@@ -133,6 +138,7 @@ class Runtime:
     objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     # The store paths of each SessionMemory's spec (uid -> generation, paths).
     paths: dict[str, tuple[int | None, StorePaths]] = field(default_factory=dict)
+    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(HANDLER_SLOTS))
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self.locks.setdefault((namespace, name), asyncio.Lock())
@@ -682,9 +688,11 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any], claims: Cla
 
 
 async def _guarded(runtime: Runtime, body: Mapping[str, Any], step: Callable[[], Awaitable[None]]) -> None:
-    """Run a handler step; API errors become kopf retries with a delay (never a tight loop)."""
+    """Run a handler step (in one of the ``HANDLER_SLOTS``); API errors become kopf retries with a delay
+    (never a tight loop)."""
     try:
-        await step()
+        async with runtime.slots:
+            await step()
     except KubeApiError as exc:
         metrics.API_ERRORS.labels(status=str(exc.status)).inc()
         meta = meta_of(body)
@@ -990,7 +998,8 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
     async def on_pod(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         runtime, pod = _runtime(memo), plain(body)
         try:
-            await observe_pod(runtime, type, pod)
+            async with runtime.slots:
+                await observe_pod(runtime, type, pod)
         except (KubeApiError, kopf.TemporaryError) as exc:
             # Event handlers are not retried; the next event of this Pod derives the status again.
             logger.warning(

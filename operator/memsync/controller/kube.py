@@ -2,7 +2,7 @@
 
 The client is synchronous; every call runs in a worker thread of the client's own pool (``CALL_THREADS``
 threads, as many pooled connections) so kopf's event loop never blocks and calls to a slow API server
-overlap (the default pool of a 2-CPU container has 6 threads, which a burst of sessions queues behind).
+overlap (more threads only make them contend with the event loop for the interpreter).
 Objects go in and come out as plain camelCase dicts (the wire format), the same shape kopf hands to
 handlers, so the pure functions of ``status.py`` and ``pod.py`` see one representation.
 
@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT = 30.0
-CALL_THREADS: Final = 16
+CALL_THREADS: Final = 8
 
 
 class KubeApiError(Exception):
