@@ -115,6 +115,9 @@ async def test_sandbox_pid1_ignores_sigterm(
         final_flush=5,
     )
     wait_phase(deployed, namespace, "stubborn", ("Running",))
+    # "Running" is the container's start, not the script's: a SIGTERM before the shell ran its `trap` ends
+    # it at once (seen once in five runs). one.md is written after the trap, and synced: the trap is set.
+    await wait_store_has(tier_store, store, 1)
     pod = pod_name_for("stubborn")
     grace = deployed.get("-n", namespace, "pod", pod)["spec"]["terminationGracePeriodSeconds"]
     started = time.monotonic()
