@@ -41,7 +41,12 @@ from kmock._internal import enums, rendering
 
 from memsync.controller.handlers import build_memo, build_registry
 from memsync.controller.kube import KubeApi
-from memsync.controller.settings import ControllerConfig, WatchTimeouts, configure_settings
+from memsync.controller.settings import (
+    ControllerConfig,
+    WatchTimeouts,
+    bounded_session,
+    configure_settings,
+)
 from memsync.crd.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from memsync.crd.schema import build_crd
 
@@ -489,8 +494,8 @@ async def run_operator(
     """
     kube = KubeApi.for_host(cluster.url)
 
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        return kube.connection_info()
+    async def login(**_: Any) -> kopf.AiohttpSession:
+        return bounded_session(kube.connection_info(), watches=2)  # as the operator's CLI logs in
 
     registry = build_registry(config, login=login)
     stop_flag = threading.Event()

@@ -27,7 +27,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from memsync.controller.handlers import build_memo, build_registry
 from memsync.controller.kube import KubeApi, parse_server_version, version_refusal
-from memsync.controller.settings import ControllerConfig, configure_settings
+from memsync.controller.settings import ControllerConfig, bounded_session, configure_settings
 from memsync.crd.models import EnvVarSpec, describe_validation_error, env_problems
 from memsync.crd.schema import render_crd_yaml
 
@@ -221,8 +221,12 @@ def _run(
 
     _check_server_version(kube)
 
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        return kube.connection_info()
+    async def login(**_: Any) -> kopf.ConnectionInfo | kopf.AiohttpSession:
+        info = kube.connection_info()
+        if patterns:  # kopf watches every namespace that matches: no bound on the watches it holds
+            return info
+        # One watch of SessionMemories and one of Pods, per namespace served (or cluster-wide).
+        return bounded_session(info, watches=2 * max(len(namespaces), 1))
 
     if metrics_port:
         start_http_server(metrics_port)

@@ -1,8 +1,10 @@
 """The controller's few calls to the Kubernetes API, through the official ``kubernetes`` client.
 
-The client is synchronous; every call runs in a worker thread (``asyncio.to_thread``) so kopf's event
-loop never blocks. Objects go in and come out as plain camelCase dicts (the wire format), the same shape
-kopf hands to handlers, so the pure functions of ``status.py`` and ``pod.py`` see one representation.
+The client is synchronous; every call runs in a worker thread of the client's own pool (``CALL_THREADS``
+threads, as many pooled connections) so kopf's event loop never blocks and calls to a slow API server
+overlap (more threads only make them contend with the event loop for the interpreter).
+Objects go in and come out as plain camelCase dicts (the wire format), the same shape kopf hands to
+handlers, so the pure functions of ``status.py`` and ``pod.py`` see one representation.
 
 ``KubeApi`` is the seam: ``from_environment()`` uses the same credentials kopf does (in-cluster service
 account, else the kubeconfig), and ``for_host(url)`` points it at any API server, e.g. an emulator in
@@ -16,6 +18,7 @@ import asyncio
 import json
 import re
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, TypeVar
 
 import kopf
@@ -29,6 +32,7 @@ T = TypeVar("T")
 
 MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT = 30.0
+CALL_THREADS: Final = 8
 
 
 class KubeApiError(Exception):
@@ -151,6 +155,8 @@ class KubeApi:
     """Pods, Secrets (keys only) and SessionMemories, as plain dicts."""
 
     def __init__(self, configuration: kubernetes.client.Configuration) -> None:
+        configuration.connection_pool_maxsize = CALL_THREADS
+        self._executor = ThreadPoolExecutor(max_workers=CALL_THREADS, thread_name_prefix="kube-api")
         self._client = kubernetes.client.ApiClient(configuration)
         self._core = kubernetes.client.CoreV1Api(self._client)
         self._custom = kubernetes.client.CustomObjectsApi(self._client)
@@ -203,6 +209,7 @@ class KubeApi:
 
     def close(self) -> None:
         self._client.close()  # type: ignore[no-untyped-call]
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         def run() -> dict[str, Any]:
@@ -212,7 +219,7 @@ class KubeApi:
                 raise _error(exc) from None
             return _decode(response)
 
-        return await asyncio.to_thread(run)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, run)
 
     async def server_version(self) -> dict[str, Any]:
         """The API server's ``/version`` answer (major, minor, gitVersion, ...)."""
