@@ -47,7 +47,7 @@ ALLOWED_SELINUX_TYPES: Final = ("", "container_t", "container_init_t", "containe
 #: The AppArmor profile type the Pod Security Standards forbid.
 APPARMOR_UNCONFINED: Final = "Unconfined"
 #: A clean absolute path: one or more segments, none empty, ``.`` or ``..`` (RE2 and Python alike).
-CLEAN_PATH_PATTERN: Final = r"^(/([^/.]|\.[^/.]|\.\.[^/])[^/]*)+$"
+CLEAN_PATH_PATTERN: Final = r"^(/([^/.]|[.][^/.]|[.][.][^/])[^/]*)+$"
 
 
 def mount_root_ancestors() -> list[str]:
