@@ -626,6 +626,15 @@ CORPUS: list[tuple[str, Callable[[], dict[str, Any]], Mutation | None, bool | st
         False,
         f"{C}.restartPolicy: must not",
     ),
+    (
+        "restart-policy-rules",
+        base_spec,
+        setting(
+            f"{C}.restartPolicyRules", [{"action": "Restart", "exitCodes": {"operator": "In", "values": [1]}}]
+        ),
+        False,
+        f"spec.{C}.restartPolicyRules: must not be set",
+    ),
     *[
         (
             f"{field}-true",
@@ -1057,8 +1066,10 @@ def test_whole_object_model_and_mapping_views() -> None:
     assert parsed.spec.session_id == "sesn_011abc"
     assert parsed.status is None
     # kopf hands the spec out as a read-only mapping view: validate_spec copies it into plain data.
-    view = types.MappingProxyType({**base_spec(), "sandbox": types.MappingProxyType({"image": "img:1"})})
-    assert validate_spec(view).sandbox == {"image": "img:1"}
+    container = types.MappingProxyType({"name": "sandbox", "image": "img:1"})
+    template = types.MappingProxyType({"spec": types.MappingProxyType({"containers": (container,)})})
+    view = types.MappingProxyType({**base_spec(), "template": template})
+    assert validate_spec(view).template.spec.sandbox == {"name": "sandbox", "image": "img:1"}
 
 
 # --- CEL details --------------------------------------------------------------------------------------------
@@ -1113,7 +1124,8 @@ def test_crd_names_and_columns() -> None:
     assert spec["group"] == "agents.memsync.dev" and spec["scope"] == "Namespaced"
     assert spec["names"]["kind"] == "SessionMemory" and spec["names"]["shortNames"] == ["smem"]
     (version,) = spec["versions"]
-    assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+    assert version["name"] == models.VERSION and version["served"] and version["storage"]
+    assert API_VERSION == f"agents.memsync.dev/{models.VERSION}"
     assert version["subresources"] == {"status": {}}
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
     assert {"Phase", "Ready", "Stores", "Last Sync", "Age"} <= set(columns)
@@ -1137,8 +1149,16 @@ def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
 def test_schema_is_structural() -> None:
     """The rules of a structural schema (CRD docs), checked here since no API server runs in unit tests."""
     for path, node in _walk(openapi_schema()):
+        if node.get("x-kubernetes-int-or-string"):  # the one exception: anyOf integer or string, no type
+            assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}] and "type" not in node, path
+            continue
         assert node.get("type") in ("object", "array", "string", "integer", "number", "boolean"), path
         assert not ({"allOf", "anyOf", "oneOf", "not", "$ref"} & set(node)), path
+        # no field of the spec accepts unknown fields: a typo is refused, never pruned or passed on
+        if path.startswith(".spec"):
+            assert "x-kubernetes-preserve-unknown-fields" not in node, path
+        if node.get("type") == "object" and path.startswith(".spec"):
+            assert "properties" in node or "additionalProperties" in node, path
         assert not ("properties" in node and "additionalProperties" in node), path
         if "default" in node:
             assert structural_errors(node, node["default"]) == [], f"{path}: default does not validate"
@@ -1166,12 +1186,21 @@ def test_cel_inputs_are_bounded() -> None:
     assert stores["maxItems"] == 8
     for field in ("memoryStoreId", "name", "mountPath"):
         assert stores["items"]["properties"][field]["maxLength"] <= 255
-    add = nodes[".spec.sandbox.securityContext.capabilities.add"]
+    container = ".spec.template.spec.containers[]"
+    assert nodes[".spec.template.spec.containers"]["maxItems"] == 1
+    add = nodes[f"{container}.securityContext.capabilities.add"]
     assert add["maxItems"] <= 64 and add["items"]["maxLength"] <= 64
-    assert nodes[".spec.sandbox.ports"]["maxItems"] <= 64
+    assert nodes[f"{container}.ports"]["maxItems"] <= 64
     for field in ("type", "user", "role"):
-        assert nodes[f".spec.sandbox.securityContext.seLinuxOptions.{field}"]["maxLength"] <= 256
-    assert nodes[".spec.sandbox.securityContext.appArmorProfile.type"]["maxLength"] <= 256
+        assert nodes[f"{container}.securityContext.seLinuxOptions.{field}"]["maxLength"] <= 256
+    assert nodes[f"{container}.securityContext.appArmorProfile.type"]["maxLength"] <= 256
+    assert nodes[f"{container}.volumeMounts"]["maxItems"] <= 32
+    assert nodes[f"{container}.volumeMounts[].mountPath"]["maxLength"] <= 1024
+    assert nodes[f"{container}.volumeMounts[].name"]["maxLength"] <= 63
+    assert nodes[".spec.template.spec.volumes"]["maxItems"] <= 32
+    assert nodes[".spec.template.spec.volumes[].name"]["maxLength"] <= 63
+    for field in ("labels", "annotations"):
+        assert nodes[f".spec.template.metadata.{field}"]["maxProperties"] <= 64
 
 
 #: Member functions and macros whose cost the API server can bound for our bounded fields. Kubernetes
@@ -1245,17 +1274,19 @@ def test_conditions_the_api_server_would_refuse_are_refused_by_the_model(field: 
         Condition.model_validate(condition)
 
 
-def test_describe_validation_error_names_paths_and_hides_sandbox_values() -> None:
+def test_describe_validation_error_names_paths_and_hides_template_values() -> None:
     spec = base_spec()
     spec["stores"][0]["access"] = "rw"
     spec["sync"] = {"intervalSeconds": 2}
-    spec["sandbox"] = {"image": 7, "env": [{"name": "TOKEN", "value": "do-not-echo-me"}]}
+    spec["template"] = {
+        "spec": {"containers": [{"name": "sandbox", "env": [{"name": "TOKEN", "value": "do-not-echo-me"}]}]}
+    }
     with pytest.raises(ValidationError) as info:
         SessionMemorySpec.model_validate(spec)
     text = describe_validation_error(info.value, prefix="spec")
     assert "spec.stores[0].access: input should be 'read_write' or 'read_only' (got 'rw')" in text
     assert "spec.sync.intervalSeconds: input should be greater than or equal to 5 (got 2)" in text
-    assert "spec.sandbox: image is required" in text
+    assert "spec.template.spec.containers[0].image: is required" in text
     assert "do-not-echo-me" not in text
     with pytest.raises(ValidationError) as info:
         StoreSpec.model_validate({"memoryStoreId": "memstore_1"})
