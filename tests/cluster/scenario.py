@@ -13,6 +13,7 @@ from typing import Any
 
 from conftest import RunningStoreServer
 from memsync.api.models import Memory
+from memsync.crd.models import sandbox_template
 from memsync.devtools.scripted_agent import REPORT_PREFIX
 
 from .conftest import SECRET_KEY, Cluster, secret_object
@@ -75,7 +76,7 @@ def smem(
             "apiBaseUrl": base_url,
             "stores": [{"memoryStoreId": i, "name": n, "access": a} for i, n, a in stores],
             "sync": {"intervalSeconds": interval, "deletions": "enabled", "finalFlushSeconds": final_flush},
-            "sandbox": sandbox,
+            "template": sandbox_template(sandbox),
         },
     }
 

@@ -19,7 +19,7 @@ from typing import Any
 from memsync.client import StoreClient
 from memsync.controller.pod import MOUNT_CONTAINER, SANDBOX_CONTAINER, SYNC_CONTAINER, build_sandbox_pod
 from memsync.controller.status import derive_status, now_utc
-from memsync.crd.models import SessionMemorySpec
+from memsync.crd.models import SessionMemorySpec, sandbox_template
 
 from .podrunner import PodRunner
 
@@ -101,7 +101,7 @@ class Session:
                     "deletions": "enabled",
                     "finalFlushSeconds": final_flush,
                 },
-                "sandbox": sandbox,
+                "template": sandbox_template(sandbox),
             }
         )
         pod = build_sandbox_pod(

@@ -24,6 +24,7 @@ from memsync.agent import messages
 from memsync.api.hashing import content_sha256
 from memsync.api.models import Memory
 from memsync.controller.pod import pod_name_for
+from memsync.crd.models import sandbox_template
 from memsync.devtools.scripted_agent import REPORT_PREFIX
 
 from .conftest import CLUSTER, IN_CLUSTER_STORE_URL, KindEnv, apply, kubectl, kubectl_json, run
@@ -113,7 +114,7 @@ def create_smem(
                 "apiBaseUrl": IN_CLUSTER_STORE_URL,
                 "stores": [{"memoryStoreId": i, "name": n, "access": a} for i, n, a in stores],
                 "sync": {"intervalSeconds": interval, "deletions": "enabled", "finalFlushSeconds": 10},
-                "sandbox": sandbox,
+                "template": sandbox_template(sandbox),
             },
         }
     )

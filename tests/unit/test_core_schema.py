@@ -87,13 +87,18 @@ def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+def _object(properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, **extra}
+
+
 def test_refs_are_inlined_with_the_fields_description() -> None:
+    b_field = {"allOf": [_ref("B")], "description": "the b", "default": {}}
     inline = gen._Inliner(
         {
-            "A": {"type": "object", "description": "type A", "properties": {"b": {"allOf": [_ref("B")], "description": "the b", "default": {}}}},
-            "B": {"type": "object", "description": "type B", "properties": {"n": {"type": "integer", "format": "int32"}}},
+            "A": _object({"b": b_field}, description="type A"),
+            "B": _object({"n": {"type": "integer", "format": "int32"}}, description="type B"),
         }
-    )  # fmt: skip
+    )
     a = inline.named("A")
     assert a["properties"]["b"] == {
         "type": "object",
@@ -102,20 +107,38 @@ def test_refs_are_inlined_with_the_fields_description() -> None:
     }
 
 
+INT_OR_STRING = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
+QUANTITY = "io.k8s.apimachinery.pkg.api.resource.Quantity"
+
+
+def _map_list(keys: list[str]) -> dict[str, Any]:
+    return {
+        "type": "array",
+        "items": _ref("P"),
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": keys,
+        "x-kubernetes-patch-strategy": "merge",
+    }
+
+
 def test_int_or_string_quantity_and_map_lists() -> None:
+    port = {"type": "integer"}
+    protocol = {"type": "string", "default": "TCP"}
     inline = gen._Inliner(
         {
-            "io.k8s.apimachinery.pkg.util.intstr.IntOrString": {"type": "string", "format": "int-or-string"},
-            "io.k8s.apimachinery.pkg.api.resource.Quantity": {"oneOf": [{"type": "string"}, {"type": "number"}]},
-            "P": {"type": "object", "required": ["port"], "properties": {"port": {"type": "integer"}, "protocol": {"type": "string", "default": "TCP"}}},
-            "C": {"type": "object", "properties": {
-                "port": {"allOf": [_ref("io.k8s.apimachinery.pkg.util.intstr.IntOrString")]},
-                "memory": _ref("io.k8s.apimachinery.pkg.api.resource.Quantity"),
-                "byPort": {"type": "array", "items": _ref("P"), "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port"]},
-                "byBoth": {"type": "array", "items": _ref("P"), "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["port", "protocol"], "x-kubernetes-patch-strategy": "merge"},
-            }},
+            INT_OR_STRING: {"type": "string", "format": "int-or-string"},
+            QUANTITY: {"oneOf": [{"type": "string"}, {"type": "number"}]},
+            "P": _object({"port": port, "protocol": protocol}, required=["port"]),
+            "C": _object(
+                {
+                    "port": {"allOf": [_ref(INT_OR_STRING)]},
+                    "memory": _ref(QUANTITY),
+                    "byPort": _map_list(["port"]),
+                    "byBoth": _map_list(["port", "protocol"]),
+                }
+            ),
         }
-    )  # fmt: skip
+    )
     c = inline.named("C")["properties"]
     assert c["port"] == {
         "anyOf": [{"type": "integer"}, {"type": "string"}],
@@ -125,8 +148,9 @@ def test_int_or_string_quantity_and_map_lists() -> None:
         c["memory"]["x-kubernetes-int-or-string"] is True and c["memory"]["pattern"] == gen.QUANTITY_PATTERN
     )
     assert c["byPort"]["x-kubernetes-list-type"] == "map"
+    assert "x-kubernetes-patch-strategy" not in c["byPort"]
     # a map key that is not required (protocol only has a default) cannot key a CRD list: a plain list
-    assert "x-kubernetes-list-type" not in c["byBoth"] and "x-kubernetes-patch-strategy" not in c["byBoth"]
+    assert "x-kubernetes-list-type" not in c["byBoth"]
     assert "default" not in c["byBoth"]["items"]["properties"]["protocol"]
 
 

@@ -1125,7 +1125,7 @@ def test_crd_names_and_columns() -> None:
     assert spec["names"]["kind"] == "SessionMemory" and spec["names"]["shortNames"] == ["smem"]
     (version,) = spec["versions"]
     assert version["name"] == models.VERSION and version["served"] and version["storage"]
-    assert API_VERSION == f"agents.memsync.dev/{models.VERSION}"
+    assert f"agents.memsync.dev/{models.VERSION}" == API_VERSION
     assert version["subresources"] == {"status": {}}
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
     assert {"Phase", "Ready", "Stores", "Last Sync", "Age"} <= set(columns)

@@ -20,7 +20,8 @@ Choices made here:
 
 * ``ANTHROPIC_WORK_SECRET`` (from ``secretKeyRef`` only) goes to the two memsync containers, **not** to the
   sandbox: the sessions token lets its holder write the stores directly, past the sync agent's safety rails,
-  so the agent gets it only when the user adds it to the sandbox container's ``env`` themselves (as a ``secretKeyRef``).
+  so the agent gets it only when the user adds it to the sandbox container's ``env`` themselves (as a
+  ``secretKeyRef``).
 * ``terminationGracePeriodSeconds`` = max(sandbox shutdown allowance, F) + 2 x F + margin, where F is
   ``sync.finalFlushSeconds``, the allowance is 30 s and the margin 10 s. Why: the sidecar's ``preStop`` flush
   (bounded by F) runs at the start of termination, alongside the sandbox's own shutdown; SIGTERM reaches the

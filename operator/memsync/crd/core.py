@@ -55,7 +55,7 @@ def _bound(node: dict[str, Any], **bounds: Any) -> None:
 
 @functools.cache
 def _pod_spec() -> dict[str, Any]:
-    spec = copy.deepcopy(_generated()["podSpec"])
+    spec: dict[str, Any] = copy.deepcopy(_generated()["podSpec"])
     props = spec["properties"]
     containers = props["containers"]
     _bound(containers, minItems=1, maxItems=CONTAINERS_MAX)
@@ -93,7 +93,7 @@ def pod_spec_schema() -> dict[str, Any]:
 
 def object_meta_schema() -> dict[str, Any]:
     """ObjectMeta's labels and annotations, each bounded to :data:`METADATA_ENTRIES_MAX` entries."""
-    meta = copy.deepcopy(_generated()["objectMeta"])
+    meta: dict[str, Any] = copy.deepcopy(_generated()["objectMeta"])
     for field in meta["properties"].values():
         _bound(field, maxProperties=METADATA_ENTRIES_MAX)
     return meta
@@ -167,9 +167,8 @@ def _bounds(schema: Mapping[str, Any], value: Any) -> list[str]:
     elif isinstance(value, Mapping):
         if "maxProperties" in schema and len(value) > schema["maxProperties"]:
             out.append(f"may hold at most {schema['maxProperties']} entries")
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
-            out.append(f"must be at least {schema['minimum']}")
+    elif isinstance(value, int | float) and "minimum" in schema and value < schema["minimum"]:
+        out.append(f"must be at least {schema['minimum']}")
     return out
 
 
@@ -210,7 +209,9 @@ def schema_problems(schema: Mapping[str, Any], value: Any, path: str) -> list[st
             elif isinstance(schema.get("additionalProperties"), Mapping):
                 out += schema_problems(schema["additionalProperties"], sub, f"{path}.{key}")
             elif props:
-                out.append(f"{path}.{key}: is not a field of the Pod template (check the spelling and nesting)")
+                out.append(
+                    f"{path}.{key}: is not a field of the Pod template (check the spelling and nesting)"
+                )
     elif isinstance(value, list) and "items" in schema:
         for i, item in enumerate(value):
             out += schema_problems(schema["items"], item, f"{path}[{i}]")

@@ -67,8 +67,8 @@ def security_context_problems(sc: Mapping[str, Any], path: str) -> list[str]:
         problems.append(f"{path}.runAsNonRoot: must not be false (the sandbox runs as a non-root user)")
     if sc.get("runAsUser") not in (None, SANDBOX_UID):
         problems.append(
-            f"{path}.runAsUser: must be {SANDBOX_UID} or unset (the memory files under {MOUNT_ROOT} belong to "
-            f"uid {SANDBOX_UID} and are private to it)"
+            f"{path}.runAsUser: must be {SANDBOX_UID} or unset (the memory files under {MOUNT_ROOT} belong "
+            f"to uid {SANDBOX_UID} and are private to it)"
         )
     if sc.get("procMount") not in (None, "Default"):
         problems.append(f"{path}.procMount: must be Default")
@@ -115,7 +115,7 @@ def container_problems(container: Mapping[str, Any], path: str) -> list[str]:
     problems: list[str] = []
     if container.get("name") != SANDBOX_CONTAINER_NAME:
         problems.append(
-            f"{path}.name: must be {SANDBOX_CONTAINER_NAME!r} (the operator adds its own containers around it)"
+            f"{path}.name: must be {SANDBOX_CONTAINER_NAME!r} (memsync's containers run beside it)"
         )
     for field in OWNED_CONTAINER_FIELDS:
         if container.get(field) is not None:
@@ -132,7 +132,9 @@ def container_problems(container: Mapping[str, Any], path: str) -> list[str]:
         problem = mount_path_problem(str(mount.get("mountPath", "")))
         if problem is not None:
             problems.append(f"{path}.volumeMounts[{i}].mountPath: {problem}")
-    problems.extend(security_context_problems(container.get("securityContext") or {}, f"{path}.securityContext"))
+    problems.extend(
+        security_context_problems(container.get("securityContext") or {}, f"{path}.securityContext")
+    )
     return problems
 
 

@@ -55,7 +55,7 @@ from memsync.api.paths import default_mount_path, is_ancestor
 from memsync.contracts.env import CONFLICT_POLICIES, RESERVED_PREFIXES, ConflictPolicy, is_reserved
 from memsync.crd import core
 from memsync.crd.core import schema_problems
-from memsync.crd.guards import pod_spec_problems
+from memsync.crd.guards import SANDBOX_CONTAINER_NAME, pod_spec_problems
 
 # --- names -------------------------------------------------------------------------------------------------
 
@@ -315,7 +315,8 @@ class TemplateMetadata(_SpecModel):
         taken = [k for k in value or {} if k in reserved_label_keys()]
         if taken:
             raise ValueError(
-                f"{', '.join(taken)}: set by the operator (it must not set {', '.join(reserved_label_keys())})"
+                f"{', '.join(taken)}: set by the operator (a template may not set "
+                f"{', '.join(reserved_label_keys())})"
             )
         return value
 
@@ -392,6 +393,12 @@ class SandboxTemplate(_SpecModel):
 
     metadata: TemplateMetadata | None = None
     spec: SandboxPodSpec
+
+
+def sandbox_template(container: Mapping[str, Any], **pod_spec: Any) -> dict[str, Any]:
+    """A ``spec.template`` as plain data: ``container`` as the sandbox container (named ``sandbox``) and
+    ``pod_spec`` as further Pod spec fields (``runtimeClassName=...``)."""
+    return {"spec": {"containers": [{**container, "name": SANDBOX_CONTAINER_NAME}], **pod_spec}}
 
 
 class SessionMemorySpec(_SpecModel):

@@ -307,9 +307,10 @@ def container_schema(container: dict[str, Any]) -> dict[str, Any]:
             field_path=".mountPath",
         ),
         _forbidden(
-            f"!(self.mountPath in {g.mount_root_ancestors()!r}) && !self.mountPath.startsWith('{MOUNT_ROOT}/')",
-            f"volumeMounts[].mountPath must not be at, above or below {MOUNT_ROOT}: only memsync's own volume "
-            "is mounted there",
+            f"!(self.mountPath in {g.mount_root_ancestors()!r}) "
+            f"&& !self.mountPath.startsWith('{MOUNT_ROOT}/')",
+            f"volumeMounts[].mountPath must not be at, above or below {MOUNT_ROOT}: only memsync's own "
+            "volume is mounted there",
             "mountPath",
         ),
     )
@@ -318,7 +319,7 @@ def container_schema(container: dict[str, Any]) -> dict[str, Any]:
         container,
         _forbidden(
             f"self.name == '{g.SANDBOX_CONTAINER_NAME}'",
-            f"name must be '{g.SANDBOX_CONTAINER_NAME}': the operator adds its own containers around it",
+            f"name must be '{g.SANDBOX_CONTAINER_NAME}': the operator adds its own containers beside it",
             "name",
         ),
         *(
@@ -409,7 +410,7 @@ def template_schema() -> dict[str, Any]:
     )
     return {
         "type": "object",
-        "description": "The sandbox Pod's template: metadata and the Pod spec fields a SessionMemory may set.",
+        "description": "The sandbox Pod's template: metadata, and the Pod spec fields a SessionMemory sets.",
         "required": ["spec"],
         "properties": {"metadata": meta, "spec": pod_spec_schema()},
     }
