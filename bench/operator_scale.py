@@ -35,7 +35,7 @@ sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 from _common import format_table  # noqa: E402
 from cluster.tier.__main__ import ClusterInfo, spawn_serve, stop_serve, wait_ready  # noqa: E402
 from cluster.tier.controlplane import OPERATOR_USER  # noqa: E402
-from memsync.crd.models import sandbox_template  # noqa: E402
+from memsync.crd.models import API_VERSION, sandbox_template  # noqa: E402
 
 NAMESPACE = "bench"
 TARGET_SECONDS = 60.0
@@ -59,7 +59,7 @@ def kubectl(info: ClusterInfo, *args: str, input: str | None = None, timeout: fl
 
 def smem(index: int) -> dict[str, Any]:
     return {
-        "apiVersion": "agents.memsync.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "SessionMemory",
         "metadata": {"name": f"s{index:05d}", "namespace": NAMESPACE},
         "spec": {

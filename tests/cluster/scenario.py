@@ -13,7 +13,7 @@ from typing import Any
 
 from conftest import RunningStoreServer
 from memsync.api.models import Memory
-from memsync.crd.models import sandbox_template
+from memsync.crd.models import API_VERSION, sandbox_template
 from memsync.devtools.scripted_agent import REPORT_PREFIX
 
 from .conftest import SECRET_KEY, Cluster, secret_object
@@ -65,9 +65,16 @@ def smem(
     secret_name: str = "work",  # noqa: S107 (a Secret's name)
     interval: int = 5,
     final_flush: int = 10,
+    pod_spec: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """A SessionMemory whose sandbox container is ``sandbox``; ``pod_spec`` and ``metadata`` add to its
+    template."""
+    template = sandbox_template(sandbox, **(pod_spec or {}))
+    if metadata is not None:
+        template["metadata"] = metadata
     return {
-        "apiVersion": "agents.memsync.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "SessionMemory",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
@@ -76,7 +83,7 @@ def smem(
             "apiBaseUrl": base_url,
             "stores": [{"memoryStoreId": i, "name": n, "access": a} for i, n, a in stores],
             "sync": {"intervalSeconds": interval, "deletions": "enabled", "finalFlushSeconds": final_flush},
-            "template": sandbox_template(sandbox),
+            "template": template,
         },
     }
 

@@ -24,7 +24,7 @@ from memsync.agent import messages
 from memsync.api.hashing import content_sha256
 from memsync.api.models import Memory
 from memsync.controller.pod import pod_name_for
-from memsync.crd.models import sandbox_template
+from memsync.crd.models import API_VERSION, sandbox_template
 from memsync.devtools.scripted_agent import REPORT_PREFIX
 
 from .conftest import CLUSTER, IN_CLUSTER_STORE_URL, KindEnv, apply, kubectl, kubectl_json, run
@@ -105,7 +105,7 @@ def create_smem(
 ) -> None:
     apply(
         {
-            "apiVersion": "agents.memsync.dev/v1alpha1",
+            "apiVersion": API_VERSION,
             "kind": "SessionMemory",
             "metadata": {"name": name, "namespace": namespace},
             "spec": {
