@@ -37,10 +37,22 @@ def refused(cluster: Cluster, obj: dict[str, Any]) -> str:
     return proc.stderr
 
 
+def explain(cluster: Cluster, field: str) -> str:
+    """``kubectl explain``, waiting for the API server to publish a new CRD's OpenAPI (what explain reads),
+    which it does a moment after the CRD is Established."""
+
+    def answer() -> str:
+        proc = cluster.run_kubectl("explain", field)
+        return proc.stdout if proc.returncode == 0 else ""
+
+    text: str = cluster.wait(f"kubectl explain {field}", answer, 60)
+    return text
+
+
 def test_kubectl_explain_documents_the_template(deployed: Cluster) -> None:
-    text = deployed.kubectl("explain", "sessionmemory.spec.template.spec.runtimeClassName")
+    text = explain(deployed, "sessionmemory.spec.template.spec.runtimeClassName")
     assert "RuntimeClassName refers to a RuntimeClass object" in text
-    text = deployed.kubectl("explain", "sessionmemory.spec.template.spec.containers.readinessProbe.httpGet")
+    text = explain(deployed, "sessionmemory.spec.template.spec.containers.readinessProbe.httpGet")
     # nested types are inlined whole, with their descriptions
     assert "Name or number of the port to access on the container" in text
     served = deployed.get("crd", SMEM)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]

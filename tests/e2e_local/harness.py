@@ -57,7 +57,7 @@ def secret_object(name: str, value: str, key: str = SECRET_KEY) -> dict[str, Any
 
 
 def agent_command(*args: str) -> dict[str, Any]:
-    """The ``spec.sandbox`` of a SessionMemory whose agent is the scripted agent."""
+    """The sandbox container of a SessionMemory whose agent is the scripted agent."""
     return {
         "image": AGENT_IMAGE,
         "command": ["python", "-m", "memsync.devtools.scripted_agent"],
