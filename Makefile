@@ -8,7 +8,7 @@ TAG         ?= dev-$(shell git rev-parse --short HEAD 2>/dev/null || echo local)
 KIND_CLUSTER ?= memsync-e2e
 PYTEST_ARGS ?=
 
-.PHONY: soak install test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean \
+.PHONY: soak install test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean core-schema \
 	controlplane cluster-up cluster-down cluster-test
 
 $(STAMP): pyproject.toml
@@ -57,6 +57,10 @@ bench: $(STAMP)
 
 crds: $(STAMP)
 	$(BIN)/memsync operator crd > crds/sessionmemories.agents.memsync.dev.yaml
+
+# The sandbox template's Kubernetes types, from the pinned release's OpenAPI document (in the Go module cache).
+core-schema: $(STAMP)
+	$(BIN)/python -m memsync.devtools.core_schema
 
 image:
 	docker build -t $(IMAGE):$(TAG) .

@@ -36,6 +36,7 @@ sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 from _common import format_table  # noqa: E402
 from cluster.tier.__main__ import ClusterInfo, spawn_serve, stop_serve, wait_ready  # noqa: E402
 from cluster.tier.controlplane import OPERATOR_USER  # noqa: E402
+from memsync.crd.models import API_VERSION, sandbox_template  # noqa: E402
 
 NAMESPACE = "bench"
 TARGET_SECONDS = 60.0
@@ -60,7 +61,7 @@ def kubectl(info: ClusterInfo, *args: str, input: str | None = None, timeout: fl
 
 def smem(index: int) -> dict[str, Any]:
     return {
-        "apiVersion": "agents.memsync.dev/v1alpha1",
+        "apiVersion": API_VERSION,
         "kind": "SessionMemory",
         "metadata": {"name": f"s{index:05d}", "namespace": NAMESPACE},
         "spec": {
@@ -70,7 +71,7 @@ def smem(index: int) -> dict[str, Any]:
             "stores": [
                 {"memoryStoreId": f"memstore_bench{index:05d}", "name": "notes", "access": "read_write"}
             ],
-            "sandbox": {"image": "memsync:kind", "command": ["sleep", "1"]},
+            "template": sandbox_template({"image": "memsync:kind", "command": ["sleep", "1"]}),
         },
     }
 

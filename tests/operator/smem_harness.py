@@ -47,7 +47,7 @@ from memsync.controller.settings import (
     bounded_session,
     configure_settings,
 )
-from memsync.crd.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from memsync.crd.models import API_VERSION, GROUP, KIND, PLURAL, VERSION, sandbox_template
 from memsync.crd.schema import build_crd
 
 NAMESPACE = "agents"
@@ -322,7 +322,7 @@ def smem_body(
             {"memoryStoreId": "memstore_02bb", "name": "Team Notes", "access": "read_only"},
         ],
         "sync": {"intervalSeconds": 15, "deletions": "enabled", "finalFlushSeconds": 30},
-        "sandbox": {"image": "example.com/agent-sandbox:1.0", "args": ["--task", "demo"]},
+        "template": sandbox_template({"image": "example.com/agent-sandbox:1.0", "args": ["--task", "demo"]}),
     }
     base.update(spec)
     return {

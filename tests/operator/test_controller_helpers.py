@@ -28,7 +28,14 @@ from memsync.controller.settings import (
     bounded_session,
     configure_settings,
 )
-from memsync.crd.models import ANNOTATION_PREFIX, API_VERSION, FINALIZER, KIND, validate_spec
+from memsync.crd.models import (
+    ANNOTATION_PREFIX,
+    API_VERSION,
+    FINALIZER,
+    KIND,
+    sandbox_template,
+    validate_spec,
+)
 
 
 def smem(name: str, session: str, created: str, uid: str | None = None) -> dict[str, Any]:
@@ -120,7 +127,7 @@ def test_store_paths_from_a_valid_and_an_invalid_spec() -> None:
             {"memoryStoreId": "memstore_a", "name": "User Preferences"},
             {"memoryStoreId": "memstore_b", "name": "x", "mountPath": "/mnt/memory/custom"},
         ],
-        "sandbox": {"image": "i"},
+        "template": sandbox_template({"image": "i"}),
     }
     assert h.store_paths(spec) == {
         "memstore_a": "/mnt/memory/user-preferences",
@@ -281,7 +288,7 @@ def test_paths_of_a_validated_spec_equal_store_paths() -> None:
         "sessionId": "sesn_x",
         "workItemSecretRef": {"name": "w", "key": "k"},
         "stores": [{"memoryStoreId": "memstore_a", "name": "Team Notes"}],
-        "sandbox": {"image": "busybox"},
+        "template": sandbox_template({"image": "busybox"}),
     }
     assert (
         h.paths_of(validate_spec(raw), raw) == h.store_paths(raw) == {"memstore_a": "/mnt/memory/team-notes"}

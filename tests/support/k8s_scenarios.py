@@ -17,11 +17,12 @@ import pytest
 
 from memsync.api.models import Memory
 from memsync.client import StoreClient
+from memsync.crd.models import API_VERSION, sandbox_template
 from memsync.devtools.scripted_agent import REPORT_PREFIX
 
 SECRET_KEY = "work-secret"
 FINAL = ("Succeeded", "Failed")
-SMEM_API_VERSION = "agents.memsync.dev/v1alpha1"
+SMEM_API_VERSION = API_VERSION
 
 
 class StoreAdmin(Protocol):
@@ -94,8 +95,14 @@ def smem_object(
     secret_name: str = "work",  # noqa: S107 (a Secret's name)
     interval: int = 5,
     final_flush: int = 10,
+    pod_spec: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A SessionMemory of ``stores`` ([(memoryStoreId, name, access)]) with deletions enabled."""
+    """A SessionMemory of ``stores`` ([(memoryStoreId, name, access)]) with deletions enabled, whose sandbox
+    container is ``sandbox``; ``pod_spec`` and ``metadata`` add to its template."""
+    template = sandbox_template(sandbox, **(pod_spec or {}))
+    if metadata is not None:
+        template["metadata"] = metadata
     return {
         "apiVersion": SMEM_API_VERSION,
         "kind": "SessionMemory",
@@ -106,7 +113,7 @@ def smem_object(
             "apiBaseUrl": base_url,
             "stores": [{"memoryStoreId": i, "name": n, "access": a} for i, n, a in stores],
             "sync": {"intervalSeconds": interval, "deletions": "enabled", "finalFlushSeconds": final_flush},
-            "sandbox": sandbox,
+            "template": template,
         },
     }
 

@@ -118,8 +118,8 @@ def _run_options(fn: F) -> F:
             default=None,
             help="Extra environment of the memsync containers of every sandbox Pod, as a JSON list of "
             'container env entries (e.g. [{"name":"HTTPS_PROXY","value":"http://proxy:3128"}]); a '
-            "SessionMemory's spec.memsyncEnv replaces an entry of the same name. memsync's own variables "
-            "cannot be set this way.",
+            "SessionMemory's spec.template.spec.memsync.env replaces an entry of the same name. memsync's "
+            "own variables cannot be set this way.",
         ),
     ]
     for option in reversed(options):
@@ -128,7 +128,7 @@ def _run_options(fn: F) -> F:
 
 
 def parse_memsync_env(raw: str | None) -> tuple[EnvVarSpec, ...]:
-    """``--memsync-env``: a JSON list of env entries, validated as ``spec.memsyncEnv`` is."""
+    """``--memsync-env``: a JSON list of env entries, validated as ``spec.template.spec.memsync.env`` is."""
     if raw is None or not raw.strip():
         return ()
     try:

@@ -56,7 +56,7 @@ class ControllerConfig:
     - ``health_address``: the URL of a Pod's ``/status`` (default: the Pod IP and the sidecar's metrics
       port); a test that runs Pods on one machine with remapped ports passes its own.
     - ``memsync_env``: extra environment for the memsync containers of every Pod (a proxy, a CA bundle);
-      a SessionMemory's ``spec.memsyncEnv`` entries of the same name replace these.
+      a SessionMemory's ``spec.template.spec.memsync.env`` entries of the same name replace these.
     """
 
     agent_image: str = DEFAULT_AGENT_IMAGE
