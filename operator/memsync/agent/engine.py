@@ -139,6 +139,7 @@ class Shared:
         self.config = config
         self.client = client
         self.metrics = metrics if metrics is not None else Metrics()
+        self.metrics.requests.source = lambda: self.client.request_count
         self.limiter = asyncio.Semaphore(GLOBAL_CONCURRENCY)
         self.logged_once: set[tuple[str, ...]] = set()
         self.clock: Callable[[], float] = time.time
@@ -492,7 +493,6 @@ class StoreSync:
         self.last.seconds = time.monotonic() - started
         self.shared.metrics.pass_seconds.labels(self.id).observe(self.last.seconds)
         self.shared.metrics.passes.labels(self.id, self.last.outcome).inc()
-        self.shared.metrics.requests.set(self.client.request_count)
         return self.last
 
     async def _sync_locked(self, state: StoreState, *, final: bool) -> PassOutcome:
