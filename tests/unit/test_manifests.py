@@ -135,6 +135,20 @@ def test_operator_deployment(overlay: str, image: str) -> None:
     assert any(arg.endswith(":8080/healthz") for arg in container["command"])
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_operator_metrics_are_on_behind_a_service(overlay: str) -> None:
+    objs = render(f"overlays/{overlay}")
+    container = by_kind(objs, "Deployment")["memsync-operator"]["spec"]["template"]["spec"]["containers"][0]
+    flag = container["command"].index("--metrics-port")
+    port = int(container["command"][flag + 1])
+    assert {"name": "metrics", "containerPort": port, "protocol": "TCP"} in container["ports"]
+    service = by_kind(objs, "Service")["memsync-operator-metrics"]
+    assert service["spec"]["selector"] == {"app.kubernetes.io/name": "memsync-operator"}
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": port, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+
+
 def test_store_server_only_in_the_kind_overlay() -> None:
     kind = render("overlays/kind")
     assert set(by_kind(kind, "Deployment")) == {"memsync-operator", "memsync-store"}
@@ -155,7 +169,8 @@ def test_store_server_only_in_the_kind_overlay() -> None:
 
     production = render("overlays/production")
     assert set(by_kind(production, "Deployment")) == {"memsync-operator"}
-    assert not by_kind(production, "Service") and not by_kind(production, "PersistentVolumeClaim")
+    assert set(by_kind(production, "Service")) == {"memsync-operator-metrics"}
+    assert not by_kind(production, "PersistentVolumeClaim")
     assert not by_kind(production, "Secret")
 
 
