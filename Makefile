@@ -8,16 +8,24 @@ TAG         ?= dev-$(shell git rev-parse --short HEAD 2>/dev/null || echo local)
 KIND_CLUSTER ?= memsync-e2e
 PYTEST_ARGS ?=
 
-.PHONY: soak install test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean \
+.PHONY: soak install constraints tools test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean \
 	controlplane cluster-up cluster-down cluster-test
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Re-resolve the dependencies to the newest versions pyproject.toml allows, in a fresh venv, and pin them.
+constraints:
+	rm -rf .venv-constraints && $(PYTHON) -m venv .venv-constraints
+	.venv-constraints/bin/python -m pip install --quiet '.[test]'
+	{ sed -n '/^#/p' constraints.txt; .venv-constraints/bin/pip freeze --exclude-editable \
+	  | grep -v -E '^memsync( |==|@)'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
+	rm -rf .venv-constraints
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests bench

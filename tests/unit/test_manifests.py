@@ -257,7 +257,10 @@ def test_operator_command_is_accepted_by_the_cli() -> None:
 def test_dockerfile_is_slim_and_non_root() -> None:
     text = (REPO / "Dockerfile").read_text()
     stages = re.findall(r"^FROM (\S+)", text, flags=re.MULTILINE)
-    assert stages and all(s.startswith("python:3.11-slim") for s in stages)
+    assert stages == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
+    # Every stage from one base image, pinned by digest.
+    base = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, flags=re.MULTILINE)
+    assert len(base) == 1 and re.fullmatch(r"python:3\.11-slim@sha256:[0-9a-f]{64}", base[0]), base
     assert re.search(r"^USER 65532(:65532)?$", text, flags=re.MULTILINE)
     assert "PYTHONDONTWRITEBYTECODE=1" in text
     assert re.search(r'^ENTRYPOINT \["memsync"\]$', text, flags=re.MULTILINE)
