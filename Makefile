@@ -35,6 +35,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # The test command CI runs: lint, types, then every tier that this machine can run.
+# 0. with Go installed, helm and promtool are built first (cached outside the clone);
 # 1. every tier but kind, cluster and the randomized soak, on two xdist workers (the soak runs on demand,
 #    `make soak`, until its last rare failures are fixed);
 # 2. the kind tier apart, serially (its tests share one cluster; it skips itself, with the reason, when docker
@@ -42,6 +43,7 @@ typecheck: $(STAMP)
 # 3. the cluster tier in one pytest process with one control plane; with Go installed its binaries are built
 #    first (cached outside the clone).
 test: lint typecheck
+	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory tools; fi
 	$(BIN)/pytest -n 2 -m "not kind and not cluster and not soak" $(PYTEST_ARGS)
 	$(BIN)/pytest -m kind tests/kind $(PYTEST_ARGS)
 	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory controlplane; fi
@@ -89,6 +91,12 @@ e2e: $(STAMP)
 # pinned Go modules in tests/cluster/controlplane into a cache outside the clone (reused when current).
 controlplane:
 	nice -n 10 tests/cluster/controlplane/build.sh
+
+# helm and promtool for the chart and alert-rule tests, built from the pinned Go modules in tests/tools into a
+# cache outside the clone (reused when current; the tests build them on first use too).
+tools:
+	nice -n 10 tests/tools/build.sh helm >/dev/null
+	nice -n 10 tests/tools/build.sh promtool >/dev/null
 
 # A local cluster to try memsync with kubectl: prints KUBECONFIG=...; runs until `make cluster-down`.
 cluster-up: $(STAMP) controlplane
