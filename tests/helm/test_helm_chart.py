@@ -214,7 +214,7 @@ def test_namespace_patterns_get_namespace_and_crd_watches_cluster_wide(tmp_path:
         ),
         # values.schema.json: unknown values and keys (a typo) are refused, never ignored.
         ({"rbac": {"scope": "everywhere"}}, "at '/rbac/scope': value must be one of 'cluster', 'namespaced'"),
-        ({"storeServer": {"enabeld": True}}, "at '/storeServer': additional properties 'enabeld' not allowed"),
+        ({"storeServer": {"enabeld": True}}, "additional properties 'enabeld' not allowed"),
         ({"image": {"digest": "latest"}}, "at '/image/digest'"),
         (
             {"metrics": {"enabled": False}, "monitoring": {"serviceMonitor": {"enabled": True}}},
