@@ -8,16 +8,24 @@ TAG         ?= dev-$(shell git rev-parse --short HEAD 2>/dev/null || echo local)
 KIND_CLUSTER ?= memsync-e2e
 PYTEST_ARGS ?=
 
-.PHONY: soak install test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean core-schema \
+.PHONY: soak install constraints tools test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean core-schema \
 	controlplane cluster-up cluster-down cluster-test
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Re-resolve the dependencies to the newest versions pyproject.toml allows, in a fresh venv, and pin them.
+constraints:
+	rm -rf .venv-constraints && $(PYTHON) -m venv .venv-constraints
+	.venv-constraints/bin/python -m pip install --quiet '.[test]'
+	{ sed -n '/^#/p' constraints.txt; .venv-constraints/bin/pip freeze --exclude-editable \
+	  | grep -v -E '^memsync( |==|@)'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
+	rm -rf .venv-constraints
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests bench
@@ -27,6 +35,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # The test command CI runs: lint, types, then every tier that this machine can run.
+# 0. with Go installed, helm and promtool are built first (cached outside the clone);
 # 1. every tier but kind and cluster, on two xdist workers, with the randomized soak's default mix and its
 #    final-flush outage (a new seed each run, printed with the figures; its other variants: `make soak`);
 # 2. the kind tier apart, serially (its tests share one cluster; it skips itself, with the reason, when docker
@@ -34,6 +43,7 @@ typecheck: $(STAMP)
 # 3. the cluster tier in one pytest process with one control plane; with Go installed its binaries are built
 #    first (cached outside the clone).
 test: lint typecheck
+	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory tools; fi
 	$(BIN)/pytest -n 2 -m "not kind and not cluster and not soak_on_demand" $(PYTEST_ARGS)
 	$(BIN)/pytest -m kind tests/kind $(PYTEST_ARGS)
 	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory controlplane; fi
@@ -86,6 +96,12 @@ e2e: $(STAMP)
 # pinned Go modules in tests/cluster/controlplane into a cache outside the clone (reused when current).
 controlplane:
 	nice -n 10 tests/cluster/controlplane/build.sh
+
+# helm and promtool for the chart and alert-rule tests, built from the pinned Go modules in tests/tools into a
+# cache outside the clone (reused when current; the tests build them on first use too).
+tools:
+	nice -n 10 tests/tools/build.sh helm >/dev/null
+	nice -n 10 tests/tools/build.sh promtool >/dev/null
 
 # A local cluster to try memsync with kubectl: prints KUBECONFIG=...; runs until `make cluster-down`.
 cluster-up: $(STAMP) controlplane

@@ -135,6 +135,20 @@ def test_operator_deployment(overlay: str, image: str) -> None:
     assert any(arg.endswith(":8080/healthz") for arg in container["command"])
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_operator_metrics_are_on_behind_a_service(overlay: str) -> None:
+    objs = render(f"overlays/{overlay}")
+    container = by_kind(objs, "Deployment")["memsync-operator"]["spec"]["template"]["spec"]["containers"][0]
+    flag = container["command"].index("--metrics-port")
+    port = int(container["command"][flag + 1])
+    assert {"name": "metrics", "containerPort": port, "protocol": "TCP"} in container["ports"]
+    service = by_kind(objs, "Service")["memsync-operator-metrics"]
+    assert service["spec"]["selector"] == {"app.kubernetes.io/name": "memsync-operator"}
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": port, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+
+
 def test_store_server_only_in_the_kind_overlay() -> None:
     kind = render("overlays/kind")
     assert set(by_kind(kind, "Deployment")) == {"memsync-operator", "memsync-store"}
@@ -155,7 +169,8 @@ def test_store_server_only_in_the_kind_overlay() -> None:
 
     production = render("overlays/production")
     assert set(by_kind(production, "Deployment")) == {"memsync-operator"}
-    assert not by_kind(production, "Service") and not by_kind(production, "PersistentVolumeClaim")
+    assert set(by_kind(production, "Service")) == {"memsync-operator-metrics"}
+    assert not by_kind(production, "PersistentVolumeClaim")
     assert not by_kind(production, "Secret")
 
 
@@ -242,7 +257,10 @@ def test_operator_command_is_accepted_by_the_cli() -> None:
 def test_dockerfile_is_slim_and_non_root() -> None:
     text = (REPO / "Dockerfile").read_text()
     stages = re.findall(r"^FROM (\S+)", text, flags=re.MULTILINE)
-    assert stages and all(s.startswith("python:3.11-slim") for s in stages)
+    assert stages == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
+    # Every stage from one base image, pinned by digest.
+    base = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, flags=re.MULTILINE)
+    assert len(base) == 1 and re.fullmatch(r"python:3\.11-slim@sha256:[0-9a-f]{64}", base[0]), base
     assert re.search(r"^USER 65532(:65532)?$", text, flags=re.MULTILINE)
     assert "PYTHONDONTWRITEBYTECODE=1" in text
     assert re.search(r'^ENTRYPOINT \["memsync"\]$', text, flags=re.MULTILINE)

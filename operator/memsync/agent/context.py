@@ -41,6 +41,7 @@ class SyncContext:
         self.config = config
         self.client = client
         self.metrics = metrics if metrics is not None else Metrics()
+        self.metrics.requests.source = lambda: self.client.request_count
         self.limiter = asyncio.Semaphore(GLOBAL_CONCURRENCY)
         self.logged_once: set[tuple[str, ...]] = set()
         self.clock: Callable[[], float] = time.time

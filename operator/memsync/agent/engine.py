@@ -195,7 +195,6 @@ class StoreSync:
         rec.last.seconds = time.monotonic() - started
         metrics.pass_seconds.labels(self.id).observe(rec.last.seconds)
         metrics.passes.labels(self.id, rec.last.outcome).inc()
-        metrics.requests.set(self.ctx.client.request_count)
         return rec.last
 
     async def _sync_locked(self, *, final: bool) -> PassOutcome:
