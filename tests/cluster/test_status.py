@@ -23,10 +23,11 @@ BIN = Path(sys.executable).parent  # where kubectl-memsync is installed
 
 
 def kubectl_memsync(cluster: Cluster, *args: str) -> str:
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    # kubectl looks a plugin up only when its name comes before any flag; the kubeconfig goes by env.
+    path = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
     proc = subprocess.run(
-        [cluster.info.kubectl, "--kubeconfig", cluster.info.kubeconfig, "memsync", "status", *args],
-        env={**env, "KUBECONFIG": cluster.info.kubeconfig},
+        [cluster.info.kubectl, "memsync", "status", *args],
+        env={**os.environ, "PATH": path, "KUBECONFIG": cluster.info.kubeconfig},
         capture_output=True,
         text=True,
         timeout=120,
