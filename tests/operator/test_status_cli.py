@@ -12,9 +12,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
-import yaml
 from aiohttp import web
 from smem_harness import FAST, NAMESPACE, RUNNING_POD, Cluster, eventually, run_operator, smem_body
 
@@ -24,25 +22,6 @@ from memsync.controller.pod import pod_name_for
 
 SECRET_VALUE = "sk-ant-status-cli-do-not-print"
 PLUGIN = Path(sys.executable).with_name("kubectl-memsync")
-
-
-def kubeconfig(cluster: Cluster, path: Path, namespace: str | None = NAMESPACE) -> Path:
-    context: dict[str, Any] = {"cluster": "emulated", "user": "tester"}
-    if namespace:
-        context["namespace"] = namespace
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "emulated", "cluster": {"server": cluster.url}}],
-                "users": [{"name": "tester", "user": {"token": "test-token"}}],
-                "contexts": [{"name": "emulated", "context": context}],
-                "current-context": "emulated",
-            }
-        )
-    )
-    return path
 
 
 @asynccontextmanager
@@ -92,7 +71,7 @@ async def run(config: Path, *args: str, program: str | None = None) -> tuple[int
 
 
 async def test_status_shows_a_live_session_in_list_detail_and_json(cluster: Cluster, tmp_path: Path) -> None:
-    config = kubeconfig(cluster, tmp_path / "kubeconfig")
+    config = cluster.write_kubeconfig(tmp_path / "kubeconfig", NAMESPACE)
     await cluster.create_secret("work-secret", {"secret": base64.b64encode(SECRET_VALUE.encode()).decode()})
     pod_name = pod_name_for("s1")
     async with (
@@ -147,7 +126,7 @@ async def test_status_shows_a_live_session_in_list_detail_and_json(cluster: Clus
 
 
 async def test_status_errors_name_what_is_missing(cluster: Cluster, tmp_path: Path) -> None:
-    config = kubeconfig(cluster, tmp_path / "kubeconfig")
+    config = cluster.write_kubeconfig(tmp_path / "kubeconfig", NAMESPACE)
     code, out, err = await run(config, "status", "nope")
     assert code == 1 and f"SessionMemory 'nope' not found in namespace {NAMESPACE}" in err
     code, out, err = await run(config, "status", "-n", "elsewhere")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import click
+from pydantic import BaseModel
 
 from memsync.api.models import Memory, MemoryStore, MemoryVersion
 from memsync.cli.store import admin_options, run_with_client
@@ -153,11 +154,12 @@ def confirm_or_refuse(question: str, yes: bool) -> None:
     click.confirm(question, abort=True, err=True)
 
 
-def emit_json(model: Any, extra: dict[str, Any] | None = None) -> None:
-    if extra:
-        click.echo(json.dumps({**model.model_dump(mode="json"), **extra}))
-    else:
-        click.echo(model.model_dump_json())
+def emit(model: BaseModel, as_json: bool, text: str, extra: dict[str, Any] | None = None) -> None:
+    """The API object as JSON (with ``extra`` fields, never its content), or ``text``."""
+    if not as_json:
+        click.echo(text)
+        return
+    click.echo(json.dumps({**model.model_dump(mode="json", exclude={"content"}), **(extra or {})}))
 
 
 async def all_memories(
@@ -193,10 +195,8 @@ def show(*, store_id: str, as_json: bool, url: str, admin_key_file: Path | None)
             store = await client.get_store(store_id)
             memories = await all_memories(client, store_id)
         total = sum(m.content_size_bytes for m in memories)
-        if as_json:
-            emit_json(store, {"memory_count": len(memories), "total_size_bytes": total})
-        else:
-            click.echo(render_store(store, len(memories), total))
+        extra = {"memory_count": len(memories), "total_size_bytes": total}
+        emit(store, as_json, render_store(store, len(memories), total), extra)
 
     run_with_client(url, admin_key_file, work)
 
@@ -218,10 +218,7 @@ def delete(*, store_id: str, yes: bool, as_json: bool, url: str, admin_key_file:
                 yes,
             )
             deleted = await client.delete_store(store_id)
-        if as_json:
-            emit_json(deleted)
-        else:
-            click.echo(f"deleted {deleted.id}")
+        emit(deleted, as_json, f"deleted {deleted.id}")
 
     run_with_client(url, admin_key_file, work)
 
@@ -236,10 +233,7 @@ def archive(*, store_id: str, as_json: bool, url: str, admin_key_file: Path | No
     async def work(client: StoreClient) -> None:
         with about("STORE_ID", store_id):
             store = await client.archive_store(store_id)
-        if as_json:
-            emit_json(store)
-        else:
-            click.echo(f"archived {store.id} at {_time(store.archived_at)}")
+        emit(store, as_json, f"archived {store.id} at {_time(store.archived_at)}")
 
     run_with_client(url, admin_key_file, work)
 
@@ -329,10 +323,11 @@ def redact(
                 yes,
             )
             redacted = await client.redact_version(store_id, version_id)
-        if as_json:
-            click.echo(redacted.model_dump_json(exclude={"content"}))
-        else:
-            click.echo(f"redacted {redacted.id} of {redacted.memory_id} at {_time(redacted.redacted_at)}")
+        emit(
+            redacted,
+            as_json,
+            f"redacted {redacted.id} of {redacted.memory_id} at {_time(redacted.redacted_at)}",
+        )
 
     run_with_client(url, admin_key_file, work)
 

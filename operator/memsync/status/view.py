@@ -433,6 +433,11 @@ def _when(value: str | None, now: datetime) -> str:
     return f"{value} ({age(value, now)} ago)" if value else NONE
 
 
+def _section(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A titled, indented table, or ``<none>`` under the title."""
+    return f"{title}\n" + (table(headers, rows, "  ") if rows else f"  {NONE}")
+
+
 def render_detail(d: SessionDetail, *, now: datetime) -> str:
     s = d.summary
     fields = [
@@ -459,7 +464,7 @@ def render_detail(d: SessionDetail, *, now: datetime) -> str:
         for r in s.stores
     ]
     headers = ["STORE", "ID", "HEALTH", "MOUNTED", "UPLOADED", "DOWNLOADED", "DELETED", "CONFLICTS"]
-    text = table([*headers, "REFUSED", "UNSENT"], store_rows, "  ") if store_rows else f"  {NONE}"
+    text = _section("Stores:", [*headers, "REFUSED", "UNSENT"], store_rows)
     notes = [
         f"  {r.label}: {what} {', '.join(paths)}"
         for r in s.stores
@@ -470,19 +475,12 @@ def render_detail(d: SessionDetail, *, now: datetime) -> str:
         )
         if paths
     ]
-    parts.append("\n".join(["Stores:", text, *notes]))
+    parts.append("\n".join([text, *notes]))
 
     cond_rows = [
         [c.type, c.status, c.reason, age(c.last_transition_time, now), c.message] for c in d.conditions
     ]
-    parts.append(
-        "Conditions:\n"
-        + (
-            table(["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"], cond_rows, "  ")
-            if cond_rows
-            else f"  {NONE}"
-        )
-    )
+    parts.append(_section("Conditions:", ["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"], cond_rows))
 
     if d.pod is None:
         gone = f"{s.pod_name} (not found)" if s.pod_name else NONE
@@ -503,8 +501,8 @@ def render_detail(d: SessionDetail, *, now: datetime) -> str:
             [c.name, c.role, c.state, "yes" if c.ready else "no", str(c.restarts), c.detail]
             for c in p.containers
         ]
-        body = table(["CONTAINER", "ROLE", "STATE", "READY", "RESTARTS", "DETAIL"], rows, "  ")
-        parts.append(f"Pod: {p.name} ({where})\n" + (body if rows else f"  {NONE}"))
+        headers = ["CONTAINER", "ROLE", "STATE", "READY", "RESTARTS", "DETAIL"]
+        parts.append(_section(f"Pod: {p.name} ({where})", headers, rows))
 
     event_rows = [
         [
@@ -516,14 +514,7 @@ def render_detail(d: SessionDetail, *, now: datetime) -> str:
         ]
         for e in d.events
     ]
-    parts.append(
-        "Events:\n"
-        + (
-            table(["AGE", "TYPE", "REASON", "OBJECT", "MESSAGE"], event_rows, "  ")
-            if event_rows
-            else f"  {NONE}"
-        )
-    )
+    parts.append(_section("Events:", ["AGE", "TYPE", "REASON", "OBJECT", "MESSAGE"], event_rows))
     return "\n\n".join(parts)
 
 
