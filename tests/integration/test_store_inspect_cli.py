@@ -19,11 +19,16 @@ from memsync.client import errors
 SECRET_CONTENT = "api_key=sk-live-leaked-by-mistake"
 
 
+def cli_env(server: RunningStoreServer) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}
+    env.update(MEMSYNC_STORE_URL=server.url, MEMSYNC_ADMIN_KEY=server.admin_key)
+    return env
+
+
 def memsync(
     server: RunningStoreServer, *args: str, stderr: int | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}
-    env.update(MEMSYNC_STORE_URL=server.url, MEMSYNC_ADMIN_KEY=server.admin_key)
+    env = cli_env(server)
     result = subprocess.run(
         [sys.executable, "-m", "memsync", "store", *args],
         capture_output=stderr is None,
@@ -215,3 +220,46 @@ async def test_export_progress_on_a_terminal_as_lines_with_progress_and_silent_o
         store_server, "export", store_id, str(tmp_path / "none"), "--no-progress", stderr=subprocess.PIPE
     )
     assert "exporting" not in none.stderr
+
+
+def answer_on_a_terminal(server: RunningStoreServer, answer: str, *args: str) -> tuple[int, str]:
+    """A store command with a terminal as stdin and stderr, typing ``answer``: (exit code, what it showed)."""
+    env = cli_env(server)
+    controller, terminal = pty.openpty()
+    shown: list[bytes] = []
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memsync", "store", *args],
+            stdin=terminal,
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            env=env,
+        )
+        os.close(terminal)
+        terminal = -1
+        while b"[y/N]" not in b"".join(shown):
+            chunk = os.read(controller, 4096)
+            assert chunk, b"".join(shown)
+            shown.append(chunk)
+        os.write(controller, answer.encode() + b"\n")
+        proc.wait(timeout=120)
+    finally:
+        if terminal >= 0:
+            os.close(terminal)
+        os.close(controller)
+    text = b"".join(shown).decode(errors="replace")
+    assert server.admin_key not in text
+    return proc.returncode, text
+
+
+async def test_delete_asks_at_a_terminal_and_no_keeps_the_store(store_server: RunningStoreServer) -> None:
+    store_id = await make_store(store_server, {"/a.md": "a", "/b.md": "b"})
+    code, shown = answer_on_a_terminal(store_server, "n", "delete", store_id)
+    assert code == 1 and "Inspect Me" in shown and "its 2 memories" in shown
+    async with store_server.admin_client() as admin:
+        assert (await admin.get_store(store_id)).id == store_id
+    code, shown = answer_on_a_terminal(store_server, "y", "delete", store_id)
+    assert code == 0, shown
+    async with store_server.admin_client() as admin:
+        with pytest.raises(errors.NotFound):
+            await admin.get_store(store_id)
