@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime
+
+import pytest
 
 from memsync.api.models import ApiActor, Memory, MemoryVersion, SessionActor
 from memsync.cli.store import crossed_step
@@ -97,3 +101,25 @@ def test_progress_lines_every_ten_percent() -> None:
     assert [d for d in range(1, 26) if crossed_step(d, 25)] == [3, 5, 8, 10, 13, 15, 18, 20, 23, 25]
     assert [d for d in range(1, 4) if crossed_step(d, 3)] == [1, 2, 3]
     assert not crossed_step(0, 10) and not crossed_step(1, 0)
+
+
+@pytest.mark.parametrize("first", ["memsync.cli.store", "memsync.cli.store_inspect"])
+def test_the_store_group_is_whole_whichever_module_is_imported_first(first: str) -> None:
+    code = f"import {first}; from memsync.cli.store import store; print(' '.join(sorted(store.commands)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.split() == [
+        "archive",
+        "create",
+        "delete",
+        "export",
+        "history",
+        "import",
+        "list",
+        "memories",
+        "redact",
+        "serve",
+        "show",
+        "token",
+    ]

@@ -540,7 +540,5 @@ def token(*, session_id: str | None, stores: tuple[str, ...], url: str, admin_ke
 
 # --- show, delete, archive, memories, history, redact ---------------------------------------------------
 
-from memsync.cli.store_inspect import COMMANDS as _INSPECT_COMMANDS  # noqa: E402 (they use the helpers above)
-
-for _command in _INSPECT_COMMANDS:
-    store.add_command(_command)
+# They add themselves to the ``store`` group; importing either module first gives the whole group.
+import memsync.cli.store_inspect  # noqa: E402, F401
