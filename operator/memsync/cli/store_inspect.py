@@ -192,11 +192,11 @@ def show(*, store_id: str, as_json: bool, url: str, admin_key_file: Path | None)
 
     async def work(client: StoreClient) -> None:
         with about("STORE_ID", store_id):
-            store = await client.get_store(store_id)
-            memories = await all_memories(client, store_id)
-        total = sum(m.content_size_bytes for m in memories)
-        extra = {"memory_count": len(memories), "total_size_bytes": total}
-        emit(store, as_json, render_store(store, len(memories), total), extra)
+            info = await client.get_store(store_id)
+            held = await all_memories(client, store_id)
+        total = sum(m.content_size_bytes for m in held)
+        extra = {"memory_count": len(held), "total_size_bytes": total}
+        emit(info, as_json, render_store(info, len(held), total), extra)
 
     run_with_client(url, admin_key_file, work)
 
@@ -211,10 +211,10 @@ def delete(*, store_id: str, yes: bool, as_json: bool, url: str, admin_key_file:
 
     async def work(client: StoreClient) -> None:
         with about("STORE_ID", store_id):
-            store = await client.get_store(store_id)
+            info = await client.get_store(store_id)
             count = len(await all_memories(client, store_id))
             confirm_or_refuse(
-                f"Delete store {store.id} ({store.name!r}) with its {count} memories and all their versions?",
+                f"Delete store {info.id} ({info.name!r}) with its {count} memories and all their versions?",
                 yes,
             )
             deleted = await client.delete_store(store_id)
@@ -232,8 +232,8 @@ def archive(*, store_id: str, as_json: bool, url: str, admin_key_file: Path | No
 
     async def work(client: StoreClient) -> None:
         with about("STORE_ID", store_id):
-            store = await client.archive_store(store_id)
-        emit(store, as_json, f"archived {store.id} at {_time(store.archived_at)}")
+            info = await client.archive_store(store_id)
+        emit(info, as_json, f"archived {info.id} at {_time(info.archived_at)}")
 
     run_with_client(url, admin_key_file, work)
 
