@@ -120,6 +120,7 @@ def test_a_running_session_names_the_failing_store_and_sums_conflicts() -> None:
     assert summary.last_sync_time == "2026-01-01T12:04:00Z"
     assert [s.label for s in summary.stores] == ["user-preferences", "team-notes"]
     assert {s.store_id: s.memories_mounted for s in summary.stores} == {PREFS: 12, NOTES: 3}
+    assert {s.store_id: s.counts.uploaded for s in summary.stores} == {PREFS: 5, NOTES: 2}
 
 
 def test_live_store_health_follows_the_synced_condition() -> None:
@@ -150,7 +151,7 @@ def test_ended_sessions_say_whether_the_final_flush_saved_everything() -> None:
     status = st.derive_status(None, ended, stores=STORES, generation=1, now=T0)
     summary = view.summarize(smem("s", status))
     assert summary.phase == "Failed"
-    assert healths(summary) == {PREFS: view.UNCONFIRMED, NOTES: view.UNSENT}
+    assert healths(summary) == {PREFS: view.UNCONFIRMED, NOTES: view.UNSAVED}
 
     report["complete"] = True
     report["stores"][NOTES]["unsent"] = 0  # type: ignore[index]
@@ -249,7 +250,7 @@ def test_the_detail_shows_stores_conditions_pod_and_recent_events_but_no_secret(
     assert "Session:   sesn_01" in text
     assert "Last sync: 2026-01-01T12:04:00Z (6m ago)" in text
     assert "Pod: s1-sandbox (Running, node node-a, IP 10.0.0.7)" in text
-    assert "  team-notes: refused big.bin" in text
+    assert "  team-notes: refused paths big.bin" in text
     synced = next(line for line in text.splitlines() if line.startswith("  Synced"))
     assert synced.split()[:3] == ["Synced", "False", "SyncFailing"] and "503 overloaded" in synced
     assert "pulling (x4)" in text
@@ -258,7 +259,7 @@ def test_the_detail_shows_stores_conditions_pod_and_recent_events_but_no_secret(
     assert "sk-do-not-print" not in as_json
     data = json.loads(as_json)
     assert data["summary"]["stores"][1]["health"] == "failing"
-    assert data["summary"]["stores"][1]["refusedPaths"] == ["big.bin"]
+    assert data["summary"]["stores"][1]["counts"]["refusedPaths"] == ["big.bin"]
     assert data["pod"]["containers"][1]["role"] == "sidecar"
 
 
@@ -299,15 +300,17 @@ def test_json_list_is_items() -> None:
         "mountPath": None,
         "health": "pending",
         "memoriesMounted": None,
-        "uploaded": 0,
-        "downloaded": 0,
-        "deleted": 0,
-        "conflicts": 0,
-        "refused": 0,
-        "unsent": 0,
-        "unreadable": 0,
-        "heldDeletes": 0,
-        "refusedPaths": [],
-        "unreadablePaths": [],
-        "heldDeletePaths": [],
+        "counts": {
+            "uploaded": 0,
+            "deleted": 0,
+            "conflicts": 0,
+            "refused": 0,
+            "unsent": 0,
+            "downloaded": 0,
+            "unreadable": 0,
+            "heldDeletes": 0,
+            "refusedPaths": [],
+            "unreadablePaths": [],
+            "heldDeletePaths": [],
+        },
     }

@@ -595,6 +595,11 @@ def _put_counts(entry: dict[str, Any], counts: StoreCounts, *, unsent: bool) -> 
             entry.pop(key, None)
 
 
+def counts_of(entry: Mapping[str, Any]) -> StoreCounts:
+    """The counts a ``status.stores`` entry holds, read back (what is absent or malformed reads as 0)."""
+    return StoreCounts(**{name: entry[key] for key, name in _STORE_COUNT_KEYS if key in entry})
+
+
 def _assemble(
     previous: Mapping[str, Any],
     outcome: Outcome,

@@ -16,7 +16,8 @@ from typing import Any, Final
 
 from pydantic.alias_generators import to_camel
 
-from memsync.controller.status import named_as_failing
+from memsync.contracts.report import StoreCounts
+from memsync.controller.status import counts_of, named_as_failing
 from memsync.crd.models import (
     CONDITION_FLUSHED,
     CONDITION_READY,
@@ -31,7 +32,7 @@ FAILING: Final = "failing"  # its last pass failed (the Synced condition names i
 PENDING: Final = "pending"  # no sync pass has finished yet
 UNKNOWN: Final = "unknown"  # the operator cannot read the sidecar's sync status
 FLUSHED: Final = "flushed"  # the session ended and its final flush sent everything
-UNSENT: Final = "unsent"  # the session ended with changed files the final flush did not save
+UNSAVED: Final = "unsaved"  # the session ended with changed files the final flush did not save
 UNCONFIRMED: Final = "unconfirmed"  # the session ended and no final flush was reported
 NOT_MOUNTED: Final = "not-mounted"  # the session ended before the store was mounted
 
@@ -48,17 +49,7 @@ class StoreRow:
     mount_path: str | None
     health: str
     memories_mounted: int | None
-    uploaded: int
-    downloaded: int
-    deleted: int
-    conflicts: int
-    refused: int
-    unsent: int
-    unreadable: int
-    held_deletes: int
-    refused_paths: tuple[str, ...] = ()
-    unreadable_paths: tuple[str, ...] = ()
-    held_delete_paths: tuple[str, ...] = ()
+    counts: StoreCounts  # the session's so far: uploads, conflicts, refused paths...
 
 
 @dataclass(frozen=True)
@@ -141,10 +132,6 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
-def _paths(value: Any) -> tuple[str, ...]:
-    return tuple(str(p) for p in value) if isinstance(value, list) else ()
-
-
 def _conditions(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     found: dict[str, Mapping[str, Any]] = {}
     for entry in status.get("conditions") or []:
@@ -153,13 +140,14 @@ def _conditions(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return found
 
 
-def store_health(phase: str, conditions: Mapping[str, Mapping[str, Any]], entry: Mapping[str, Any]) -> str:
-    """How one store is doing, from the session's phase, its conditions and the store's status entry."""
-    store_id = str(entry.get("memoryStoreId") or "")
+def store_health(
+    phase: str, conditions: Mapping[str, Mapping[str, Any]], store_id: str, counts: StoreCounts
+) -> str:
+    """How one store is doing, from the session's phase, its conditions and the store's counts."""
     if phase in _ENDED:
         flushed = conditions.get(CONDITION_FLUSHED) or {}
-        if _count(entry.get("unsent")):
-            return UNSENT
+        if counts.unsent:
+            return UNSAVED
         if flushed.get("status") == "True":
             return NOT_MOUNTED if flushed.get("reason") == "NothingToFlush" else FLUSHED
         return UNCONFIRMED
@@ -202,7 +190,7 @@ def summarize(obj: Mapping[str, Any]) -> SessionSummary:
         synced=_text(_map(conditions.get(CONDITION_SYNCED)).get("status")),
         stores=rows,
         last_sync_time=_text(status.get("lastSyncTime")),
-        conflicts=sum(r.conflicts for r in rows),
+        conflicts=sum(r.counts.conflicts for r in rows),
         created=_text(meta.get("creationTimestamp")),
         pod_name=_text(status.get("podName")),
         message=_text(status.get("message")),
@@ -220,23 +208,14 @@ def _store_row(
     store_id = str(entry.get("memoryStoreId") or "")
     mount_path = _text(entry.get("mountPath"))
     folder = mount_path.rstrip("/").rsplit("/", 1)[-1] if mount_path else ""
+    counts = counts_of(entry)
     return StoreRow(
         store_id=store_id,
         label=folder or names.get(store_id) or store_id,
         mount_path=mount_path,
-        health=store_health(phase, conditions, entry),
+        health=store_health(phase, conditions, store_id, counts),
         memories_mounted=_count(mounted) if mounted is not None else None,
-        uploaded=_count(entry.get("uploaded")),
-        downloaded=_count(entry.get("downloaded")),
-        deleted=_count(entry.get("deleted")),
-        conflicts=_count(entry.get("conflicts")),
-        refused=_count(entry.get("refused")),
-        unsent=_count(entry.get("unsent")),
-        unreadable=_count(entry.get("unreadable")),
-        held_deletes=_count(entry.get("heldDeletes")),
-        refused_paths=_paths(entry.get("refusedPaths")),
-        unreadable_paths=_paths(entry.get("unreadablePaths")),
-        held_delete_paths=_paths(entry.get("heldDeletePaths")),
+        counts=counts,
     )
 
 
@@ -459,7 +438,17 @@ def render_detail(d: SessionDetail, *, now: datetime) -> str:
             r.store_id,
             r.health,
             NONE if r.memories_mounted is None else str(r.memories_mounted),
-            *(str(n) for n in (r.uploaded, r.downloaded, r.deleted, r.conflicts, r.refused, r.unsent)),
+            *(
+                str(n)
+                for n in (
+                    r.counts.uploaded,
+                    r.counts.downloaded,
+                    r.counts.deleted,
+                    r.counts.conflicts,
+                    r.counts.refused,
+                    r.counts.unsent,
+                )
+            ),
         ]
         for r in s.stores
     ]
@@ -469,9 +458,9 @@ def render_detail(d: SessionDetail, *, now: datetime) -> str:
         f"  {r.label}: {what} {', '.join(paths)}"
         for r in s.stores
         for what, paths in (
-            ("refused", r.refused_paths),
-            ("unreadable", r.unreadable_paths),
-            ("deletions held back", r.held_delete_paths),
+            ("refused paths", r.counts.refused_paths),
+            ("unreadable paths", r.counts.unreadable_paths),
+            ("deletions held back", r.counts.held_delete_paths),
         )
         if paths
     ]
