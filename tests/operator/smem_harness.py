@@ -33,10 +33,12 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import kmock as km
 import kopf
+import yaml
 from kmock._internal import enums, rendering
 
 from memsync.controller.handlers import build_memo, build_registry
@@ -343,6 +345,22 @@ class Cluster:
     @property
     def url(self) -> str:
         return str(self.kmock.url).rstrip("/")
+
+    def write_kubeconfig(self, path: Path, namespace: str | None = None) -> Path:
+        """A kubeconfig for this emulator (a token it accepts; ``namespace``: the context's namespace)."""
+        context: dict[str, Any] = {"cluster": "emulated", "user": "tester"}
+        if namespace:
+            context["namespace"] = namespace
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "emulated", "cluster": {"server": self.url}}],
+            "users": [{"name": "tester", "user": {"token": "test-token"}}],
+            "contexts": [{"name": "emulated", "context": context}],
+            "current-context": "emulated",
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
 
     def _smem_path(self, name: str = "") -> str:
         base = f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{PLURAL}"

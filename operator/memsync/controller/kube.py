@@ -19,14 +19,16 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-import kopf
 import kubernetes.client
 import kubernetes.config
 from kubernetes.client.exceptions import ApiException
 
 from memsync.crd.models import GROUP, PLURAL, VERSION
+
+if TYPE_CHECKING:
+    import kopf  # imported when used: ``memsync status`` uses this client without the operator
 
 T = TypeVar("T")
 
@@ -151,6 +153,11 @@ def _decode(response: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _items(listing: Mapping[str, Any]) -> list[dict[str, Any]]:
+    items = listing.get("items")
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
 class KubeApi:
     """Pods, Secrets (keys only) and SessionMemories, as plain dicts."""
 
@@ -188,6 +195,8 @@ class KubeApi:
         Reading the token through the configuration runs the client's refresh hook, so a rotated
         service-account token (or an exec plugin's new token) reaches kopf too.
         """
+        import kopf  # noqa: PLC0415 (see the TYPE_CHECKING import)
+
         c = self._client.configuration
         header = c.get_api_key_with_prefix("BearerToken") or c.get_api_key_with_prefix("authorization")
         scheme: str | None = None
@@ -291,8 +300,17 @@ class KubeApi:
         listing = await self._call(
             self._custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
         )
-        items = listing.get("items")
-        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+        return _items(listing)
+
+    async def list_all_session_memories(self) -> list[dict[str, Any]]:
+        """Every SessionMemory of every namespace (needs cluster-wide list permission)."""
+        listing = await self._call(self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+        return _items(listing)
+
+    async def list_events(self, namespace: str, *, involved_name: str | None = None) -> list[dict[str, Any]]:
+        """The core/v1 Events of a namespace, only those about objects named ``involved_name`` if given."""
+        selector = {"field_selector": f"involvedObject.name={involved_name}"} if involved_name else {}
+        return _items(await self._call(self._core.list_namespaced_event, namespace, **selector))
 
     async def patch_session_memory_status(
         self, namespace: str, name: str, status: Mapping[str, Any], *, resource_version: str | None = None
