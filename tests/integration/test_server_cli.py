@@ -16,6 +16,8 @@ import pytest
 from conftest import RunningStoreServer, StoreApi, free_port
 from memsync.api.secret import decode_work_secret
 
+pytestmark = pytest.mark.both_backends
+
 
 def _memsync(server: RunningStoreServer, *args: str, key: bool = True) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import StoreApi
 
+pytestmark = pytest.mark.both_backends
+
 SHA_OF = lambda text: hashlib.sha256(text.encode("utf-8")).hexdigest()  # noqa: E731
 
 

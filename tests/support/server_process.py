@@ -33,13 +33,14 @@ def free_port() -> int:
 def spawn_store_server(
     *,
     port: int,
-    db_path: Path,
+    db_path: Path | str,
     log_path: Path,
     env: Mapping[str, str],
     extra_args: Sequence[str] = (),
     cwd: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ``memsync store serve`` on ``HOST:port`` over ``db_path``, its output appended to ``log_path``.
+    """Start ``memsync store serve`` on ``HOST:port`` over ``db_path`` (an SQLite file or a PostgreSQL URL),
+    its output appended to ``log_path``.
 
     ``env`` is the child's whole environment (it carries ``MEMSYNC_ADMIN_KEY``).
     """

@@ -28,6 +28,8 @@ from memsync.api.models import Memory, MemoryStoreResource
 from memsync.api.paths import path_violation
 from memsync.client import StoreClient, errors
 from memsync.server import create_app
+from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, MAX_SESSION_TOKEN_TTL_S
+from memsync.server.backends import is_postgres
 from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
 
 logger = logging.getLogger("memsync.store")
@@ -88,12 +90,12 @@ def admin_key_from(key_file: Path | None) -> str:
 )
 @click.option(
     "--db",
-    "db_path",
+    "database",
     default="./memsync-store.db",
     show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
     envvar="MEMSYNC_STORE_DB",
-    help="SQLite file (created if missing).",
+    help="An SQLite file (created if missing), or a PostgreSQL URL (postgresql://USER@HOST:PORT/DB; the "
+    "password from PGPASSWORD or a passfile, never the command line).",
 )
 @click.option(
     "--public-url",
@@ -104,7 +106,16 @@ def admin_key_from(key_file: Path | None) -> str:
     "--admin-key-file",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="MEMSYNC_ADMIN_KEY_FILE",
-    help=f"File holding the admin key. Default: ${ADMIN_KEY_ENV}, else a key generated into DB.admin-key.",
+    help=f"File holding the admin key. Default: ${ADMIN_KEY_ENV}, else (SQLite) a key generated into "
+    "DB.admin-key.",
+)
+@click.option(
+    "--admin-key-name",
+    default="default",
+    show_default=True,
+    envvar="MEMSYNC_ADMIN_KEY_NAME",
+    help="Name the configured admin key is entered under (on first start); more keys: 'memsync store "
+    "admin-key'.",
 )
 @click.option(
     "--cursor-ttl",
@@ -123,6 +134,14 @@ def admin_key_from(key_file: Path | None) -> str:
     help="Memories per store (the hosted API allows 10,000; lower it to test the cap).",
 )
 @click.option(
+    "--session-token-ttl",
+    default=DEFAULT_SESSION_TOKEN_TTL_S,
+    show_default=True,
+    type=click.IntRange(1, MAX_SESSION_TOKEN_TTL_S),
+    envvar="MEMSYNC_SESSION_TOKEN_TTL",
+    help="Seconds a minted sessions token stays valid (a mint may ask for another lifetime).",
+)
+@click.option(
     "--request-read-timeout",
     default=DEFAULT_READ_TIMEOUT_S,
     show_default=True,
@@ -130,23 +149,37 @@ def admin_key_from(key_file: Path | None) -> str:
     envvar="MEMSYNC_REQUEST_READ_TIMEOUT",
     help="Seconds a request (headers and body) may take to arrive; slower connections are dropped.",
 )
+@click.option(
+    "--db-pool-size",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 200),
+    envvar="MEMSYNC_DB_POOL_SIZE",
+    help="PostgreSQL connections per server process.",
+)
 def serve(
     *,
     host: str,
     port: int,
-    db_path: Path,
+    database: str,
     public_url: str | None,
     admin_key_file: Path | None,
+    admin_key_name: str,
     cursor_ttl: int,
     max_memories: int,
+    session_token_ttl: int,
     request_read_timeout: float,
+    db_pool_size: int,
 ) -> None:
-    """Run the store server (FastAPI + uvicorn over one SQLite file)."""
+    """Run the store server (FastAPI + uvicorn over an SQLite file or PostgreSQL)."""
     if admin_key_file is not None:
         admin_key = read_key_file(admin_key_file)
     elif os.environ.get(ADMIN_KEY_ENV, "").strip():
         admin_key = os.environ[ADMIN_KEY_ENV].strip()
+    elif is_postgres(database):
+        raise click.UsageError(f"no admin key: on PostgreSQL set {ADMIN_KEY_ENV} or pass --admin-key-file")
     else:
+        db_path = Path(database)
         key_path = db_path.with_name(db_path.name + ".admin-key")
         admin_key, created = load_or_create_key_file(key_path)
         logger.info(
@@ -154,8 +187,20 @@ def serve(
             extra={"admin_key_file": str(key_path)},
         )
     url = public_url or f"http://{host}:{port}"
-    app = create_app(db_path, admin_key, url, cursor_ttl_s=cursor_ttl, max_memories_per_store=max_memories)
-    logger.info("store server listening", extra={"host": host, "port": port, "db": str(db_path)})
+    try:
+        app = create_app(
+            database,
+            admin_key,
+            url,
+            admin_key_name=admin_key_name,
+            cursor_ttl_s=cursor_ttl,
+            max_memories_per_store=max_memories,
+            session_token_ttl_s=session_token_ttl,
+            db_pool_size=db_pool_size,
+        )
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    logger.info("store server listening", extra={"host": host, "port": port})
     uvicorn.Server(uvicorn_config(app, host=host, port=port, read_timeout_s=request_read_timeout)).run()
 
 

@@ -15,14 +15,16 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from memsync.api import errors as et
-from memsync.server.db import Database
+from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, AccessService, Principal
+from memsync.server.backends import open_database
 from memsync.server.errors import ApiError, too_large
-from memsync.server.service import Principal, StoreService
+from memsync.server.service import StoreService
 
 logger = logging.getLogger("memsync.server")
 
@@ -121,10 +123,14 @@ Authorization = Annotated[str | None, Header(alias="authorization")]
 async def authenticate(
     request: Request, x_api_key: XApiKey = None, authorization: Authorization = None
 ) -> Principal:
-    """The caller, from ``x-api-key`` (admin) or ``Authorization: Bearer`` (admin key or a session); 401
-    otherwise. Runs on the event loop: a compare, or a cached (else one indexed SQLite read) token lookup."""
-    service: StoreService = request.app.state.service
-    return service.authenticate(x_api_key, authorization)
+    """The caller, from ``x-api-key`` (an admin key) or ``Authorization: Bearer`` (an admin key or a sessions
+    token); 401 otherwise. A cached answer is used on the event loop; the database is asked in the
+    threadpool."""
+    access: AccessService = request.app.state.access
+    cached = access.cached(x_api_key, authorization)
+    if cached is not None:
+        return cached
+    return await run_in_threadpool(access.authenticate, x_api_key, authorization)
 
 
 Body = Annotated[bytes, Depends(read_body)]
@@ -152,23 +158,40 @@ def _describe_request_validation(exc: RequestValidationError) -> str:
 
 
 def create_app(
-    db_path: Path | str,
+    database: Path | str,
     admin_key: str,
     public_url: str,
     *,
+    admin_key_name: str = "default",
     cursor_ttl_s: int = 3600,
     max_memories_per_store: int | None = None,
+    session_token_ttl_s: int = DEFAULT_SESSION_TOKEN_TTL_S,
+    db_pool_size: int = 10,
 ) -> FastAPI:
-    """The store server as an ASGI app over the SQLite file ``db_path``."""
-    db = Database(db_path)
+    """The store server as an ASGI app over ``database``: an SQLite file path or a ``postgresql://`` URL."""
+    db = open_database(database, pool_max=db_pool_size)
     kwargs: dict[str, Any] = {"cursor_ttl_s": cursor_ttl_s}
     if max_memories_per_store is not None:
         kwargs["max_memories_per_store"] = max_memories_per_store
-    service = StoreService(db, admin_key, public_url, **kwargs)
+    try:
+        access = AccessService(
+            db,
+            admin_key,
+            public_url,
+            admin_key_name=admin_key_name,
+            session_token_ttl_s=session_token_ttl_s,
+        )
+    except BaseException:
+        db.close()
+        raise
+    service = StoreService(db, **kwargs)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        logger.info("store server ready", extra={"db": str(db_path), "public_url": service.public_url})
+        logger.info(
+            "store server ready",
+            extra={"db": db.describe(), "schema_version": db.schema_version, "public_url": access.public_url},
+        )
         yield
         db.close()
         logger.info("store server stopped")
@@ -181,6 +204,7 @@ def create_app(
         openapi_url=None,
     )
     app.state.service = service
+    app.state.access = access
     app.add_middleware(RequestIdMiddleware)
 
     @app.exception_handler(ApiError)
@@ -269,13 +293,23 @@ def create_app(
         page: Page = None,
         path_prefix: str | None = None,
         depth: int | None = None,
+        if_none_match: Annotated[str | None, Header(alias="if-none-match")] = None,
         beta: Beta = None,
-    ) -> JSONResponse:
-        return JSONResponse(
-            service.list_memories(
-                p, store_id, view=view, limit=limit, page=page, path_prefix=path_prefix, depth=depth
-            )
+    ) -> Response:
+        body, etag = service.list_memories(
+            p,
+            store_id,
+            view=view,
+            limit=limit,
+            page=page,
+            path_prefix=path_prefix,
+            depth=depth,
+            if_none_match=if_none_match,
         )
+        headers = {"etag": etag, "cache-control": "private, no-cache"}
+        if body is None:
+            return Response(status_code=304, headers=headers)
+        return JSONResponse(body, headers=headers)
 
     @app.get("/v1/memory_stores/{store_id}/memories/{memory_id}")
     def get_memory(
@@ -344,10 +378,28 @@ def create_app(
 
     @app.get("/v1/sessions/{session_id}")
     def get_session(*, p: Caller, session_id: str, beta: Beta = None) -> JSONResponse:
-        return JSONResponse(service.get_session(p, session_id))
+        return JSONResponse(access.get_session(p, session_id))
+
+    @app.delete("/v1/sessions/{session_id}")
+    def delete_session(*, p: Caller, session_id: str, beta: Beta = None) -> JSONResponse:
+        return JSONResponse(access.delete_session(p, session_id))
 
     @app.post("/v1/memsync/sessions")
     def mint_session(*, p: Caller, body: Body, beta: Beta = None) -> JSONResponse:
-        return JSONResponse(service.mint_session(p, body))
+        return JSONResponse(access.mint_session(p, body))
+
+    # --- admin keys (memsync extension) -------------------------------------------------------------------
+
+    @app.post("/v1/memsync/admin_keys")
+    def create_admin_key(*, p: Caller, body: Body, beta: Beta = None) -> JSONResponse:
+        return JSONResponse(access.create_admin_key(p, body))
+
+    @app.get("/v1/memsync/admin_keys")
+    def list_admin_keys(*, p: Caller, beta: Beta = None) -> JSONResponse:
+        return JSONResponse(access.list_admin_keys(p))
+
+    @app.post("/v1/memsync/admin_keys/{key_id}/revoke")
+    def revoke_admin_key(*, p: Caller, key_id: str, beta: Beta = None) -> JSONResponse:
+        return JSONResponse(access.revoke_admin_key(p, key_id))
 
     return app
