@@ -144,6 +144,16 @@ class Shared:
         self.clock: Callable[[], float] = time.time
 
 
+@dataclass
+class ListingCache:
+    """The last full listing of a store and the ETag it answers to (conditional listing); ``supported`` is
+    None until the server has been asked, then whether it sends ETags."""
+
+    supported: bool | None = None
+    etag: str | None = None
+    memories: tuple[Memory, ...] = ()
+
+
 class StoreSync:
     """Everything memsync does to one store: mount, periodic pass, push-only flush."""
 
@@ -156,6 +166,7 @@ class StoreSync:
         self.recorder = Recorder(self.id, shared.metrics)
         self.last = PassStats()
         self.progress = _Progress()
+        self._listing = ListingCache()
         self._fetch_sem = asyncio.Semaphore(FETCH_CONCURRENCY)
         self._upload_sem = asyncio.Semaphore(UPLOAD_CONCURRENCY)
         self._delete_sem = asyncio.Semaphore(DELETE_CONCURRENCY)
@@ -268,6 +279,35 @@ class StoreSync:
             if not result.next_page or result.next_page == page:
                 return items
             page = result.next_page
+
+    async def _list_remote(self, counts: Mapping[str, int] | None) -> list[Memory]:
+        """Every memory of the store (basic view) for a sync pass; ``counts`` as for ``_list_tree``.
+
+        Conditional listing (a memsync store server extension): a one-item probe carrying the ETag of the
+        last full listing answers 304 when no memory of the store changed since, and that listing is reused,
+        so a no-change pass is one request. The ETag is the probe's, taken before the full listing and kept
+        only once that listing succeeded: a change made during the listing makes the next probe miss, it
+        can never hide. A server that sends no ETag (the hosted API) is listed in full, and not probed again.
+        """
+        cache = self._listing
+        etag: str | None = None
+        if cache.supported is not False:
+            probe = await self._api(lambda: self.client.probe_memories(self.id, if_none_match=cache.etag))
+            self.last.list_requests += 1
+            if probe.not_modified and cache.etag is not None:
+                return list(cache.memories)
+            cache.supported = probe.etag is not None
+            etag = probe.etag
+        memories = (
+            await self._list_tree(None, "basic", counts)
+            if counts is not None
+            else [
+                i for i in await self._list_level(view="basic", prefix=None, depth=0) if isinstance(i, Memory)
+            ]
+        )
+        if etag is not None:
+            cache.etag, cache.memories = etag, tuple(memories)
+        return memories
 
     async def _list_tree(
         self, prefix: str | None, view: View, counts: Mapping[str, int] | None
@@ -516,16 +556,7 @@ class StoreSync:
                 return await self._recover(state, status)
             self._warn_blocked(result)
             counts = self._prefix_counts(state.baseline) if len(state.baseline) > FANOUT_MIN else None
-            listed = self._map_remote(
-                await self._list_tree(None, "basic", counts)
-                if counts is not None
-                else [
-                    i
-                    for i in await self._list_level(view="basic", prefix=None, depth=0)
-                    if isinstance(i, Memory)
-                ],
-                state,
-            )
+            listed = self._map_remote(await self._list_remote(counts), state)
             plan = plan_sync(
                 SyncInput(
                     remote={rel: Remote(m.id, m.content_sha256) for rel, m in listed.items()},
