@@ -27,10 +27,10 @@ from memsync.api.hashing import content_sha256
 from memsync.api.models import Memory, MemoryStoreResource
 from memsync.api.paths import path_violation
 from memsync.client import StoreClient, errors
-from memsync.server import create_app
 from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, MAX_SESSION_TOKEN_TTL_S
 from memsync.server.backends import is_postgres
 from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
+from memsync.server.worker import FACTORY, SETTINGS_ENV, ServeSettings, build_app, worker_run_kwargs
 
 logger = logging.getLogger("memsync.store")
 
@@ -157,7 +157,38 @@ def admin_key_from(key_file: Path | None) -> str:
     envvar="MEMSYNC_DB_POOL_SIZE",
     help="PostgreSQL connections per server process.",
 )
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    envvar="MEMSYNC_STORE_WORKERS",
+    help="Server processes sharing the port (each with its own connections to the database).",
+)
+@click.option(
+    "--http",
+    "http_impl",
+    default="httptools",
+    show_default=True,
+    type=click.Choice(["httptools", "h11"]),
+    envvar="MEMSYNC_STORE_HTTP",
+    help="HTTP/1.1 parser: httptools (C) or h11 (pure Python).",
+)
+@click.option(
+    "--ssl-certfile",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="MEMSYNC_STORE_SSL_CERTFILE",
+    help="Serve HTTPS with this PEM certificate (chain); or terminate TLS at the ingress.",
+)
+@click.option(
+    "--ssl-keyfile",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="MEMSYNC_STORE_SSL_KEYFILE",
+    help="The certificate's PEM private key.",
+)
+@click.pass_context
 def serve(
+    ctx: click.Context,
     *,
     host: str,
     port: int,
@@ -170,8 +201,14 @@ def serve(
     session_token_ttl: int,
     request_read_timeout: float,
     db_pool_size: int,
+    workers: int,
+    http_impl: str,
+    ssl_certfile: Path | None,
+    ssl_keyfile: Path | None,
 ) -> None:
     """Run the store server (FastAPI + uvicorn over an SQLite file or PostgreSQL)."""
+    if (ssl_certfile is None) != (ssl_keyfile is None):
+        raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
     if admin_key_file is not None:
         admin_key = read_key_file(admin_key_file)
     elif os.environ.get(ADMIN_KEY_ENV, "").strip():
@@ -186,22 +223,44 @@ def serve(
             "generated a new admin key" if created else "using the admin key file",
             extra={"admin_key_file": str(key_path)},
         )
-    url = public_url or f"http://{host}:{port}"
+    scheme = "https" if ssl_certfile is not None else "http"
+    settings = ServeSettings(
+        database=database,
+        public_url=public_url or f"{scheme}://{host}:{port}",
+        admin_key_name=admin_key_name,
+        cursor_ttl_s=cursor_ttl,
+        max_memories_per_store=max_memories,
+        session_token_ttl_s=session_token_ttl,
+        db_pool_size=db_pool_size,
+        read_timeout_s=request_read_timeout,
+        http=http_impl,
+        log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()),
+        log_format=_root_params(ctx).get("log_format") or "text",
+    )
+    tls: dict[str, Any] = {}
+    if ssl_certfile is not None:
+        tls = {"ssl_certfile": str(ssl_certfile), "ssl_keyfile": str(ssl_keyfile)}
     try:
-        app = create_app(
-            database,
-            admin_key,
-            url,
-            admin_key_name=admin_key_name,
-            cursor_ttl_s=cursor_ttl,
-            max_memories_per_store=max_memories,
-            session_token_ttl_s=session_token_ttl,
-            db_pool_size=db_pool_size,
-        )
+        # Built here even with several workers: the schema is migrated and the admin key entered once,
+        # and a bad setting fails before any worker starts.
+        app = build_app(settings, admin_key)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    logger.info("store server listening", extra={"host": host, "port": port})
-    uvicorn.Server(uvicorn_config(app, host=host, port=port, read_timeout_s=request_read_timeout)).run()
+    logger.info("store server listening", extra={"host": host, "port": port, "workers": workers})
+    if workers == 1:
+        config = uvicorn_config(
+            app, host=host, port=port, read_timeout_s=request_read_timeout, http=http_impl, **tls
+        )
+        uvicorn.Server(config).run()
+        return
+    app.state.service.db.close()  # each worker opens its own
+    os.environ[SETTINGS_ENV] = settings.to_env()
+    os.environ[ADMIN_KEY_ENV] = admin_key
+    uvicorn.run(FACTORY, host=host, port=port, **worker_run_kwargs(settings, workers), **tls)
+
+
+def _root_params(ctx: click.Context) -> dict[str, Any]:
+    return dict(ctx.find_root().params)
 
 
 # --- admin commands -------------------------------------------------------------------------------------
