@@ -120,6 +120,11 @@ class PgDatabase(Database):
         with self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") as tx:
             yield tx
 
+    @contextmanager
+    def read_one(self) -> Iterator[Tx]:
+        with self.pool.connection() as conn:
+            yield PgTx(conn)  # autocommit: the statement is its own transaction
+
     def pool_stats(self) -> dict[str, int]:
         stats = self.pool.get_stats()
         return {

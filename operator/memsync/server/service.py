@@ -361,13 +361,19 @@ class StoreService:
             raise invalid("page cursor does not belong to a memory listing")
         upper = rules.prefix_upper_bound(prefix)
         with_content = shown == "full"
-        with self.db.read() as tx:
-            store = self._store_for(tx, p, store_id, write=False)
-            etag = rules.listing_etag(
+
+        def etag_of(store: StoreRow) -> str:
+            return rules.listing_etag(
                 store.id, store.change_id, store.change_seq, query=query, limit=n, position=position
             )
+
+        if if_none_match is not None:  # the common case of a polling client: one statement, no memory read
+            with self.db.read_one() as tx:
+                etag = etag_of(self._store_for(tx, p, store_id, write=False))
             if rules.etag_matches(if_none_match, etag):
                 return None, etag
+        with self.db.read() as tx:
+            etag = etag_of(self._store_for(tx, p, store_id, write=False))  # the page's own snapshot
 
             def fetch(bound: str, inclusive: bool, count: int) -> list[MemoryRow]:
                 return tx.memories_from(
