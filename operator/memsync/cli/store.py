@@ -13,6 +13,7 @@ import os
 import secrets
 import stat
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from memsync.api.paths import path_violation
 from memsync.client import StoreClient, errors
 from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, MAX_SESSION_TOKEN_TTL_S
 from memsync.server.backends import is_postgres
+from memsync.server.observe import MULTIPROC_ENV
 from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
 from memsync.server.worker import FACTORY, SETTINGS_ENV, ServeSettings, build_app, worker_run_kwargs
 
@@ -186,6 +188,13 @@ def admin_key_from(key_file: Path | None) -> str:
     envvar="MEMSYNC_STORE_SSL_KEYFILE",
     help="The certificate's PEM private key.",
 )
+@click.option(
+    "--access-log/--no-access-log",
+    default=True,
+    show_default=True,
+    envvar="MEMSYNC_STORE_ACCESS_LOG",
+    help="One structured INFO line per request (no headers, no query strings).",
+)
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -205,6 +214,7 @@ def serve(
     http_impl: str,
     ssl_certfile: Path | None,
     ssl_keyfile: Path | None,
+    access_log: bool,
 ) -> None:
     """Run the store server (FastAPI + uvicorn over an SQLite file or PostgreSQL)."""
     if (ssl_certfile is None) != (ssl_keyfile is None):
@@ -234,6 +244,7 @@ def serve(
         db_pool_size=db_pool_size,
         read_timeout_s=request_read_timeout,
         http=http_impl,
+        access_logs=access_log,
         log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()),
         log_format=_root_params(ctx).get("log_format") or "text",
     )
@@ -255,6 +266,8 @@ def serve(
         return
     app.state.service.db.close()  # each worker opens its own
     os.environ[SETTINGS_ENV] = settings.to_env()
+    # the workers share their metrics through files in a directory of this run (/metrics sums them)
+    os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="memsync-store-metrics-")
     os.environ[ADMIN_KEY_ENV] = admin_key
     uvicorn.run(FACTORY, host=host, port=port, **worker_run_kwargs(settings, workers), **tls)
 

@@ -26,6 +26,7 @@ from memsync.api import errors as et
 from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, AccessService, Principal
 from memsync.server.backends import open_database
 from memsync.server.errors import ApiError, too_large
+from memsync.server.observe import ObserveMiddleware, render_metrics
 from memsync.server.service import StoreService
 
 logger = logging.getLogger("memsync.server")
@@ -177,6 +178,7 @@ def create_app(
     max_memories_per_store: int | None = None,
     session_token_ttl_s: int = DEFAULT_SESSION_TOKEN_TTL_S,
     db_pool_size: int = 10,
+    access_logs: bool = True,
 ) -> FastAPI:
     """The store server as an ASGI app over ``database``: an SQLite file path or a ``postgresql://`` URL."""
     db = open_database(database, pool_max=db_pool_size)
@@ -215,7 +217,8 @@ def create_app(
     )
     app.state.service = service
     app.state.access = access
-    app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(ObserveMiddleware, access_logs=access_logs)
+    app.add_middleware(RequestIdMiddleware)  # added last: outermost, so the access log has the request id
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -240,6 +243,12 @@ def create_app(
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        """Prometheus metrics (no credentials: counts and timings only; restrict it at the network)."""
+        body, content_type = render_metrics(db)
+        return Response(body, media_type=content_type)
 
     # --- stores -------------------------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ class ServeSettings:
     db_pool_size: int
     read_timeout_s: float
     http: str
+    access_logs: bool = True
     log_level: str = "INFO"
     log_format: str = "text"
 
@@ -57,6 +58,7 @@ def build_app(settings: ServeSettings, admin_key: str) -> FastAPI:
         max_memories_per_store=settings.max_memories_per_store,
         session_token_ttl_s=settings.session_token_ttl_s,
         db_pool_size=settings.db_pool_size,
+        access_logs=settings.access_logs,
     )
 
 
