@@ -30,6 +30,7 @@ from memsync.api.paths import path_violation
 from memsync.client import StoreClient, errors
 from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, MAX_SESSION_TOKEN_TTL_S
 from memsync.server.backends import is_postgres
+from memsync.server.backup import BackupError, backup_sqlite, restore_sqlite
 from memsync.server.observe import MULTIPROC_ENV
 from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
 from memsync.server.worker import FACTORY, SETTINGS_ENV, ServeSettings, build_app, worker_run_kwargs
@@ -569,26 +570,44 @@ def parse_store_spec(spec: str) -> tuple[str, str]:
     return store_id, access
 
 
-@store.command()
+@store.group(invoke_without_command=True)
 @click.option("--session", "session_id", default=None, help="Session id (sesn_...); generated when omitted.")
 @click.option(
     "--store",
     "stores",
     multiple=True,
-    required=True,
-    help="memstore_...[:read_only]; repeat for more stores (at most 8).",
+    help="memstore_...[:read_only]; repeat for more stores (at most 8). Required to mint.",
+)
+@click.option(
+    "--ttl",
+    type=click.IntRange(1, MAX_SESSION_TOKEN_TTL_S),
+    default=None,
+    help="Seconds the sessions token stays valid (default: the server's --session-token-ttl).",
 )
 @admin_options
-def token(*, session_id: str | None, stores: tuple[str, ...], url: str, admin_key_file: Path | None) -> None:
+@click.pass_context
+def token(
+    ctx: click.Context,
+    *,
+    session_id: str | None,
+    stores: tuple[str, ...],
+    ttl: int | None,
+    url: str,
+    admin_key_file: Path | None,
+) -> None:
     """Mint a session with the given stores attached; print its work-item secret (and nothing else) on
-    stdout."""
+    stdout. ``token revoke SESSION_ID`` deletes a session, revoking its token."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not stores:
+        raise click.UsageError("Missing option '--store' (at least one store to attach)")
     specs = [parse_store_spec(s) for s in stores]
 
     async def work(client: StoreClient) -> str:
         resources = [
             MemoryStoreResource.model_validate({"memory_store_id": sid, "access": acc}) for sid, acc in specs
         ]
-        session, secret = await client.mint_session(resources, session_id=session_id)
+        session, secret = await client.mint_session(resources, session_id=session_id, token_ttl_seconds=ttl)
         click.echo(f"minted session {session.id}", err=True)
         for res in session.resources:
             click.echo(f"  {res.memory_store_id} at {res.mount_path} ({res.access})", err=True)
@@ -596,3 +615,91 @@ def token(*, session_id: str | None, stores: tuple[str, ...], url: str, admin_ke
 
     secret = run_with_client(url, admin_key_file, work)
     click.echo(secret)
+
+
+@token.command("revoke")
+@click.argument("session_id")
+@admin_options
+def token_revoke(*, session_id: str, url: str, admin_key_file: Path | None) -> None:
+    """Delete a session: its sessions token stops working at once (on every replica within seconds)."""
+
+    async def work(client: StoreClient) -> None:
+        await client.delete_session(session_id)
+
+    run_with_client(url, admin_key_file, work)
+    click.echo(f"revoked the sessions token of {session_id}", err=True)
+
+
+# --- admin keys -----------------------------------------------------------------------------------------
+
+
+@store.group("admin-key")
+def admin_key() -> None:
+    """Named admin keys: several may be current at once, so a key can be rotated (create the new key,
+    move the clients to it, revoke the old one)."""
+
+
+@admin_key.command("create")
+@click.argument("name")
+@admin_options
+def admin_key_create(*, name: str, url: str, admin_key_file: Path | None) -> None:
+    """Create an admin key; print the key (shown only this once) on stdout, its id on stderr."""
+    made = run_with_client(url, admin_key_file, lambda c: c.admin_keys("POST", body={"name": name}))
+    click.echo(f"created admin key {made['id']} ({made['name']})", err=True)
+    click.echo(made["key"])
+
+
+@admin_key.command("list")
+@admin_options
+def admin_key_list(*, url: str, admin_key_file: Path | None) -> None:
+    """List admin keys (ids and names; never the keys)."""
+    listed = run_with_client(url, admin_key_file, lambda c: c.admin_keys("GET"))
+    for row in listed["data"]:
+        state = f"revoked {row['revoked_at']}" if row["revoked_at"] else "current"
+        click.echo(f"{row['id']}\t{row['name']}\t{row['created_at']}\t{state}")
+
+
+@admin_key.command("revoke")
+@click.argument("key_id")
+@admin_options
+def admin_key_revoke(*, key_id: str, url: str, admin_key_file: Path | None) -> None:
+    """Revoke an admin key by id (apikey_...); the last current key cannot be revoked."""
+    run_with_client(url, admin_key_file, lambda c: c.admin_keys("POST", f"/{key_id}/revoke"))
+    click.echo(f"revoked admin key {key_id}", err=True)
+
+
+# --- backup and restore ---------------------------------------------------------------------------------
+
+PG_BACKUP_GUIDANCE = (
+    "PostgreSQL: back up with pg_dump (pg_dump --format=custom --file=store.dump URL) and restore with "
+    "pg_restore into an empty database (pg_restore --dbname=URL store.dump); see docs/store-server.md"
+)
+
+
+@store.command()
+@click.argument("destination", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--db", "database", default="./memsync-store.db", show_default=True, envvar="MEMSYNC_STORE_DB")
+def backup(*, destination: Path, database: str) -> None:
+    """Copy the SQLite database to DESTINATION while the server keeps running (SQLite's online backup)."""
+    if is_postgres(database):
+        raise click.UsageError(PG_BACKUP_GUIDANCE)
+    try:
+        pages = backup_sqlite(Path(database), destination)
+    except BackupError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"backed up {database} to {destination} ({pages} pages)", err=True)
+
+
+@store.command()
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--db", "database", default="./memsync-store.db", show_default=True, envvar="MEMSYNC_STORE_DB")
+@click.option("--force", is_flag=True, help="Replace an existing database file.")
+def restore(*, source: Path, database: str, force: bool) -> None:
+    """Put a backup in place of the SQLite database (stop the server first)."""
+    if is_postgres(database):
+        raise click.UsageError(PG_BACKUP_GUIDANCE)
+    try:
+        restore_sqlite(source, Path(database), force=force)
+    except BackupError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"restored {source} to {database}", err=True)

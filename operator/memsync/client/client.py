@@ -60,6 +60,7 @@ M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 MEMSYNC_SESSIONS_PATH: Final = "/v1/memsync/sessions"
+MEMSYNC_ADMIN_KEYS_PATH: Final = "/v1/memsync/admin_keys"
 
 # Failures with no HTTP response that are worth another attempt. Others (an unsupported scheme, a bad
 # proxy setting, a malformed request) are programming or configuration errors and fail at once.
@@ -635,7 +636,11 @@ class StoreClient:
             raise self._invalid(response, "Session", exc) from None
 
     async def mint_session(
-        self, resources: list[MemoryStoreResource], *, session_id: str | None = None
+        self,
+        resources: list[MemoryStoreResource],
+        *,
+        session_id: str | None = None,
+        token_ttl_seconds: int | None = None,
     ) -> tuple[Session, str]:
         """memsync server extension (admin key only): create a session with these stores attached.
 
@@ -654,6 +659,8 @@ class StoreClient:
         }
         if session_id is not None:
             body["session_id"] = session_id
+        if token_ttl_seconds is not None:
+            body["token_ttl_seconds"] = token_ttl_seconds
         response = await self._request("POST", MEMSYNC_SESSIONS_PATH, body=body)
         try:
             data = json.loads(response.content)
@@ -669,6 +676,19 @@ class StoreClient:
         return minted.session, minted.work_secret
 
     # --- helpers --------------------------------------------------------------------------------------------
+
+    async def delete_session(self, session_id: str) -> None:
+        """Delete a session on a memsync store server (admin key): its sessions token is revoked at once."""
+        await self._request("DELETE", f"/v1/sessions/{_seg(session_id)}", beta=SESSIONS_BETA)
+
+    async def admin_keys(self, method: str, path: str = "", body: Mapping[str, Any] | None = None) -> Any:
+        """memsync store server extension: ``/v1/memsync/admin_keys[path]`` (create, list, revoke); the JSON
+        answer."""
+        response = await self._request(method, MEMSYNC_ADMIN_KEYS_PATH + path, body=body)
+        try:
+            return json.loads(response.content)
+        except ValueError as exc:
+            raise self._invalid(response, "admin key answer", exc) from None
 
     @classmethod
     async def _paginate(cls, fetch_page: Callable[..., Awaitable[Page[T]]]) -> AsyncIterator[T]:

@@ -107,11 +107,3 @@ class SqliteDatabase(Database):
         finally:
             if conn.in_transaction:
                 conn.execute("COMMIT")
-
-    def backup_to(self, target: Path) -> None:
-        """A consistent copy of the live database at ``target`` (SQLite's online backup; writers go on)."""
-        dest = sqlite3.connect(str(target))
-        try:
-            self.conn().backup(dest)
-        finally:
-            dest.close()
