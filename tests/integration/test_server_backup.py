@@ -3,24 +3,15 @@ restore that refuses to clobber a live database, and PostgreSQL pointed at pg_du
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 from conftest import RunningStoreServer, StoreApi, launch_store_server
+from support.server_process import run_cli
 
 
 def _memsync(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}
-    return subprocess.run(
-        [sys.executable, "-m", "memsync", "store", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    return run_cli("store", *args)
 
 
 def test_online_backup_and_restore(fresh_store_server: RunningStoreServer, tmp_path: Path) -> None:

@@ -3,15 +3,14 @@ keys that rotate, and the commands that manage them (``memsync store token [revo
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 
 import pytest
 
 from conftest import RunningStoreServer, StoreApi
 from memsync.api.secret import decode_work_secret
+from support.server_process import run_cli
 
 pytestmark = pytest.mark.both_backends
 
@@ -19,17 +18,7 @@ pytestmark = pytest.mark.both_backends
 def _memsync(
     server: RunningStoreServer, *args: str, key: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}
-    env["MEMSYNC_STORE_URL"] = server.url
-    env["MEMSYNC_ADMIN_KEY"] = key or server.admin_key
-    return subprocess.run(
-        [sys.executable, "-m", "memsync", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(*args, url=server.url, admin_key=key or server.admin_key)
 
 
 def _mint(store_api: StoreApi, store: str, **extra: object) -> tuple[str, str]:

@@ -7,6 +7,7 @@ its environment (``MEMSYNC_ADMIN_KEY``), never on its command line, where a proc
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -113,3 +114,23 @@ def kill_process(process: subprocess.Popen[bytes] | None, *, timeout_s: float = 
         return
     process.kill()
     process.wait(timeout=timeout_s)
+
+
+def run_cli(
+    *args: str, url: str | None = None, admin_key: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m memsync ARGS`` with no inherited ``MEMSYNC_*`` setting but the server's URL and admin key
+    (through the environment, as users pass them); its output as text."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}
+    if url is not None:
+        env["MEMSYNC_STORE_URL"] = url
+    if admin_key is not None:
+        env["MEMSYNC_ADMIN_KEY"] = admin_key
+    return subprocess.run(
+        [sys.executable, "-m", "memsync", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )

@@ -41,6 +41,20 @@ class _ReadDeadline:
     def _what_arrived(self) -> str:
         raise NotImplementedError
 
+    # the protocol's own hooks, wrapped (cooperatively: ``super()`` is the uvicorn protocol class)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)  # type: ignore[misc]
+        self._follow()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)  # type: ignore[misc]
+
     def _arm(self) -> None:
         self._read_deadline = self.loop.call_later(self.read_timeout_s, self._on_deadline)
 
@@ -76,18 +90,6 @@ class ReadDeadlineProtocol(_ReadDeadline, H11Protocol):
     """``H11Protocol`` (pure Python) that drops a connection whose request does not arrive within the
     deadline."""
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)  # type: ignore[arg-type]
-        self._arm()
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        self._follow()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
     def _reading(self) -> bool:
         return self.conn.their_state in _READING
 
@@ -101,18 +103,6 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
 
     _incomplete = True
     _headers_done = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)  # type: ignore[arg-type]
-        self._arm()
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        self._follow()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
         self._incomplete, self._headers_done = True, False
