@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import secrets
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import httpx
@@ -26,11 +28,20 @@ def _sha(text: str) -> str:
 
 @pytest.fixture
 def replicas(postgres: PostgresServer, tmp_path: Path) -> Iterator[tuple[StoreApi, StoreApi]]:
+    """Two replicas started at the same moment on a new database: they race to migrate the schema and to
+    enter the admin key, and both must come up."""
     url = postgres.new_database("replicas")
-    first = launch_store_server(tmp_path / "a", database_url=url)
-    servers: list[RunningStoreServer] = [first]
+    admin_key = "sk-ant-admin-test-replicas-" + secrets.token_urlsafe(12)
+    with ThreadPoolExecutor(2) as pool:
+        futures = [
+            pool.submit(launch_store_server, tmp_path / name, database_url=url, admin_key=admin_key)
+            for name in ("a", "b")
+        ]
+        wait(futures)
+    servers: list[RunningStoreServer] = [f.result() for f in futures if f.exception() is None]
     try:
-        servers.append(launch_store_server(tmp_path / "b", database_url=url, admin_key=first.admin_key))
+        for future in futures:
+            future.result()  # a replica that failed to start fails the test (after the others are stopped)
         apis = (StoreApi(servers[0]), StoreApi(servers[1]))
         try:
             yield apis

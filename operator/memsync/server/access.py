@@ -174,18 +174,24 @@ class AccessService:
         self.admin_key_id = self._register_admin_key(admin_key, admin_key_name)
 
     def _register_admin_key(self, key: str, name: str) -> str:
-        """Enter the configured admin key into the database (once); refuse to start on a revoked one."""
+        """Enter the configured admin key into the database (once); refuse to start on a revoked one.
+        Replicas starting together may race to enter it: the loser finds it entered."""
         key_id = api_key_id(key)
-        with self.db.write() as tx:
-            row = tx.admin_key_by_hash(token_hash(key))
-            if row is None:
-                tx.insert_admin_key(key_id, rules.validate_key_name(name), token_hash(key), now_ts())
-            elif row.revoked_at is not None:
+        for _ in range(2):
+            try:
+                with self.db.write() as tx:
+                    row = tx.admin_key_by_hash(token_hash(key))
+                    if row is None:
+                        tx.insert_admin_key(key_id, rules.validate_key_name(name), token_hash(key), now_ts())
+            except DuplicateKeyError:
+                continue
+            if row is not None and row.revoked_at is not None:
                 raise ValueError(
                     f"the configured admin key ({row.id}, named {row.name!r}) was revoked at "
                     f"{row.revoked_at}; configure a current admin key"
                 )
-        return key_id
+            return key_id
+        raise RuntimeError("could not enter the configured admin key")
 
     # --- authentication -----------------------------------------------------------------------------------
 
