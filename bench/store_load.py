@@ -64,6 +64,7 @@ from support.server_process import spawn_store_server, stop_process, wait_until_
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CELLS = ("sqlite-1", "sqlite-2w", "pg-1", "pg-2r")
 FILES_PER_FOLDER = 100
+DRAIN_S = 5.0  # after the measured window, how long passes in flight may take to finish
 
 
 # --- seeding (straight into the database, through the server's own storage layer) --------------------------
@@ -317,7 +318,10 @@ async def run_cell(
 
     loops = [asyncio.create_task(session_loop(s)) for s in syncs]
     server_cpu, db_cpu, client_cpu, elapsed = await measure()
-    await asyncio.gather(*loops)
+    _, pending = await asyncio.wait(loops, timeout=DRAIN_S)  # passes still running then are abandoned
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
     for client in clients:
         await client.aclose()
     for kind, n in sorted(recorder.kinds.items()):
