@@ -1,7 +1,8 @@
 """``memsync store``: run the self-hosted store server, and administer one over HTTP.
 
-``serve`` runs the server. ``create``, ``list``, ``import``, ``export`` and ``token`` talk to a running
-server with the store client and the admin key. The admin key is never a command-line value (it would show
+``serve`` runs the server; ``backup`` and ``restore`` work on its SQLite file. ``create``, ``list``,
+``import``, ``export``, ``token`` and ``admin-key`` talk to a running server with the store client and the
+admin key. The admin key is never a command-line value (it would show
 in ``ps``): it comes from ``MEMSYNC_ADMIN_KEY`` or a file.
 """
 
