@@ -51,8 +51,9 @@ from memsync.agent.config import load_config
 from memsync.api.models import MemoryStoreResource
 from memsync.api.secret import decode_work_secret
 from memsync.client import StoreClient
-from memsync.server.db import Database
+from memsync.server.access import AccessService
 from memsync.server.service import StoreService
+from memsync.server.sqlite_db import SqliteDatabase
 
 BENCH_DIR = Path(__file__).resolve().parent
 DELAY_S = 0.05
@@ -84,8 +85,9 @@ def layout(n: int) -> list[str]:
 
 def seed_store(db_path: Path, admin_key: str, n: int) -> str:
     """Create a store with n memories directly through the server's service layer (one transaction each)."""
-    service = StoreService(Database(db_path), admin_key, "http://127.0.0.1")
-    admin = service.authenticate(admin_key, None)
+    db = SqliteDatabase(db_path)
+    service = StoreService(db)
+    admin = AccessService(db, admin_key, "http://127.0.0.1").authenticate(admin_key, None)
     store = service.create_store(admin, json.dumps({"name": f"Bench {n}"}).encode())
     for i, path in enumerate(layout(n)):
         body = json.dumps({"path": path, "content": content_for(i)}).encode()

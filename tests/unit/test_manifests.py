@@ -25,8 +25,8 @@ from support.pod_security import restricted_violations
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
-OVERLAYS = ("kind", "production")
-KUSTOMIZATIONS = ("base", "overlays/kind", "overlays/production")
+OVERLAYS = ("kind", "production", "store-postgres")
+KUSTOMIZATIONS = ("base", "overlays/kind", "overlays/production", "overlays/store-postgres")
 
 
 def kind_node_version() -> str:
@@ -116,7 +116,12 @@ def test_workloads_meet_the_restricted_standard(overlay: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("overlay", "image"), [("kind", "memsync:kind"), ("production", "registry.example.com/")]
+    ("overlay", "image"),
+    [
+        ("kind", "memsync:kind"),
+        ("production", "registry.example.com/"),
+        ("store-postgres", "registry.example.com/"),
+    ],
 )
 def test_operator_deployment(overlay: str, image: str) -> None:
     operator = by_kind(render(f"overlays/{overlay}"), "Deployment")["memsync-operator"]
@@ -167,11 +172,48 @@ def test_store_server_only_in_the_kind_overlay() -> None:
     assert not any("admin-key=" in arg for arg in container["args"])
     assert all(e["name"] != "MEMSYNC_ADMIN_KEY" for e in container["env"])
 
+    assert by_kind(kind, "PodDisruptionBudget")["memsync-store"]["spec"]["maxUnavailable"] == 1
+    assert "memsync-store" in by_kind(kind, "NetworkPolicy")
+    env = {e["name"]: e for e in container["env"]}
+    assert env["MEMSYNC_STORE_DB"]["value"] == "/var/lib/memsync-store/store.db"
+
     production = render("overlays/production")
     assert set(by_kind(production, "Deployment")) == {"memsync-operator"}
     assert set(by_kind(production, "Service")) == {"memsync-operator-metrics"}
     assert not by_kind(production, "PersistentVolumeClaim")
-    assert not by_kind(production, "Secret")
+    assert not by_kind(production, "Secret") and not by_kind(production, "PodDisruptionBudget")
+    assert not by_kind(production, "NetworkPolicy")
+
+
+def test_store_server_on_postgresql_runs_replicas_without_a_volume() -> None:
+    objs = render("overlays/store-postgres")
+    store = by_kind(objs, "Deployment")["memsync-store"]
+    assert store["spec"]["replicas"] == 2
+    assert store["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert store["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert not by_kind(objs, "PersistentVolumeClaim")
+    pod = store["spec"]["template"]["spec"]
+    assert [v["name"] for v in pod["volumes"]] == ["admin-key", "tmp"]
+    (container,) = pod["containers"]
+    assert all(m["mountPath"] != "/var/lib/memsync-store" for m in container["volumeMounts"])
+    env = {e["name"]: e for e in container["env"]}
+    assert env["MEMSYNC_STORE_DB"] == {
+        "name": "MEMSYNC_STORE_DB",
+        "valueFrom": {"secretKeyRef": {"name": "memsync-store-postgres", "key": "url"}},
+    }
+    assert not any(arg.startswith("--db") for arg in container["args"])
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    pdb = by_kind(objs, "PodDisruptionBudget")["memsync-store"]["spec"]
+    assert pdb == {
+        "minAvailable": 1,
+        "selector": {"matchLabels": {"app.kubernetes.io/name": "memsync-store"}},
+    }
+    policy = by_kind(objs, "NetworkPolicy")["memsync-store"]["spec"]
+    assert policy["ingress"] == [
+        {"from": [{"namespaceSelector": {}}], "ports": [{"protocol": "TCP", "port": 8700}]}
+    ]
+    assert {"protocol": "TCP", "port": 5432} in policy["egress"][1]["ports"]
 
 
 def test_rbac_is_least_privilege() -> None:
@@ -242,8 +284,9 @@ def _container(overlay: str, deployment: str) -> dict[str, Any]:
     return container
 
 
-def test_store_server_command_is_accepted_by_the_cli() -> None:
-    container = _container("kind", "memsync-store")
+@pytest.mark.parametrize("overlay", ["kind", "store-postgres"])
+def test_store_server_command_is_accepted_by_the_cli(overlay: str) -> None:
+    container = _container(overlay, "memsync-store")
     assert container["command"][0] == "memsync"
     parse_with_cli(container["command"][1:] + container["args"])
 

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -21,6 +22,7 @@ from memsync.agent.localfs import rel_to_remote
 from memsync.agent.merge import Event
 from memsync.agent.metrics import Metrics
 from memsync.agent.recorder import Recorder
+from memsync.api.models import Memory
 from memsync.client import StoreClient
 
 logger = logging.getLogger("memsync.agent")
@@ -47,6 +49,16 @@ class SyncContext:
         self.clock: Callable[[], float] = time.time
 
 
+@dataclass
+class ListingCache:
+    """The last full listing of a store and the ETag it answers to (conditional listing); ``supported`` is
+    None until the server has been asked, then whether it sends ETags."""
+
+    supported: bool | None = None
+    etag: str | None = None
+    memories: tuple[Memory, ...] = ()
+
+
 class StoreContext:
     """Per store: the process's context, the store's settings and folder, its one recorder, its transfer
     limits, and the files written since the state was last saved."""
@@ -62,6 +74,7 @@ class StoreContext:
         self.delete_sem = asyncio.Semaphore(DELETE_CONCURRENCY)
         # Files were written since the last save: they reach the disk before the baseline that records them.
         self.wrote_files = False
+        self.listing = ListingCache()
 
     @property
     def client(self) -> StoreClient:

@@ -102,11 +102,32 @@ def prefix_counts(baseline: Iterable[str]) -> dict[str, int]:
 
 
 async def list_for_sync(ctx: StoreContext, baseline: Mapping[str, str]) -> list[Memory]:
-    """The content-free listing of a periodic pass: one listing, or the fan-out for a large baseline."""
+    """The content-free listing of a periodic pass: one listing, or the fan-out for a large baseline.
+
+    Conditional listing (a memsync store server extension, docs/store-api.md): a one-item probe carrying the
+    ETag of the last full listing answers 304 when no memory of the store changed since, and that listing is
+    reused, so a no-change pass is one request. The ETag is the probe's, taken before the full listing and
+    kept only once that listing succeeded: a change made during the listing makes the next probe miss, it
+    can never hide. A server that sends no ETag (the hosted API) is listed in full, and not probed again.
+    """
+    cache = ctx.listing
+    etag: str | None = None
+    if cache.supported is not False:
+        probe = await ctx.api(lambda: ctx.client.probe_memories(ctx.id, if_none_match=cache.etag))
+        ctx.recorder.listed()
+        if probe.not_modified and cache.etag is not None:
+            return list(cache.memories)
+        cache.supported = probe.etag is not None
+        etag = probe.etag
     if len(baseline) > FANOUT_MIN:
-        return await list_tree(ctx, None, "basic", prefix_counts(baseline))
-    items = await list_level(ctx, view="basic", prefix=None, depth=0)
-    return [i for i in items if isinstance(i, Memory)]
+        memories = await list_tree(ctx, None, "basic", prefix_counts(baseline))
+    else:
+        memories = [
+            i for i in await list_level(ctx, view="basic", prefix=None, depth=0) if isinstance(i, Memory)
+        ]
+    if etag is not None:
+        cache.etag, cache.memories = etag, tuple(memories)
+    return memories
 
 
 def map_remote(ctx: StoreContext, memories: Iterable[Memory]) -> tuple[dict[str, Memory], Listed]:

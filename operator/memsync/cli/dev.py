@@ -85,7 +85,7 @@ class EmbeddedServer:
 
     def __post_init__(self) -> None:
         self.url = f"http://{self.host}:{self.port}"
-        app = create_app(self.db_path, self.admin_key, self.url)
+        app = create_app(self.db_path, self.admin_key, self.url, access_logs=False)
         self._server = _ThreadServer(uvicorn_config(app, host=self.host, port=self.port))
         self._thread = threading.Thread(target=self._server.run, name="memsync-dev-store", daemon=True)
 

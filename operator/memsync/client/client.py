@@ -14,6 +14,7 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Final, TypeVar
@@ -59,6 +60,7 @@ M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 MEMSYNC_SESSIONS_PATH: Final = "/v1/memsync/sessions"
+MEMSYNC_ADMIN_KEYS_PATH: Final = "/v1/memsync/admin_keys"
 
 # Failures with no HTTP response that are worth another attempt. Others (an unsupported scheme, a bad
 # proxy setting, a malformed request) are programming or configuration errors and fail at once.
@@ -66,6 +68,15 @@ _RETRYABLE_TRANSPORT_ERRORS: Final = (httpx.TimeoutException, httpx.NetworkError
 
 
 _MEMORY_PAGE: type[Page[Memory | MemoryPrefix]] = Page[MemoryListItem]
+
+
+@dataclass(frozen=True)
+class ListingProbe:
+    """The answer to ``probe_memories``: the store listing's current ETag (None: the server has none) and
+    whether it still matches the one asked about."""
+
+    etag: str | None
+    not_modified: bool
 
 
 class _MintedSession(WireModel):
@@ -228,10 +239,14 @@ class StoreClient:
         params: Params = (),
         body: Mapping[str, Any] | None = None,
         beta: str = MEMORY_BETA,
+        if_none_match: str | None = None,
     ) -> httpx.Response:
-        """Send one API call with retries; return the 2xx response or raise a typed error."""
+        """Send one API call with retries; return the 2xx response (or a 304 to a conditional request) or
+        raise a typed error."""
         query: list[tuple[str, str | int | float | bool | None]] = [("beta", "true"), *params]
-        headers = {"anthropic-beta": beta} if beta != MEMORY_BETA else None
+        headers = {"anthropic-beta": beta} if beta != MEMORY_BETA else {}
+        if if_none_match is not None:
+            headers["if-none-match"] = if_none_match
         retries = 0
         while True:
             self.request_count += 1
@@ -263,7 +278,7 @@ class StoreClient:
                 await self._sleep(delay)
                 retries += 1
                 continue
-            if response.is_success:
+            if response.is_success or (if_none_match is not None and response.status_code == 304):
                 return response
             delay = retry_delay(
                 response.status_code,
@@ -435,6 +450,18 @@ class StoreClient:
         return await self._call(
             _MEMORY_PAGE, "GET", f"/v1/memory_stores/{_seg(store_id)}/memories", params=params
         )
+
+    async def probe_memories(self, store_id: str, *, if_none_match: str | None) -> ListingProbe:
+        """memsync extension (conditional listing): has any memory of the store changed since the listing
+        whose ETag is ``if_none_match``? One request (a one-item page, basic view). ``etag`` is None when the
+        server offers no ETag (the hosted API): the caller must list in full."""
+        response = await self._request(
+            "GET",
+            f"/v1/memory_stores/{_seg(store_id)}/memories",
+            params=[("view", "basic"), ("limit", "1")],
+            if_none_match=if_none_match,
+        )
+        return ListingProbe(etag=response.headers.get("etag"), not_modified=response.status_code == 304)
 
     def list_memories(
         self,
@@ -609,7 +636,11 @@ class StoreClient:
             raise self._invalid(response, "Session", exc) from None
 
     async def mint_session(
-        self, resources: list[MemoryStoreResource], *, session_id: str | None = None
+        self,
+        resources: list[MemoryStoreResource],
+        *,
+        session_id: str | None = None,
+        token_ttl_seconds: int | None = None,
     ) -> tuple[Session, str]:
         """memsync server extension (admin key only): create a session with these stores attached.
 
@@ -628,6 +659,8 @@ class StoreClient:
         }
         if session_id is not None:
             body["session_id"] = session_id
+        if token_ttl_seconds is not None:
+            body["token_ttl_seconds"] = token_ttl_seconds
         response = await self._request("POST", MEMSYNC_SESSIONS_PATH, body=body)
         try:
             data = json.loads(response.content)
@@ -643,6 +676,19 @@ class StoreClient:
         return minted.session, minted.work_secret
 
     # --- helpers --------------------------------------------------------------------------------------------
+
+    async def delete_session(self, session_id: str) -> None:
+        """Delete a session on a memsync store server (admin key): its sessions token is revoked at once."""
+        await self._request("DELETE", f"/v1/sessions/{_seg(session_id)}", beta=SESSIONS_BETA)
+
+    async def admin_keys(self, method: str, path: str = "", body: Mapping[str, Any] | None = None) -> Any:
+        """memsync store server extension: ``/v1/memsync/admin_keys[path]`` (create, list, revoke); the JSON
+        answer."""
+        response = await self._request(method, MEMSYNC_ADMIN_KEYS_PATH + path, body=body)
+        try:
+            return json.loads(response.content)
+        except ValueError as exc:
+            raise self._invalid(response, "admin key answer", exc) from None
 
     @classmethod
     async def _paginate(cls, fetch_page: Callable[..., Awaitable[Page[T]]]) -> AsyncIterator[T]:

@@ -1,32 +1,26 @@
-"""The endpoints' semantics over the database: who may do what, and what each call stores and answers.
+"""The endpoints' semantics over the database for stores, memories and versions: what each call stores and
+answers (who the caller is comes from ``access``).
 
 Every method is synchronous (FastAPI runs it in its threadpool) and returns wire JSON or raises ApiError.
 """
 
 from __future__ import annotations
 
-import hmac
 import re
-import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from memsync.api.constants import MAX_MEMORIES_PER_STORE, MAX_STORES_PER_SESSION
+from memsync.api.constants import MAX_MEMORIES_PER_STORE
 from memsync.api.models import (
-    Access,
     CreateMemoryRequest,
     CreateStoreRequest,
     UpdateMemoryRequest,
     UpdateStoreRequest,
 )
-from memsync.api.paths import default_mount_path
-from memsync.api.secret import encode_work_secret
 from memsync.server import rules
+from memsync.server.access import Principal, require_admin
 from memsync.server.cursor import CursorState, decode_cursor, encode_cursor, query_fingerprint
-from memsync.server.db import Database, MemoryRow, ResourceRow, SessionRow, StoreRow, VersionRow
+from memsync.server.db import Database, MemoryRow, StoreRow, Tx, VersionRow
 from memsync.server.errors import (
     conflict,
     forbidden,
@@ -34,156 +28,36 @@ from memsync.server.errors import (
     not_found,
     path_conflict,
     precondition_failed,
-    unauthenticated,
 )
-from memsync.server.ids import (
-    MEMORY_PREFIX,
-    SESSION_PREFIX,
-    STORE_PREFIX,
-    VERSION_PREFIX,
-    api_key_id,
-    new_id,
-    new_sessions_token,
-    now_ts,
-    token_hash,
-)
-from memsync.server.serialize import (
-    memory_json,
-    page_json,
-    prefix_json,
-    session_json,
-    store_json,
-    version_json,
-)
+from memsync.server.ids import MEMORY_PREFIX, STORE_PREFIX, VERSION_PREFIX, new_id, now_ts
+from memsync.server.serialize import memory_json, page_json, prefix_json, store_json, version_json
 
-INSTRUCTIONS_MAX = 4096
-SESSION_CACHE_MAX = 10_000
+__all__ = ["Principal", "StoreService"]
+
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
-# --- the memsync extension's request body ---------------------------------------------------------------
-
-
-class MintResource(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    type: Literal["memory_store"] = "memory_store"
-    memory_store_id: str
-    access: Access = "read_write"
-    instructions: str | None = None
-
-
-class MintSessionRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    session_id: str | None = None
-    resources: list[MintResource] = Field(default_factory=list)
-
-
-# --- who is calling -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Principal:
-    """The admin key (an ``api_actor``) or one session's token (a ``session_actor`` limited to its stores)."""
-
-    actor_type: Literal["api_actor", "session_actor"]
-    actor_id: str
-    session: SessionRow | None = None
-
-    @property
-    def is_admin(self) -> bool:
-        return self.session is None
-
-    def access_to(self, store_id: str) -> str | None:
-        """``read_write``/``read_only`` for an attached store; None when the session cannot reach it."""
-        if self.session is None:
-            return "read_write"
-        for resource in self.session.resources:
-            if resource.store_id == store_id:
-                return resource.access
-        return None
-
-    @property
-    def scope(self) -> str:
-        return "admin" if self.session is None else self.session.id
-
-
-def _parse_bearer(authorization: str) -> str | None:
-    scheme, _, token = authorization.strip().partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return token.strip()
-
-
 class StoreService:
+    """Memory stores, their memories and memory versions."""
+
     def __init__(
         self,
         db: Database,
-        admin_key: str,
-        public_url: str,
         *,
         cursor_ttl_s: int = 3600,
         max_memories_per_store: int = MAX_MEMORIES_PER_STORE,
     ) -> None:
-        if not admin_key:
-            raise ValueError("the admin key must not be empty")
         self.db = db
-        self._admin_key = admin_key.encode("utf-8")
-        self.admin_key_id = api_key_id(admin_key)
-        self.public_url = public_url.rstrip("/")
         self.cursor_ttl_s = cursor_ttl_s
         self.max_memories = max_memories_per_store
-        self._sessions: dict[str, SessionRow] = {}
-        self._sessions_lock = threading.Lock()
-
-    # --- auth ---------------------------------------------------------------------------------------------
-
-    def authenticate(self, x_api_key: str | None, authorization: str | None) -> Principal:
-        if x_api_key is not None:
-            if hmac.compare_digest(x_api_key.strip().encode("utf-8"), self._admin_key):
-                return Principal("api_actor", self.admin_key_id)
-            raise unauthenticated("invalid x-api-key: it is not this server's admin key")
-        if authorization is not None:
-            token = _parse_bearer(authorization)
-            if token is None:
-                raise unauthenticated("the Authorization header must be 'Bearer <sessions token>'")
-            # The official Python SDK (2.x) sends its api_key as a Bearer token: accept the admin key there.
-            if hmac.compare_digest(token.encode("utf-8"), self._admin_key):
-                return Principal("api_actor", self.admin_key_id)
-            session = self._session_for(token_hash(token))
-            if session is None:
-                raise unauthenticated("invalid bearer token: it is not a sessions token this server issued")
-            return Principal("session_actor", session.id, session)
-        raise unauthenticated(
-            "missing credential: send the admin key as x-api-key, or a sessions token as "
-            "'Authorization: Bearer <token>'"
-        )
-
-    def _session_for(self, digest: str) -> SessionRow | None:
-        """The session a token hash belongs to. Sessions never change once minted, so found ones are cached
-        (the cache holds hashes, never tokens)."""
-        cached = self._sessions.get(digest)
-        if cached is not None:
-            return cached
-        session = Database.session_by_token_hash(self.db.conn(), digest)
-        if session is not None:
-            with self._sessions_lock:
-                if len(self._sessions) >= SESSION_CACHE_MAX:
-                    self._sessions.clear()
-                self._sessions[digest] = session
-        return session
 
     @staticmethod
-    def _require_admin(p: Principal, action: str) -> None:
-        if not p.is_admin:
-            raise forbidden(f"a sessions token cannot {action}; use the admin key (x-api-key)")
-
-    def _store_for(self, conn: Any, p: Principal, store_id: str, *, write: bool) -> StoreRow:
+    def _store_for(tx: Tx, p: Principal, store_id: str, *, write: bool, lock: bool = False) -> StoreRow:
         """The store, checked for reach (404: unknown, or not attached to the caller's session), access
-        (403: a read_only attachment) and state (409: archived) when the call writes."""
+        (403: a read_only attachment) and state (409: archived) when the call writes. In a write transaction
+        (``write`` or ``lock``) the store's writer lock is taken first, before anything is checked."""
         access = p.access_to(store_id)
-        row = Database.get_store(conn, store_id) if access is not None else None
+        row = tx.get_store(store_id, lock=write or lock) if access is not None else None
         if row is None:
             raise not_found(f"memory store {store_id!r} not found")
         if write:
@@ -210,14 +84,13 @@ class StoreService:
     # --- stores -------------------------------------------------------------------------------------------
 
     def create_store(self, p: Principal, raw: bytes) -> dict[str, Any]:
-        self._require_admin(p, "create memory stores")
+        require_admin(p, "create memory stores")
         req = rules.parse_body(CreateStoreRequest, raw)
         name = rules.validate_store_name(req.name)
         description = rules.validate_description(req.description or "")
         metadata = rules.validate_metadata(req.metadata or {})
-        with self.db.write() as conn:
-            row = Database.insert_store(
-                conn,
+        with self.db.write() as tx:
+            row = tx.insert_store(
                 store_id=new_id(STORE_PREFIX),
                 name=name,
                 description=description,
@@ -250,68 +123,67 @@ class StoreService:
         if position is not None and not isinstance(position, int):
             raise invalid("page cursor does not belong to a memory store listing")
         only = None if p.session is None else [r.store_id for r in p.session.resources]
-        rows = Database.list_stores(
-            self.db.conn(),
-            include_archived=include_archived,
-            created_gte=gte,
-            created_lte=lte,
-            before_seq=position,
-            only_ids=only,
-            limit=n + 1,
-        )
+        with self.db.read() as tx:
+            rows = tx.list_stores(
+                include_archived=include_archived,
+                created_gte=gte,
+                created_lte=lte,
+                before_seq=position,
+                only_ids=only,
+                limit=n + 1,
+            )
         more = len(rows) > n
         rows = rows[:n]
         next_page = self._next_page(rows[-1].seq, query) if more and rows else None
         return page_json([store_json(r) for r in rows], next_page)
 
     def get_store(self, p: Principal, store_id: str) -> dict[str, Any]:
-        return store_json(self._store_for(self.db.conn(), p, store_id, write=False))
+        with self.db.read() as tx:
+            return store_json(self._store_for(tx, p, store_id, write=False))
 
     def update_store(self, p: Principal, store_id: str, raw: bytes) -> dict[str, Any]:
-        self._require_admin(p, "update memory stores")
+        require_admin(p, "update memory stores")
         req = rules.parse_body(UpdateStoreRequest, raw)
         name = rules.validate_store_name(req.name) if req.name is not None else None
         description = rules.validate_description(req.description) if req.description is not None else None
-        with self.db.write() as conn:
-            row = self._store_for(conn, p, store_id, write=True)
+        with self.db.write() as tx:
+            row = self._store_for(tx, p, store_id, write=True)
             new_name = row.name if name is None else name
             new_description = row.description if description is None else description
             new_metadata = rules.merge_metadata(row.metadata, req.metadata)
             if (new_name, new_description, new_metadata) == (row.name, row.description, row.metadata):
                 return store_json(row)
-            Database.update_store(
-                conn,
+            tx.update_store(
                 store_id=store_id,
                 name=new_name,
                 description=new_description,
                 metadata=new_metadata,
                 now=now_ts(),
             )
-            updated = Database.get_store(conn, store_id)
+            updated = tx.get_store(store_id)
         assert updated is not None
         return store_json(updated)
 
     def archive_store(self, p: Principal, store_id: str) -> dict[str, Any]:
-        self._require_admin(p, "archive memory stores")
-        with self.db.write() as conn:
-            self._store_for(conn, p, store_id, write=False)
-            Database.archive_store(conn, store_id, now_ts())
-            row = Database.get_store(conn, store_id)
+        require_admin(p, "archive memory stores")
+        with self.db.write() as tx:
+            self._store_for(tx, p, store_id, write=False, lock=True)
+            tx.archive_store(store_id, now_ts())
+            row = tx.get_store(store_id)
         assert row is not None
         return store_json(row)
 
     def delete_store(self, p: Principal, store_id: str) -> dict[str, Any]:
-        self._require_admin(p, "delete memory stores")
-        with self.db.write() as conn:
-            self._store_for(conn, p, store_id, write=False)
-            Database.delete_store(conn, store_id)
+        require_admin(p, "delete memory stores")
+        with self.db.write() as tx:
+            self._store_for(tx, p, store_id, write=False, lock=True)
+            tx.delete_store(store_id)
         return {"type": "memory_store_deleted", "id": store_id}
 
     # --- memories -----------------------------------------------------------------------------------------
 
-    def _raise_blocker(self, conn: Any, store_id: str, path: str, verb: str, exclude_id: str | None) -> None:
-        blocker = Database.find_blocker(
-            conn,
+    def _raise_blocker(self, tx: Tx, store_id: str, path: str, verb: str, exclude_id: str | None) -> None:
+        blocker = tx.find_blocker(
             store_id=store_id,
             path=path,
             ancestors=rules.ancestor_paths(path),
@@ -331,10 +203,10 @@ class StoreService:
         content = rules.check_content(req.content)
         now = now_ts()
         memory_id, version_id = new_id(MEMORY_PREFIX), new_id(VERSION_PREFIX)
-        with self.db.write() as conn:
-            self._store_for(conn, p, store_id, write=True)
-            self._raise_blocker(conn, store_id, path, "create", None)
-            if Database.count_memories(conn, store_id) >= self.max_memories:
+        with self.db.write() as tx:
+            self._store_for(tx, p, store_id, write=True)
+            self._raise_blocker(tx, store_id, path, "create", None)
+            if tx.count_memories(store_id) >= self.max_memories:
                 raise invalid(
                     f"memory store {store_id} already holds the maximum of {self.max_memories} memories; "
                     "delete some before creating more"
@@ -342,8 +214,9 @@ class StoreService:
             row = MemoryRow(
                 memory_id, store_id, path, content.text, content.sha256, content.size, version_id, now, now
             )
-            Database.insert_memory(conn, row)
-            Database.insert_version(conn, self._version(p, row, "created", now))
+            tx.insert_memory(row)
+            tx.insert_version(self._version(p, row, "created", now))
+            tx.store_changed(store_id, version_id)
         return memory_json(row, shown)
 
     @staticmethod
@@ -369,9 +242,9 @@ class StoreService:
 
     def get_memory(self, p: Principal, store_id: str, memory_id: str, view: str | None) -> dict[str, Any]:
         shown = rules.resolve_view(view, "full")
-        with self.db.read() as conn:
-            self._store_for(conn, p, store_id, write=False)
-            row = Database.get_memory(conn, store_id, memory_id, with_content=shown == "full")
+        with self.db.read() as tx:
+            self._store_for(tx, p, store_id, write=False)
+            row = tx.get_memory(store_id, memory_id, with_content=shown == "full")
         if row is None:
             raise not_found(f"memory {memory_id!r} not found in memory store {store_id}")
         return memory_json(row, shown)
@@ -386,9 +259,9 @@ class StoreService:
         new_path = rules.validate_memory_path(req.path) if req.path is not None else None
         new_content = rules.check_content(req.content) if req.content is not None else None
         expected = req.precondition.content_sha256 if req.precondition is not None else None
-        with self.db.write() as conn:
-            self._store_for(conn, p, store_id, write=True)
-            current = Database.get_memory(conn, store_id, memory_id)
+        with self.db.write() as tx:
+            self._store_for(tx, p, store_id, write=True)
+            current = tx.get_memory(store_id, memory_id)
             if current is None:
                 raise not_found(f"memory {memory_id!r} not found in memory store {store_id}")
             assert current.content is not None
@@ -408,7 +281,7 @@ class StoreService:
                     f"the request expected {expected}; re-read it and retry"
                 )
             if new_path is not None and new_path != current.path:
-                self._raise_blocker(conn, store_id, new_path, "rename to", memory_id)
+                self._raise_blocker(tx, store_id, new_path, "rename to", memory_id)
             now = now_ts()
             updated = MemoryRow(
                 id=memory_id,
@@ -421,8 +294,9 @@ class StoreService:
                 created_at=current.created_at,
                 updated_at=now,
             )
-            Database.update_memory(conn, updated)
-            Database.insert_version(conn, self._version(p, updated, "modified", now))
+            tx.update_memory(updated)
+            tx.insert_version(self._version(p, updated, "modified", now))
+            tx.store_changed(store_id, updated.version_id)
         return memory_json(updated, shown)
 
     def delete_memory(
@@ -430,9 +304,9 @@ class StoreService:
     ) -> dict[str, Any]:
         if expected_sha256 is not None and not _SHA256.match(expected_sha256):
             raise invalid("expected_content_sha256 must be 64 lowercase hexadecimal characters")
-        with self.db.write() as conn:
-            self._store_for(conn, p, store_id, write=True)
-            current = Database.get_memory(conn, store_id, memory_id, with_content=False)
+        with self.db.write() as tx:
+            self._store_for(tx, p, store_id, write=True)
+            current = tx.get_memory(store_id, memory_id, with_content=False)
             if current is None:
                 raise not_found(f"memory {memory_id!r} not found in memory store {store_id}")
             if expected_sha256 is not None and expected_sha256 != current.sha256:
@@ -441,7 +315,7 @@ class StoreService:
                     f"expected_content_sha256 was {expected_sha256}; nothing was deleted"
                 )
             now = now_ts()
-            Database.delete_memory(conn, store_id, memory_id)
+            tx.delete_memory(store_id, memory_id)
             tombstone = MemoryRow(
                 memory_id,
                 store_id,
@@ -453,7 +327,8 @@ class StoreService:
                 now,
                 now,
             )
-            Database.insert_version(conn, self._version(p, tombstone, "deleted", now))
+            tx.insert_version(self._version(p, tombstone, "deleted", now))
+            tx.store_changed(store_id, tombstone.version_id)
         return {"type": "memory_deleted", "id": memory_id}
 
     def list_memories(
@@ -466,7 +341,10 @@ class StoreService:
         page: str | None,
         path_prefix: str | None,
         depth: int | None,
-    ) -> dict[str, Any]:
+        if_none_match: str | None = None,
+    ) -> tuple[dict[str, Any] | None, str]:
+        """One page and its ETag; ``(None, etag)`` when ``if_none_match`` names the current ETag (a 304: no
+        memory of the store changed since, so the page would be the same)."""
         shown = rules.resolve_view(view, "basic")
         n = rules.resolve_limit(limit, shown)
         prefix = rules.validate_list_prefix(path_prefix)
@@ -483,12 +361,22 @@ class StoreService:
             raise invalid("page cursor does not belong to a memory listing")
         upper = rules.prefix_upper_bound(prefix)
         with_content = shown == "full"
-        with self.db.read() as conn:
-            self._store_for(conn, p, store_id, write=False)
+
+        def etag_of(store: StoreRow) -> str:
+            return rules.listing_etag(
+                store.id, store.change_id, store.change_seq, query=query, limit=n, position=position
+            )
+
+        if if_none_match is not None:  # the common case of a polling client: one statement, no memory read
+            with self.db.read_one() as tx:
+                etag = etag_of(self._store_for(tx, p, store_id, write=False))
+            if rules.etag_matches(if_none_match, etag):
+                return None, etag
+        with self.db.read() as tx:
+            etag = etag_of(self._store_for(tx, p, store_id, write=False))  # the page's own snapshot
 
             def fetch(bound: str, inclusive: bool, count: int) -> list[MemoryRow]:
-                return Database.memories_from(
-                    conn,
+                return tx.memories_from(
                     store_id,
                     bound=bound,
                     inclusive=inclusive,
@@ -506,7 +394,7 @@ class StoreService:
             if result.has_more and result.last_key is not None
             else None
         )
-        return page_json(items, next_page)
+        return page_json(items, next_page), etag
 
     # --- versions -----------------------------------------------------------------------------------------
 
@@ -530,10 +418,10 @@ class StoreService:
         position = self._position(page, query)
         if position is not None and not isinstance(position, int):
             raise invalid("page cursor does not belong to a memory version listing")
-        with self.db.read() as conn:
-            self._store_for(conn, p, store_id, write=False)
-            rows = Database.list_versions(
-                conn, store_id, filters=clean, before_seq=position, limit=n + 1, with_content=shown == "full"
+        with self.db.read() as tx:
+            self._store_for(tx, p, store_id, write=False)
+            rows = tx.list_versions(
+                store_id, filters=clean, before_seq=position, limit=n + 1, with_content=shown == "full"
             )
         more = len(rows) > n
         rows = rows[:n]
@@ -542,88 +430,28 @@ class StoreService:
 
     def get_version(self, p: Principal, store_id: str, version_id: str, view: str | None) -> dict[str, Any]:
         shown = rules.resolve_view(view, "full")
-        with self.db.read() as conn:
-            self._store_for(conn, p, store_id, write=False)
-            row = Database.get_version(conn, store_id, version_id, with_content=shown == "full")
+        with self.db.read() as tx:
+            self._store_for(tx, p, store_id, write=False)
+            row = tx.get_version(store_id, version_id, with_content=shown == "full")
         if row is None:
             raise not_found(f"memory version {version_id!r} not found in memory store {store_id}")
         return version_json(row, shown)
 
     def redact_version(self, p: Principal, store_id: str, version_id: str) -> dict[str, Any]:
-        self._require_admin(p, "redact memory versions")
-        with self.db.write() as conn:
-            self._store_for(conn, p, store_id, write=False)
-            row = Database.get_version(conn, store_id, version_id)
+        require_admin(p, "redact memory versions")
+        with self.db.write() as tx:
+            self._store_for(tx, p, store_id, write=False, lock=True)
+            row = tx.get_version(store_id, version_id)
             if row is None:
                 raise not_found(f"memory version {version_id!r} not found in memory store {store_id}")
             if row.redacted_at is None:
-                live = Database.get_memory(conn, store_id, row.memory_id, with_content=False)
+                live = tx.get_memory(store_id, row.memory_id, with_content=False)
                 if live is not None and live.version_id == version_id:
                     raise conflict(
                         f"memory version {version_id} is the current version of live memory {live.id}; "
                         "write a new version of the memory, or delete it, before redacting this one"
                     )
-                Database.redact_version(conn, version_id, now_ts(), p.actor_type, p.actor_id)
-                row = Database.get_version(conn, store_id, version_id)
+                tx.redact_version(version_id, now_ts(), p.actor_type, p.actor_id)
+                row = tx.get_version(store_id, version_id)
         assert row is not None
         return version_json(row, "full")
-
-    # --- sessions -----------------------------------------------------------------------------------------
-
-    def get_session(self, p: Principal, session_id: str) -> dict[str, Any]:
-        if p.session is not None:
-            if p.session.id != session_id:
-                raise not_found(f"session {session_id!r} not found")
-            return session_json(p.session)
-        row = Database.get_session(self.db.conn(), session_id)
-        if row is None:
-            raise not_found(f"session {session_id!r} not found")
-        return session_json(row)
-
-    def mint_session(self, p: Principal, raw: bytes) -> dict[str, Any]:
-        """memsync extension: create a session with memory stores attached; answer its work-item secret."""
-        self._require_admin(p, "mint sessions")
-        req = rules.parse_body(MintSessionRequest, raw)
-        session_id = rules.validate_session_id(req.session_id) if req.session_id else new_id(SESSION_PREFIX)
-        if len(req.resources) > MAX_STORES_PER_SESSION:
-            raise invalid(
-                f"resources: at most {MAX_STORES_PER_SESSION} memory stores per session, "
-                f"got {len(req.resources)}"
-            )
-        seen: set[str] = set()
-        for i, res in enumerate(req.resources):
-            if res.memory_store_id in seen:
-                raise invalid(f"resources[{i}]: memory store {res.memory_store_id} is attached twice")
-            seen.add(res.memory_store_id)
-            if res.instructions is not None and len(res.instructions) > INSTRUCTIONS_MAX:
-                raise invalid(f"resources[{i}].instructions must be at most {INSTRUCTIONS_MAX} characters")
-        token = new_sessions_token()
-        now = now_ts()
-        with self.db.write() as conn:
-            if Database.get_session(conn, session_id) is not None:
-                raise conflict(f"session {session_id} already exists")
-            resources: list[ResourceRow] = []
-            mounts: dict[str, str] = {}
-            for i, res in enumerate(req.resources):
-                store = Database.get_store(conn, res.memory_store_id)
-                if store is None:
-                    raise not_found(f"resources[{i}]: memory store {res.memory_store_id!r} not found")
-                if store.archived_at is not None:
-                    raise conflict(
-                        f"resources[{i}]: memory store {store.id} is archived "
-                        "and cannot be attached to a session"
-                    )
-                mount = default_mount_path(store.name, store.id)
-                if mount in mounts:
-                    raise invalid(
-                        f"resources[{i}]: memory stores {mounts[mount]} and {store.id} would both mount at "
-                        f"{mount}; rename one of them"
-                    )
-                mounts[mount] = store.id
-                resources.append(
-                    ResourceRow(store.id, store.name, store.description, mount, res.access, res.instructions)
-                )
-            Database.insert_session(conn, session_id, token_hash(token), now, resources)
-            row = Database.get_session(conn, session_id)
-        assert row is not None
-        return {"session": session_json(row), "work_secret": encode_work_secret(token, self.public_url)}
