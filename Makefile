@@ -56,6 +56,7 @@ bench: $(STAMP)
 
 crds: $(STAMP)
 	$(BIN)/memsync operator crd > crds/sessionmemories.agents.memsync.dev.yaml
+	$(BIN)/python -m memsync.crd.reference crds/*.agents.memsync.dev.yaml > docs/crd-reference.md
 
 image:
 	docker build -t $(IMAGE):$(TAG) .
