@@ -16,9 +16,7 @@ def _committed_crds() -> list[dict[str, Any]]:
 
 def test_reference_doc_is_current() -> None:
     committed = (ROOT / "docs" / "crd-reference.md").read_text(encoding="utf-8")
-    assert committed == render_reference(_committed_crds()), (
-        "docs/crd-reference.md is stale: run `make crds`"
-    )
+    assert committed == render_reference(_committed_crds()), "docs/crd-reference.md is stale: run `make crds`"
 
 
 def test_every_crd_is_documented() -> None:
@@ -56,8 +54,12 @@ def test_rows_carry_type_bounds_required_and_rules() -> None:
             "scope": "Namespaced",
             "names": {"kind": "Thing", "singular": "thing", "plural": "things", "shortNames": ["th"]},
             "versions": [
-                {"name": "v1", "served": True, "storage": True,
-                 "schema": {"openAPIV3Schema": {"properties": {"spec": spec}}}}
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"properties": {"spec": spec}}},
+                }
             ],
         }
     }
@@ -80,9 +82,7 @@ def test_deep_objects_point_to_kubectl_explain() -> None:
             "group": "example.dev",
             "scope": "Namespaced",
             "names": {"kind": "Deep", "singular": "deep", "plural": "deeps"},
-            "versions": [
-                {"name": "v1", "schema": {"openAPIV3Schema": {"properties": {"spec": node}}}}
-            ],
+            "versions": [{"name": "v1", "schema": {"openAPIV3Schema": {"properties": {"spec": node}}}}],
         }
     }
     text = "\n".join(render_crd(crd))
