@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from memsync.agent.config import AgentConfig
-from memsync.agent.engine import Shared
+from memsync.agent.context import SyncContext
 from memsync.agent.metrics import Metrics, MetricsServer
 from memsync.client import StoreClient
 from support.metric_names import agent_families, operator_families
@@ -46,9 +46,9 @@ def test_every_operator_metric_is_a_counter() -> None:
 
 
 async def test_the_request_counter_reads_the_clients_count() -> None:
-    config = AgentConfig.model_construct()  # Shared keeps it; nothing reads it here
+    config = AgentConfig.model_construct()  # SyncContext keeps it; nothing reads it here
     async with StoreClient("http://127.0.0.1:9", api_key="k") as client:
-        shared = Shared(config, client)
+        shared = SyncContext(config, client)
         registry = shared.metrics.registry
         assert registry.get_sample_value("memsync_http_requests_total") == 0
         client.request_count = 7

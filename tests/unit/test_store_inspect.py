@@ -110,7 +110,9 @@ def test_the_store_group_is_whole_whichever_module_is_imported_first(first: str)
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
     assert out.stdout.split() == [
+        "admin-key",
         "archive",
+        "backup",
         "create",
         "delete",
         "export",
@@ -119,6 +121,7 @@ def test_the_store_group_is_whole_whichever_module_is_imported_first(first: str)
         "list",
         "memories",
         "redact",
+        "restore",
         "serve",
         "show",
         "token",
