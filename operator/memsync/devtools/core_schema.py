@@ -31,6 +31,8 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
+from memsync.controller.pod import TEMPLATE_POD_FIELDS
+
 #: The Kubernetes release whose core/v1 schema the template embeds (tests/cluster/controlplane pins it too).
 KUBERNETES_MODULE: Final = "k8s.io/kubernetes"
 KUBERNETES_VERSION: Final = "v1.36.3"
@@ -49,21 +51,9 @@ QUANTITY_PATTERN: Final = (
 )
 
 #: The PodSpec fields of the template (the operator owns every other one).
-POD_FIELDS: Final = (
-    "containers",
-    "volumes",
-    "runtimeClassName",
-    "nodeSelector",
-    "affinity",
-    "tolerations",
-    "serviceAccountName",
-    "imagePullSecrets",
-    "priorityClassName",
-    "activeDeadlineSeconds",
-    "hostNetwork",
-    "hostPID",
-    "hostIPC",
-)
+# The sandbox container, its volumes, the fields the operator copies into the Pod, and the host namespaces
+# (declared so that the CRD can refuse them by name rather than prune them).
+POD_FIELDS: Final = ("containers", "volumes", *TEMPLATE_POD_FIELDS, "hostNetwork", "hostPID", "hostIPC")
 META_FIELDS: Final = ("labels", "annotations")
 #: The volume sources the restricted Pod Security Standard allows, and hostPath (declared so that the CRD can
 #: refuse it by name rather than prune it).
