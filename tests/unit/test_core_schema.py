@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,12 @@ def _template() -> dict[str, Any]:
 def test_generated_file_is_current() -> None:
     source = gen.default_source()
     if not source.is_file():
-        pytest.skip(f"{source} is absent (go mod download {gen.KUBERNETES_MODULE}@{gen.KUBERNETES_VERSION})")
+        # The control plane tier pins the same module; fetch it here when Go can (only its absence skips).
+        if shutil.which("go") is None:
+            pytest.skip(f"Go is not installed: {source} cannot be fetched (`go mod download`)")
+        module = f"{gen.KUBERNETES_MODULE}@{gen.KUBERNETES_VERSION}"
+        subprocess.run(["go", "mod", "download", module], check=True, timeout=900, capture_output=True)
+        source = gen.default_source()
     assert GENERATED.read_text() == gen.render(json.loads(source.read_text())), (
         "operator/memsync/crd/core_v1.json is stale: run `python -m memsync.devtools.core_schema`"
     )
