@@ -1,8 +1,8 @@
 """Capacity benchmark of the store server: many sidecars' no-change sync passes at once.
 
 S simulated sessions, each with 3 stores of N memories attached, run the sync agent's own listing pass
-(``StoreSync._list_remote``: the conditional probe, else the full listing with the agent's fan-out) every I
-seconds with a random phase, against:
+(``agent.listing.list_for_sync``: the conditional probe, else the full listing with the agent's fan-out)
+every I seconds with a random phase, against:
 
 - ``sqlite-1``: SQLite, one server process;
 - ``sqlite-2w``: SQLite, ``--workers 2``;
@@ -50,7 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import format_table, free_port, percentile
 from memsync.agent.config import load_config
-from memsync.agent.engine import FANOUT_MIN, ListingCache, Shared, StoreSync
+from memsync.agent.context import ListingCache, StoreContext, SyncContext
+from memsync.agent.listing import list_for_sync
 from memsync.agent.metrics import Metrics
 from memsync.api.secret import decode_work_secret
 from memsync.client import StoreClient
@@ -234,12 +235,10 @@ async def run_cell(
     recorder = Recorder()
     metrics = Metrics()
     work = Path(tempfile.mkdtemp(prefix="memsync-load-"))
-    syncs: list[list[StoreSync]] = []
+    syncs: list[list[StoreContext]] = []
     clients: list[StoreClient] = []
-    counts = StoreSync._prefix_counts(
-        {f"topic-{i // FILES_PER_FOLDER:03d}/note-{i:05d}.md": "" for i in range(args.memories)}
-    )
-    counts_or_none = counts if args.memories > FANOUT_MIN else None
+    # the baseline a settled sidecar holds: it decides between one listing and the fan-out
+    baseline = {f"topic-{i // FILES_PER_FOLDER:03d}/note-{i:05d}.md": "" for i in range(args.memories)}
     for i, (secret, store_ids) in enumerate(minted):
         base = urls[i % len(urls)]
         token = decode_work_secret(secret).sessions_token
@@ -262,31 +261,31 @@ async def run_cell(
             state_dir="/var/lib/memsync",
             termination_log="/dev/termination-log",
         )
-        shared = Shared(config, client, metrics)
-        syncs.append([StoreSync(shared, store) for store in config.stores])
+        shared = SyncContext(config, client, metrics)
+        syncs.append([StoreContext(shared, store) for store in config.stores])
 
     # prime: each distinct store listed once by its first session; the ETag and listing go to every session
     primed: dict[str, ListingCache] = {}
     for session in syncs:
         for sync in session:
             if mode == "full":
-                sync._listing = ListingCache(supported=False)
+                sync.listing = ListingCache(supported=False)
             elif sync.id not in primed:
-                await sync._list_remote(counts_or_none)
-                primed[sync.id] = sync._listing
+                await list_for_sync(sync, baseline)
+                primed[sync.id] = sync.listing
             else:
-                sync._listing = ListingCache(True, primed[sync.id].etag, primed[sync.id].memories)
+                sync.listing = ListingCache(True, primed[sync.id].etag, primed[sync.id].memories)
 
     stop_at = time.monotonic() + args.warmup + args.seconds
 
-    async def session_loop(session: list[StoreSync]) -> None:
+    async def session_loop(session: list[StoreContext]) -> None:
         next_tick = time.monotonic() + random.uniform(0, args.interval)
         while True:
             await asyncio.sleep(max(0.0, next_tick - time.monotonic()))
             if time.monotonic() >= stop_at:
                 return
             try:
-                await asyncio.gather(*(s._list_remote(counts_or_none) for s in session))
+                await asyncio.gather(*(list_for_sync(s, baseline) for s in session))
                 if recorder.measuring:
                     recorder.passes += len(session)  # one pass per store, as the agent counts them
             except Exception as exc:
