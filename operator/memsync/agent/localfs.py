@@ -365,7 +365,7 @@ class StoreRoot:
                 except OSError:
                     moved_sha = None  # not a regular file any more: put it back untouched
                 if moved_sha != expected_sha:
-                    self._put_back(dir_fd, aside, name)
+                    _put_back(dir_fd, aside, name)
                     return False
                 os.unlink(aside, dir_fd=dir_fd)
         except FileNotFoundError:
@@ -374,22 +374,6 @@ class StoreRoot:
             return True
         self._prune(dirs)
         return True
-
-    @staticmethod
-    def _put_back(dir_fd: int, aside: str, name: str) -> None:
-        """Return a file moved aside to ``name`` without clobbering anything created there meanwhile."""
-        try:
-            os.link(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-        except FileExistsError:
-            # Written again meanwhile: keep the newest at its name, and this one beside it (never lost).
-            os.rename(
-                aside, f"{name}.memsync-kept-{secrets.token_hex(4)}", src_dir_fd=dir_fd, dst_dir_fd=dir_fd
-            )
-            return
-        except OSError:
-            os.rename(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # no hard links on this filesystem
-            return
-        os.unlink(aside, dir_fd=dir_fd)
 
     def _prune(self, dirs: list[str]) -> None:
         while dirs:
@@ -425,6 +409,20 @@ class StoreRoot:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _put_back(dir_fd: int, aside: str, name: str) -> None:
+    """Return a file moved aside to ``name`` without clobbering anything created there meanwhile."""
+    try:
+        os.link(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        # Written again meanwhile: keep the newest at its name, and this one beside it (never lost).
+        os.rename(aside, f"{name}.memsync-kept-{secrets.token_hex(4)}", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return
+    except OSError:
+        os.rename(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # no hard links on this filesystem
+        return
+    os.unlink(aside, dir_fd=dir_fd)
 
 
 @contextmanager
