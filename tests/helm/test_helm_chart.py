@@ -277,9 +277,6 @@ def test_default_install_turns_operator_metrics_on(tmp_path: Path) -> None:
 def test_helm_only_objects_validate_offline(tmp_path: Path) -> None:
     """What only the chart renders (namespaced RBAC, namespace patterns, digests, a storage class) is valid
     for the Kubernetes version the tests pin; the rest is compared with the validated kustomize output."""
-    node = yaml.safe_load((REPO / "kind-config.yaml").read_text())["nodes"][0]["image"]
-    match = re.search(r":v(\d+\.\d+)\.", node)
-    assert match, node
     values = {
         "rbac": {"scope": "namespaced"},
         "operator": {
@@ -294,6 +291,14 @@ def test_helm_only_objects_validate_offline(tmp_path: Path) -> None:
     env = {e["name"]: e["value"] for e in operator_container(by_key(objs))["env"]}
     parsed = parse_memsync_env(env["MEMSYNC_OPERATOR_MEMSYNC_ENV"])  # what the operator reads at start
     assert [(e.name, e.value) for e in parsed] == [("HTTPS_PROXY", "http://p:3128")]
+    validate_offline(objs)
+
+
+def validate_offline(objs: list[dict[str, Any]]) -> None:
+    """Every object but the CRD is valid for the Kubernetes version the tests pin (kind-config.yaml)."""
+    node = yaml.safe_load((REPO / "kind-config.yaml").read_text())["nodes"][0]["image"]
+    match = re.search(r":v(\d+\.\d+)\.", node)
+    assert match, node
     for obj in objs:
         if obj["kind"] == "CustomResourceDefinition":
             continue
@@ -316,6 +321,7 @@ def test_store_server_on_postgresql_scales_and_passes_its_settings(tmp_path: Pat
         "database": {"type": "postgresql", "urlSecret": "pg", "urlSecretKey": "dsn", "poolSize": 20},
     }
     objs = store_objects(tmp_path, store)
+    validate_offline(list(objs.values()))
     assert not [k for k in objs if k[0] == "PersistentVolumeClaim"], "no volume on PostgreSQL"
     deployment = objs[("Deployment", NAMESPACE, "memsync-store")]
     assert deployment["spec"]["replicas"] == 3
