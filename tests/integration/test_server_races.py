@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -252,21 +253,26 @@ def test_a_mint_first_is_followed_by_the_archive(db: PausingDatabase, access: Ac
     assert refused.value.status == 409 and "archived" in refused.value.message
 
 
-def test_a_lookup_before_a_revocation_does_not_cache_the_revoked_key(
-    db: PausingDatabase, access: AccessService
+@pytest.mark.parametrize("credential", ["admin key", "sessions token"])
+def test_a_lookup_before_a_revocation_does_not_cache_the_revoked_credential(
+    db: PausingDatabase, access: AccessService, credential: str
 ) -> None:
-    created = access.create_admin_key(admin(access), body({"name": "rotated"}))
-    key, key_id = created["key"], created["id"]
-    run = interleave(
-        db,
-        "read",
-        lambda: access.authenticate(key, None),
-        lambda: access.revoke_admin_key(admin(access), key_id),
-    )
-    first, second = run.first, run.second
-    assert run.second_done_while_first_open  # the lookup read the key before the revocation committed
-    assert first.status == 200 and second.status == 200
-    assert access.cached(key, None) is None, "the revoked key's stale lookup was cached"
+    """The lookup reads the credential as current, then (before it caches that) the credential is revoked
+    in this process: an admin key revoked, or a sessions token's session deleted."""
+    revoke: Callable[[], Any]
+    if credential == "admin key":
+        created = access.create_admin_key(admin(access), body({"name": "rotated"}))
+        headers: tuple[str | None, str | None] = (created["key"], None)
+        revoke = partial(access.revoke_admin_key, admin(access), created["id"])
+    else:
+        store_id = new_store(StoreService(db), access, "token-lookup")
+        minted = mint(access, store_id)()
+        headers = (None, f"Bearer {decode_work_secret(minted['work_secret']).sessions_token}")
+        revoke = partial(access.delete_session, admin(access), minted["session"]["id"])
+    run = interleave(db, "read", lambda: access.authenticate(*headers), revoke)
+    assert run.second_done_while_first_open  # the lookup read the credential before the revocation committed
+    assert run.first.status == 200 and run.second.status == 200
+    assert access.cached(*headers) is None, f"the revoked {credential}'s stale lookup was cached"
     with pytest.raises(ApiError) as refused:
-        access.authenticate(key, None)
+        access.authenticate(*headers)
     assert refused.value.status == 401
