@@ -212,13 +212,20 @@ def held_at_end(  # noqa: PLR0917 - plain-data inputs of check_local_ops
     reports: Mapping[str, list[Report]],
     sessions: Mapping[str, str],
     held: Held,
+    final_local: Mapping[Folder, Mapping[str, str | None]] | None = None,
 ) -> dict[Folder, set[str]]:
     """The local deletes still in the store that the session's end reported as held back by the delete cap:
-    per folder, all of them when the reported count covers them and every path it names is one of them."""
+    per folder, all of those the folder does not hold again at the end when the reported count covers them
+    and every path it names is one of them; else the named ones and every one not excused otherwise.
+
+    A local delete whose path the folder holds again was restored (another writer changed the memory after
+    it): it cannot be among the held ones, which the session still means to delete."""
     missing: dict[Folder, set[str]] = defaultdict(set)
     still: dict[Folder, set[str]] = defaultdict(set)  # local deletes whose path is live, excused or not
     for (pod, store_id, rel), last in ops.items():
         if last.kind != "delete" or rel not in live.get(store_id, {}):
+            continue
+        if rel in (final_local or {}).get((pod, store_id), {}):
             continue
         still[(pod, store_id)].add(rel)
         if not _delete_applied(pod, store_id, rel, last, live, versions, reports, sessions):
@@ -261,7 +268,7 @@ def check_local_ops(  # noqa: PLR0917 - plain-data inputs, named at the one call
     held: Held | None = None,
 ) -> list[Violation]:
     out: list[Violation] = []
-    excused = held_at_end(ops, live, versions, reports, sessions, held or {})
+    excused = held_at_end(ops, live, versions, reports, sessions, held or {}, final_local)
     waiting = waiting_behind(excused, final_local)
     for (pod, store_id, rel), last in sorted(ops.items()):
         history = versions.get(store_id, [])

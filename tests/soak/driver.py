@@ -11,7 +11,9 @@ Operations go in batches with a pause between them, so the sidecars' passes (eve
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
+import json
 import os
 import random
 import shutil
@@ -425,7 +427,7 @@ class Soak:
         for term in terminations.values():
             for sid, s in term.get("stores", {}).items():
                 refused.setdefault(sid, set()).update(s.get("refused_paths", []))
-        excused = checks.held_at_end(self.last_local, live, versions, reports, sessions, held)
+        excused = checks.held_at_end(self.last_local, live, versions, reports, sessions, held, final_local)
         violations = [
             *checks.check_local_ops(self.last_local, final_local, live, versions, reports, sessions, held),
             *checks.check_store_shape(live, final_local, self.attached, excused, self.last_local, refused),
@@ -435,6 +437,19 @@ class Soak:
             *checks.check_overwrites(versions, self.sent, sessions),
             *(checks.Violation("no_precondition", w) for w in self.wire_violations),
         ]
+        if violations:  # the verdict's whole input beside the agents' logs, to replay it offline
+            dump = {
+                "last_local": {" ".join(k): dataclasses.asdict(v) for k, v in self.last_local.items()},
+                "final_local": {" ".join(k): v for k, v in final_local.items()},
+                "live": live,
+                "versions": {k: [dataclasses.asdict(v) for v in vs] for k, vs in versions.items()},
+                "reports": {k: [dataclasses.asdict(r) for r in rs] for k, rs in reports.items()},
+                "sessions": sessions,
+                "held": {" ".join(k): v for k, v in held.items()},
+                "terminations": terminations,
+                "unreadable": {" ".join(k): sorted(v) for k, v in unreadable.items()},
+            }
+            (self.base / "verdict-inputs.json").write_text(json.dumps(dump, indent=1, default=str))
         figures = {
             "seed": self.seed,
             "ops": self.ops,
