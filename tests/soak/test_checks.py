@@ -281,6 +281,21 @@ def test_deletes_restored_in_the_folder_are_not_among_the_held() -> None:
     assert _kinds(check_store_shape(still, restored, {S: ["p1"]}, blind)) == ["stray"]
 
 
+def test_a_held_delete_another_session_carried_out_still_names_the_held() -> None:
+    """Both sessions of a shared store deleted b.md; this one's cap held it (named) while the other deleted
+    it: a.md, also held, is excused although b.md is no longer live."""
+    ops = {
+        ("p1", S, "a.md"): LocalOp("delete", None, 100.0, 3),
+        ("p1", S, "b.md"): LocalOp("delete", None, 100.0, 4),
+    }
+    live = {S: {"a.md": "x"}}
+    held, folder = {("p1", S): (2, ["b.md"])}, {("p1", S): {}}
+    assert held_at_end(ops, live, {S: []}, {}, SESSIONS, held, folder) == {("p1", S): {"a.md"}}
+    assert check_local_ops(ops, folder, live, {S: []}, {}, SESSIONS, held) == []
+    never = held_at_end(ops, live, {S: []}, {}, SESSIONS, {("p1", S): (2, ["c.md"])}, folder)
+    assert never == {}
+
+
 def test_a_delete_of_a_file_that_lost_to_the_store_leaves_the_store_version() -> None:
     """The test wrote a new file where another writer had just created a memory; the agent reported that the
     store's version won; the test then deleted its file (still holding its own content): the store keeps the
