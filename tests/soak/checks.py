@@ -63,8 +63,9 @@ class LocalOp:
     blind_since: float | None = None
     # a delete of a file the test last wrote at this time (None: the agent wrote it, or the seed)
     written_at: float | None = None
-    # the test created this file where nothing was, at this time, and wrote it since (a write: this file; a
-    # delete: the file deleted); None when the file was the agent's or the seed's first
+    # the test created this file where nothing was, at this time, and only the test wrote it since (a write:
+    # this file; a delete: the file deleted); None when the file was the agent's or the seed's first, or the
+    # agent wrote it since
     created_at: float | None = None
 
 
