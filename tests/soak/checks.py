@@ -235,14 +235,15 @@ def held_at_end(  # noqa: PLR0917 - plain-data inputs of check_local_ops
         if not _delete_applied(pod, store_id, rel, last, live, versions, reports, sessions):
             missing[(pod, store_id)].add(rel)
     out: dict[Folder, set[str]] = {}
-    for folder, rels in still.items():
+    for folder in set(still) | {f for f, (count, _) in held.items() if count}:
+        rels = still[folder]
         count, named = held.get(folder, (0, []))
         if not set(named) <= deleted[folder] or len(missing[folder]) > count:
             continue
         # The cap held them all (also those another writer changed meanwhile), or at least the ones named and
-        # every one not excused otherwise. A named one may be gone from the store already: the other session
-        # sharing it deleted the same path.
-        out[folder] = rels if len(rels) <= count else missing[folder] | (set(named) & rels)
+        # every one not excused otherwise. A named one may be gone from the store already (the other session
+        # sharing it deleted the same path as both ended): new files may still wait behind it.
+        out[folder] = (rels if len(rels) <= count else missing[folder]) | set(named)
     return {folder: rels for folder, rels in out.items() if rels}
 
 

@@ -112,6 +112,8 @@ class Soak:
         self.files: dict[tuple[int, str], list[str]] = {}
         self.remote: dict[str, list[Memory]] = {}
         self.unreadable_since: dict[tuple[str, str, str], float] = {}
+        # what an unreadable file held when the test made it so (the agent can neither read nor replace it)
+        self.blind_sha: dict[tuple[str, str, str], str] = {}
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
@@ -195,11 +197,14 @@ class Soak:
         key = (pod.name, sid, rel)
         sha = content_sha256(content) if content is not None else None
         blind = self.unreadable_since.pop(key, None)  # written or gone: readable, or nothing
+        blind_sha = self.blind_sha.pop(key, None)
         before = self.last_local.get(key)
         now = time.time()
         written = before.at if kind == "delete" and before is not None and before.kind == "write" else None
         # Created where nothing was, by this write or an earlier one of the test, and never overwritten by the
         # agent since: the file still held what the test last wrote when it was written or deleted.
+        if kind == "delete" and sha is None:
+            sha = blind_sha  # unreadable since the test made it so: it still held that
         held = sha if kind == "delete" else content_sha256(found) if found is not None else None
         ours = before is not None and before.kind == "write" and held is not None and held == before.sha256
         created = now if fresh else before.created_at if before is not None and ours else None
@@ -283,16 +288,18 @@ class Soak:
             if not path.is_file():  # swapped for a folder since the listing: the soak makes files unreadable
                 return False
             readable = self._readable(pod, sid, rel)
+            key = (pod.name, sid, rel)
+            if readable:
+                self.blind_sha[key] = content_sha256(path.read_text())
             os.chmod(path, 0o000 if readable else 0o644)
             if readable:
-                self.unreadable_since[(pod.name, sid, rel)] = time.time()
+                self.unreadable_since[key] = time.time()
             if not readable:  # readable again: the content on disk is what must now reach the store
                 content = path.read_text()
-                before = self.last_local.get((pod.name, sid, rel))
+                before = self.last_local.get(key)
                 if before is not None and before.kind == "write" and before.sha256 == content_sha256(content):
-                    self.unreadable_since.pop(
-                        (pod.name, sid, rel), None
-                    )  # unchanged: the same edit as before
+                    self.unreadable_since.pop(key, None)  # unchanged: the same edit as before
+                    self.blind_sha.pop(key, None)
                 else:
                     self._record(pod, sid, rel, "write", content, op)
         else:

@@ -283,15 +283,18 @@ def test_deletes_restored_in_the_folder_are_not_among_the_held() -> None:
 
 def test_a_held_delete_another_session_carried_out_still_names_the_held() -> None:
     """Both sessions of a shared store deleted b.md; this one's cap held it (named) while the other deleted
-    it: a.md, also held, is excused although b.md is no longer live."""
+    it: a.md, also held, is excused although b.md is no longer live, and a new file of this session behind
+    b.md still waits for it (it was not created by this session's end)."""
     ops = {
         ("p1", S, "a.md"): LocalOp("delete", None, 100.0, 3),
         ("p1", S, "b.md"): LocalOp("delete", None, 100.0, 4),
     }
     live = {S: {"a.md": "x"}}
     held, folder = {("p1", S): (2, ["b.md"])}, {("p1", S): {}}
-    assert held_at_end(ops, live, {S: []}, {}, SESSIONS, held, folder) == {("p1", S): {"a.md"}}
+    excused = held_at_end(ops, live, {S: []}, {}, SESSIONS, held, folder)
+    assert excused == {("p1", S): {"a.md", "b.md"}}
     assert check_local_ops(ops, folder, live, {S: []}, {}, SESSIONS, held) == []
+    assert waiting_behind(excused, {("p1", S): {"b.md/inner.md": "new"}}) == {("p1", S): {"b.md/inner.md"}}
     never = held_at_end(ops, live, {S: []}, {}, SESSIONS, {("p1", S): (2, ["c.md"])}, folder)
     assert never == {}
 
