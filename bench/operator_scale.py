@@ -23,6 +23,7 @@ import base64
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,12 +37,14 @@ sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 from _common import format_table  # noqa: E402
 from cluster.tier.__main__ import ClusterInfo, spawn_serve, stop_serve, wait_ready  # noqa: E402
 from cluster.tier.controlplane import OPERATOR_USER  # noqa: E402
+from memsync.controller.memtrace import ENV_PATH  # noqa: E402
 from memsync.crd.models import API_VERSION, sandbox_template  # noqa: E402
 
 NAMESPACE = "bench"
 TARGET_SECONDS = 60.0
 TARGET_RSS_MB = 250.0
 CREATE_STREAMS = 4
+HEAP_FILE = "/tmp/memsync-heap.txt"  # noqa: S108 (in the operator container: its /tmp is its own emptyDir)
 
 
 def kubectl(info: ClusterInfo, *args: str, input: str | None = None, timeout: float = 300) -> str:
@@ -192,13 +195,38 @@ def audit_requests(audit_log: Path, since: str) -> collections.Counter[str]:
     return verbs
 
 
-def run(count_: int, timeout: float, operator_log: Path | None = None) -> int:
+def dump_heap(pid: int, target: Path) -> None:
+    """Ask the operator (started with ``MEMSYNC_TRACEMALLOC``) for its heap report and copy it to ``target``.
+
+    The file is in the operator container's own ``/tmp``, reached through its mount namespace."""
+    inside = Path(f"/proc/{pid}/root") / HEAP_FILE.lstrip("/")
+    inside.unlink(missing_ok=True)
+    os.kill(pid, signal.SIGUSR2)
+    deadline = time.monotonic() + 120
+    while not inside.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    target.write_bytes(inside.read_bytes())
+
+
+def run(
+    count_: int, timeout: float, operator_log: Path | None = None, trace_memory: Path | None = None
+) -> int:
     with tempfile.TemporaryDirectory(prefix="memsync-scale-") as tmp:
         state = Path(tmp)
         proc = spawn_serve(state)
         try:
             info = wait_ready(state, proc)
             kubectl(info, "apply", "--server-side", "-k", str(REPO / "manifests/overlays/kind"))
+            if trace_memory is not None:
+                kubectl(
+                    info,
+                    "-n",
+                    "memsync-system",
+                    "set",
+                    "env",
+                    "deployment/memsync-operator",
+                    f"{ENV_PATH}={HEAP_FILE}",
+                )
             kubectl(
                 info,
                 "-n",
@@ -237,6 +265,8 @@ def run(count_: int, timeout: float, operator_log: Path | None = None) -> int:
                 polls += 1
                 time.sleep(1)
             operator.sample()
+            if trace_memory is not None:
+                dump_heap(operator.pid, trace_memory)
             last_end = operator_status(info).get("lastState", {}).get("terminated") or {}
             warnings = collections.Counter(
                 f"{e['reason']}: {e.get('message', '')[:80]}"
@@ -293,8 +323,15 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--operator-log", type=Path, help="copy the operator's log here at the end")
+    parser.add_argument(
+        "--trace-memory",
+        type=Path,
+        metavar="FILE",
+        help="run the operator with tracemalloc and write its heap report (by allocation site) here at "
+        "the end; tracing slows the operator, so its times are not comparable",
+    )
     args = parser.parse_args()
-    return run(args.count, args.timeout, args.operator_log)
+    return run(args.count, args.timeout, args.operator_log, args.trace_memory)
 
 
 if __name__ == "__main__":

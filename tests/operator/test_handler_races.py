@@ -25,21 +25,22 @@ from smem_harness import (
 )
 
 from memsync.controller import handlers as h
+from memsync.controller import remembered as rm
 from memsync.controller.kube import KubeApi, KubeApiError
 from memsync.controller.pod import pod_name_for
 from memsync.crd.models import FINALIZER
 
 
 @pytest.fixture
-async def runtime(cluster: Cluster) -> AsyncIterator[h.Runtime]:
+async def runtime(cluster: Cluster) -> AsyncIterator[rm.Runtime]:
     kube = KubeApi.for_host(cluster.url)
     # No settling time: the delete handler decides as soon as it sees the Pod gone.
-    yield h.Runtime(kube=kube, config=dataclasses.replace(FAST, report_settle_seconds=0.0))
+    yield rm.Runtime(kube=kube, config=dataclasses.replace(FAST, report_settle_seconds=0.0))
     kube.close()
 
 
 async def test_the_final_flush_report_survives_a_failed_watcher_write(
-    cluster: Cluster, runtime: h.Runtime
+    cluster: Cluster, runtime: rm.Runtime
 ) -> None:
     """The Pod ends with a complete flush report and is removed; the watcher's status write for that last
     event fails (and kopf does not retry event handlers). The delete handler, seeing the Pod gone, must
@@ -92,7 +93,7 @@ async def test_the_final_flush_report_survives_a_failed_watcher_write(
 
 @pytest.mark.parametrize("secret_exists", [True, False])
 async def test_a_reconcile_validates_the_spec_once(
-    cluster: Cluster, runtime: h.Runtime, monkeypatch: pytest.MonkeyPatch, secret_exists: bool
+    cluster: Cluster, runtime: rm.Runtime, monkeypatch: pytest.MonkeyPatch, secret_exists: bool
 ) -> None:
     """One reconcile (creating the Pod, or refusing for a missing Secret) validates the spec exactly once and
     hands the store paths on to its status write."""
@@ -118,7 +119,7 @@ async def test_a_reconcile_validates_the_spec_once(
 
 
 async def test_the_duplicate_check_reads_the_index_and_writes_start_from_the_known_object(
-    cluster: Cluster, runtime: h.Runtime, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, runtime: rm.Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With kopf's index of sessions the duplicate check lists nothing; a status write after the reconcile's
     own read or write reads nothing either, and a newer object (here a spec update) still wins: the write

@@ -55,7 +55,6 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 import kopf
@@ -64,7 +63,6 @@ from memsync.controller import metrics
 from memsync.controller import status as st
 from memsync.controller.health import health_url, read_health
 from memsync.controller.kube import (
-    CALL_THREADS,
     KubeAlreadyExists,
     KubeApi,
     KubeApiError,
@@ -75,6 +73,15 @@ from memsync.controller.kube import (
 )
 from memsync.controller.objects import meta_of
 from memsync.controller.pod import build_sandbox_pod, pod_name_for
+from memsync.controller.remembered import (
+    Runtime,
+    StorePaths,
+    identity,
+    object_digest,
+    paths_of,
+    plain,
+    pod_digest,
+)
 from memsync.controller.settings import ControllerConfig
 from memsync.crd.models import (
     API_VERSION,
@@ -92,15 +99,9 @@ from memsync.crd.models import (
 logger = logging.getLogger(__name__)
 
 STATUS_WRITE_ATTEMPTS: Final = 8
-#: Handler steps that run at once. kopf starts a handler for every object at once: a burst of 1,000 new
-#: SessionMemories would otherwise hold 1,000 objects, Pod manifests and responses while they all queue
-#: for the API client's threads (which serve ``CALL_THREADS`` calls at a time anyway).
-HANDLER_SLOTS: Final = 2 * CALL_THREADS
 RECONCILE_ERROR_DELAY: Final = 10.0
 
 Status = dict[str, Any]
-#: memoryStoreId -> effective mount path (None when the spec is invalid), in the spec's order.
-StorePaths = dict[str, str | None]
 Compute = Callable[[Mapping[str, Any], Status], Status | None]
 #: The claims on one session in a namespace (``session_claim`` values), from the operator's index.
 Claims = Callable[[str, str], list[Mapping[str, Any]]]
@@ -108,99 +109,14 @@ LoginFn = Callable[..., Any]
 
 
 # --------------------------------------------------------------------------------------------------
-# Shared state of one operator process (kopf hands it to every handler through ``memo``)
+# Shared state of one operator process (``remembered.Runtime``; kopf hands it to handlers in ``memo``)
 # --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SeenPod:
-    """The last state of a SessionMemory's Pod that the Pod watcher saw (``gone``: its DELETED event)."""
-
-    owner_uid: str
-    pod: Mapping[str, Any]
-    gone: bool
-
-
-@dataclass
-class Runtime:
-    kube: KubeApi
-    config: ControllerConfig
-    clock: Callable[[], dt.datetime] = st.now_utc
-    locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
-    # When the deletion first saw the Pod gone (monotonic seconds), per SessionMemory.
-    gone_since: dict[tuple[str, str], float] = field(default_factory=dict)
-    # Pods (by uid) this operator process created or has already announced as adopted.
-    known_pods: set[str] = field(default_factory=set)
-    # The last Pod state the watcher saw, per SessionMemory (namespace, name).
-    seen_pods: dict[tuple[str, str], SeenPod] = field(default_factory=dict)
-    # The SessionMemory as this process last read or wrote it, per (namespace, name): a status write
-    # starts from it instead of a read (its resourceVersion precondition catches any newer change).
-    objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    # The store paths of each SessionMemory's spec (uid -> generation, paths).
-    paths: dict[str, tuple[int | None, StorePaths]] = field(default_factory=dict)
-    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(HANDLER_SLOTS))
-
-    def lock(self, namespace: str, name: str) -> asyncio.Lock:
-        return self.locks.setdefault((namespace, name), asyncio.Lock())
-
-    def seen_pod(self, namespace: str, name: str, uid: str, pod_name: str) -> SeenPod | None:
-        """The watcher's last view of Pod ``pod_name`` of SessionMemory ``uid``, if it saw one."""
-        seen = self.seen_pods.get((namespace, name))
-        if seen is None or seen.owner_uid != uid or meta_of(seen.pod).name != pod_name:
-            return None
-        return seen
-
-    async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The SessionMemory as the API serves it now (remembered for the next status write)."""
-        obj = await self.kube.get_session_memory(namespace, name)
-        if obj is None:
-            self.objects.pop((namespace, name), None)
-        else:
-            self.objects[(namespace, name)] = lean(obj)
-        return obj
-
-    def known(self, namespace: str, name: str, uid: str | None) -> dict[str, Any] | None:
-        """The remembered SessionMemory, if it is the one with ``uid`` (any one when None)."""
-        obj = self.objects.get((namespace, name))
-        if obj is None or (uid is not None and meta_of(obj).uid != uid):
-            return None
-        return obj
-
-    def forget(self, namespace: str, name: str) -> None:
-        known = self.objects.pop((namespace, name), None)
-        if known is not None:
-            self.paths.pop(str(meta_of(known).uid), None)
-        self.locks.pop((namespace, name), None)
-        self.gone_since.pop((namespace, name), None)
-        self.seen_pods.pop((namespace, name), None)
 
 
 def build_memo(kube: KubeApi, config: ControllerConfig) -> kopf.Memo:
     memo = kopf.Memo()
     memo["runtime"] = Runtime(kube=kube, config=config)
     return memo
-
-
-def plain(value: Any) -> Any:
-    """A deep copy as plain dicts and lists (kopf hands out mapping views over the raw object)."""
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value
-
-
-def lean(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """``obj`` without the metadata the controller never reads (managedFields, annotations), to keep.
-
-    The Pod watcher and the status writes remember one Pod and one SessionMemory per session; those two
-    fields (the field managers' trees, kopf's and kubectl's last configurations) are most of their size.
-    """
-    out = dict(obj)
-    meta = obj.get("metadata")
-    if isinstance(meta, Mapping):
-        out["metadata"] = {k: v for k, v in meta.items() if k not in ("managedFields", "annotations")}
-    return out
 
 
 def _runtime(memo: Any) -> Runtime:
@@ -233,26 +149,6 @@ def owner_name(pod: Mapping[str, Any]) -> str | None:
             name = ref.get("name")
             return str(name) if name else None
     return None
-
-
-def paths_of(spec: SessionMemorySpec | None, raw_spec: Mapping[str, Any]) -> StorePaths:
-    """The store paths of an already validated ``spec``; of ``raw_spec`` (no paths) when it was invalid."""
-    if spec is not None:
-        return {s.memory_store_id: s.effective_mount_path for s in spec.stores}
-    out: StorePaths = {}
-    for store in raw_spec.get("stores") or []:
-        if isinstance(store, Mapping) and isinstance(store.get("memoryStoreId"), str):
-            out.setdefault(store["memoryStoreId"], None)
-    return out
-
-
-def store_paths(raw_spec: Mapping[str, Any]) -> StorePaths:
-    """memoryStoreId -> effective mount path, in the spec's order (tolerates an invalid spec)."""
-    try:
-        spec: SessionMemorySpec | None = validate_spec(raw_spec)
-    except InvalidSpecError:
-        spec = None
-    return paths_of(spec, raw_spec)
 
 
 def _sort_key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -367,7 +263,7 @@ async def write_status(
                 runtime.objects.pop((namespace, name), None)
                 await asyncio.sleep(min(0.05 * 2**attempt, 1.0) if attempt else 0)
                 continue
-            runtime.objects[(namespace, name)] = lean(written)
+            runtime.remember(namespace, name, written)
             announcement = _announcement(previous, new)
             if announcement is not None:
                 type_, reason, message = announcement
@@ -401,19 +297,6 @@ def _generation(obj: Mapping[str, Any]) -> int | None:
     return meta_of(obj).generation
 
 
-def _paths(runtime: Runtime, obj: Mapping[str, Any], known: StorePaths | None) -> StorePaths:
-    """The store paths the caller already has from its one validation, else those of ``obj``'s spec
-    (validated once per object and generation: every Pod event of a session needs them)."""
-    if known is not None:
-        return known
-    meta = meta_of(obj)
-    generation, paths = runtime.paths.get(str(meta.uid), (None, None))
-    if paths is None or generation != meta.generation:
-        paths = store_paths(obj.get("spec") or {})
-        runtime.paths[str(meta.uid)] = (meta.generation, paths)
-    return paths
-
-
 async def _refuse(
     runtime: Runtime,
     namespace: str,
@@ -432,7 +315,7 @@ async def _refuse(
             previous,
             reason=reason,
             message=message,
-            stores=_paths(runtime, obj, stores),
+            stores=runtime.store_paths(obj, stores),
             generation=_generation(obj),
             now=now,
         )
@@ -459,7 +342,7 @@ async def _record_pod(
         return st.derive_status(
             previous,
             pod,
-            stores=_paths(runtime, obj, stores),
+            stores=runtime.store_paths(obj, stores),
             generation=_generation(obj),
             now=now,
             pod_gone=pod_gone,
@@ -498,7 +381,7 @@ async def _record_lost_pod(
         return st.lost_pod_status(
             previous,
             pod_name=pod_name,
-            stores=_paths(runtime, obj, stores),
+            stores=runtime.store_paths(obj, stores),
             generation=_generation(obj),
             now=now,
             reason=reason,
@@ -688,8 +571,8 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any], claims: Cla
 
 
 async def _guarded(runtime: Runtime, body: Mapping[str, Any], step: Callable[[], Awaitable[None]]) -> None:
-    """Run a handler step (in one of the ``HANDLER_SLOTS``); API errors become kopf retries with a delay
-    (never a tight loop)."""
+    """Run a handler step (in one of the ``remembered.HANDLER_SLOTS``); API errors become kopf retries
+    with a delay (never a tight loop)."""
     try:
         async with runtime.slots:
             await step()
@@ -816,7 +699,7 @@ async def observe_pod(runtime: Runtime, event_type: str | None, pod: Mapping[str
     pod_gone = event_type == "DELETED"
     key = (str(namespace), name)
     # Remembered before the write: if the write fails, the re-check and the delete handler still know.
-    runtime.seen_pods[key] = SeenPod(owner_uid=uid, pod=lean(pod), gone=pod_gone)
+    runtime.see_pod(key[0], name, uid, pod, gone=pod_gone)
     if await _record_pod(runtime, str(namespace), name, uid, pod, pod_gone=pod_gone) is None:
         runtime.seen_pods.pop(key, None)  # the SessionMemory is gone: nothing to remember it for
 
@@ -933,15 +816,18 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
     # kopf keeps this index from its own watch of SessionMemories; handlers receive it as ``sessions``.
     kopf.index(GROUP, VERSION, PLURAL, registry=registry, id=SESSIONS_INDEX)(index_session)
 
+    # Each handler keeps only what its step reads of kopf's body (kopf starts a handler for every new
+    # object at once, and they wait for a slot): the reconcile reads the object afresh and needs only its
+    # identity; the others its identity, generation and status; the Pod watcher the Pod's digest.
     async def on_create_or_resume(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-        runtime, obj = _runtime(memo), plain(body)
+        runtime, obj = _runtime(memo), identity(body)
         await _guarded(runtime, obj, lambda: reconcile(runtime, obj, claims_of(kwargs[SESSIONS_INDEX])))
 
     kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")(on_create_or_resume)
     kopf.on.create(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")(on_create_or_resume)
 
     async def on_update(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-        runtime, obj = _runtime(memo), plain(body)
+        runtime, obj = _runtime(memo), object_digest(body)
         await _guarded(
             runtime, obj, lambda: note_spec_change(runtime, obj, claims_of(kwargs[SESSIONS_INDEX]))
         )
@@ -949,9 +835,9 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
     kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry, id="spec-change")(on_update)
 
     async def recheck(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-        obj = plain(body)
-        if not needs_recheck(obj.get("status") or {}):
+        if not needs_recheck(plain(body.status)):
             return
+        obj = identity(body)
         runtime = _runtime(memo)
         await _guarded(runtime, obj, lambda: reconcile(runtime, obj, claims_of(kwargs[SESSIONS_INDEX])))
 
@@ -972,7 +858,7 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
     )(recheck)
 
     async def sync_health(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        runtime, obj = _runtime(memo), plain(body)
+        runtime, obj = _runtime(memo), object_digest(body)
         await _guarded(runtime, obj, lambda: poll_health(runtime, obj))
 
     def running(status: kopf.Status, **_: Any) -> bool:
@@ -990,13 +876,13 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
     )(sync_health)
 
     async def on_delete(body: kopf.Body, memo: kopf.Memo, runtime: dt.timedelta, **_: Any) -> None:
-        rt, obj = _runtime(memo), plain(body)
+        rt, obj = _runtime(memo), object_digest(body)
         await _guarded(rt, obj, lambda: finalize(rt, obj, runtime.total_seconds()))
 
     kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, id="cleanup")(on_delete)
 
     async def on_pod(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        runtime, pod = _runtime(memo), plain(body)
+        runtime, pod = _runtime(memo), pod_digest(body)
         try:
             async with runtime.slots:
                 await observe_pod(runtime, type, pod)
