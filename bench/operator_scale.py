@@ -195,6 +195,14 @@ def audit_requests(audit_log: Path, since: str) -> collections.Counter[str]:
     return verbs
 
 
+def trace_operator(info: ClusterInfo) -> None:
+    """Run the operator with tracemalloc, and without its liveness probe (tracing slows it too much)."""
+    no_probe = [{"op": "remove", "path": "/spec/template/spec/containers/0/livenessProbe"}]
+    deployment = ("-n", "memsync-system", "deployment/memsync-operator")
+    kubectl(info, "patch", *deployment, "--type=json", "-p", json.dumps(no_probe))
+    kubectl(info, "set", "env", *deployment, f"{ENV_PATH}={HEAP_FILE}")
+
+
 def dump_heap(pid: int, target: Path) -> None:
     """Ask the operator (started with ``MEMSYNC_TRACEMALLOC``) for its heap report and copy it to ``target``.
 
@@ -218,15 +226,7 @@ def run(
             info = wait_ready(state, proc)
             kubectl(info, "apply", "--server-side", "-k", str(REPO / "manifests/overlays/kind"))
             if trace_memory is not None:
-                kubectl(
-                    info,
-                    "-n",
-                    "memsync-system",
-                    "set",
-                    "env",
-                    "deployment/memsync-operator",
-                    f"{ENV_PATH}={HEAP_FILE}",
-                )
+                trace_operator(info)
             kubectl(
                 info,
                 "-n",

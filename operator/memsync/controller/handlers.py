@@ -460,7 +460,11 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any], claims: Cla
         valid, invalid = None, exc
     stores = paths_of(valid, raw_spec)
 
-    pod = await kube.get_pod(namespace, pod_name)
+    # A SessionMemory never reconciled (no status) and whose Pod the watcher has not seen gets no read of
+    # its Pod: the create below answers 409 if one exists after all, and that Pod is then read and adopted.
+    pod = (
+        await kube.get_pod(namespace, pod_name) if status or (namespace, name) in runtime.seen_pods else None
+    )
     if pod is not None:
         await _adopt_or_refuse(runtime, body, pod, created=False, stores=stores)
         return
@@ -568,6 +572,28 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any], claims: Cla
         )
         return
     await _adopt_or_refuse(runtime, body, created, created=True, stores=stores)
+
+
+async def recheck(runtime: Runtime, event_body: Mapping[str, Any], claims: Claims | None = None) -> None:
+    """The periodic re-check. A session with its Pod and no outcome yet is checked against its Pod alone,
+    from the SessionMemory as this process last read or wrote it (only this operator writes the status, so
+    that copy's status is current; a write it makes still carries that copy's resourceVersion): the Pod is
+    read, and a gone Pod is recorded from the watcher's last view. Anything else (a refusal, which needs the
+    spec; an object this process holds no copy of) is reconciled in full."""
+    meta = meta_of(event_body)
+    namespace, name, uid = str(meta.namespace), str(meta.name), str(meta.uid)
+    known = runtime.known(namespace, name, uid)
+    status: Mapping[str, Any] = (known or {}).get("status") or {}
+    active = needs_recheck(status) and not st.is_refusal(status)
+    if known is None or not active or meta_of(known).deletion_timestamp:
+        await reconcile(runtime, event_body, claims)
+        return
+    pod_name = str(status["podName"])
+    pod = await runtime.kube.get_pod(namespace, pod_name)
+    if pod is None:
+        await _record_gone_pod(runtime, namespace, name, uid, pod_name)
+    else:
+        await _adopt_or_refuse(runtime, known, pod, created=False)
 
 
 async def _guarded(runtime: Runtime, body: Mapping[str, Any], step: Callable[[], Awaitable[None]]) -> None:
@@ -834,12 +860,12 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
 
     kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry, id="spec-change")(on_update)
 
-    async def recheck(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    async def on_recheck(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
         if not needs_recheck(plain(body.status)):
             return
         obj = identity(body)
         runtime = _runtime(memo)
-        await _guarded(runtime, obj, lambda: reconcile(runtime, obj, claims_of(kwargs[SESSIONS_INDEX])))
+        await _guarded(runtime, obj, lambda: recheck(runtime, obj, claims_of(kwargs[SESSIONS_INDEX])))
 
     def unsettled(status: kopf.Status, **_: Any) -> bool:
         return needs_recheck(plain(status))
@@ -855,7 +881,7 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
         interval=config.recheck_interval,
         initial_delay=config.recheck_interval,
         when=unsettled,
-    )(recheck)
+    )(on_recheck)
 
     async def sync_health(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         runtime, obj = _runtime(memo), object_digest(body)
