@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import base64
 import collections
+import datetime as dt
 import json
 import os
 import signal
@@ -184,15 +185,31 @@ class OperatorWatch:
         self.peak = max(self.peak, rss or 0.0)
 
 
-def audit_requests(audit_log: Path, since: str) -> collections.Counter[str]:
+def _instant(stamp: str) -> float:
+    """An audit timestamp (RFC 3339 with microseconds, ``Z``) as seconds since the epoch."""
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def audit_requests(audit_log: Path, since: str) -> tuple[collections.Counter[str], list[float]]:
+    """The operator's requests by verb and resource, and how long the API server took for each (from
+    receiving it to completing the response; watches excluded)."""
     verbs: collections.Counter[str] = collections.Counter()
+    took: list[float] = []
     with audit_log.open() as fh:
         for line in fh:
             event = json.loads(line)
             if event["user"]["username"] == OPERATOR_USER and event["requestReceivedTimestamp"] >= since:
                 resource = (event.get("objectRef") or {}).get("resource", "")
                 verbs[f"{event['verb']} {resource}"] += 1
-    return verbs
+                if event["verb"] != "watch":
+                    took.append(
+                        _instant(event["stageTimestamp"]) - _instant(event["requestReceivedTimestamp"])
+                    )
+    return verbs, sorted(took)
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
 def trace_operator(info: ClusterInfo) -> None:
@@ -281,7 +298,7 @@ def run(
                 ):
                     operator_log.write_bytes(log.read_bytes())
             time.sleep(2)  # let the audit log catch up with the last requests
-            verbs = audit_requests(Path(info.state_dir) / "logs" / "audit.log", since)
+            verbs, took = audit_requests(Path(info.state_dir) / "logs" / "audit.log", since)
         finally:
             stop_serve(proc.pid)
             proc.wait(timeout=60)
@@ -311,6 +328,13 @@ def run(
         ("operator API requests", str(sum(verbs.values())), ""),
     ]
     rows += [(f"  {verb}", str(n), "") for verb, n in verbs.most_common()]
+    rows.append(
+        (
+            "  API server time per request (p50 / p90 / max)",
+            " / ".join(f"{percentile(took, q) * 1000:.0f}" for q in (0.5, 0.9, 1.0)) + " ms",
+            "",
+        )
+    )
     rows.append(("machine load (1-minute average at the end)", f"{os.getloadavg()[0]:.1f}", ""))
     print(format_table(("measure", "value", "target"), rows))
     return 0
