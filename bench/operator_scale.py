@@ -136,14 +136,14 @@ def operator_status(info: ClusterInfo) -> dict[str, Any]:
     return result
 
 
-def peak_rss_mb(pid: int) -> float | None:
-    """The process's peak RSS (``VmHWM``); None once it has exited."""
+def rss_mb(pid: int, field: str = "VmHWM") -> float | None:
+    """The process's peak RSS (``VmHWM``), or its current one (``VmRSS``); None once it has exited."""
     try:
         text = Path(f"/proc/{pid}/status").read_text()
     except FileNotFoundError:
         return None
     for line in text.splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return None
 
@@ -163,7 +163,7 @@ class OperatorWatch:
 
     def __init__(self, info: ClusterInfo) -> None:
         self.info = info
-        self.peak = 0.0
+        self.peak = self.now = 0.0
         self.cpu = self.cpu_before = self.cpu_of_ended = 0.0
         self.pid = self._current_pid()
         self.restarts_before = self.restarts = int(operator_status(info).get("restartCount") or 0)
@@ -173,7 +173,7 @@ class OperatorWatch:
         return int(str(operator_status(self.info).get("containerID", "")).removeprefix("process://") or 0)
 
     def sample(self) -> None:
-        rss, cpu = peak_rss_mb(self.pid), cpu_seconds(self.pid)
+        rss, cpu = rss_mb(self.pid), cpu_seconds(self.pid)
         if cpu is not None:
             self.cpu = self.cpu_of_ended + cpu - self.cpu_before
         if rss is None:  # the container restarted (or is restarting): follow the new process
@@ -181,8 +181,9 @@ class OperatorWatch:
             status = operator_status(self.info)
             self.restarts = int(status.get("restartCount") or 0)
             self.pid = int(str(status.get("containerID", "")).removeprefix("process://") or 0)
-            rss = peak_rss_mb(self.pid)
+            rss = rss_mb(self.pid)
         self.peak = max(self.peak, rss or 0.0)
+        self.now = rss_mb(self.pid, "VmRSS") or 0.0
 
 
 def _instant(stamp: str) -> float:
@@ -317,6 +318,7 @@ def run(
         (f"every status written ({count_})", f"{seconds(status_at)} s", f"<= {TARGET_SECONDS:.0f} s"),
         ("  of which after the last create", after_last(status_at), ""),
         ("operator peak RSS", f"{operator.peak:.0f} MB", f"<= {TARGET_RSS_MB:.0f} MB"),
+        ("operator RSS at the end", f"{operator.now:.0f} MB", ""),
         ("operator CPU time", f"{operator.cpu:.1f} s", ""),
         ("operator container restarts", str(restarts), "0"),
     ]

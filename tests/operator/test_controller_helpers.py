@@ -12,6 +12,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from memsync.controller import handlers as h
+from memsync.controller import periodic
 from memsync.controller import remembered as rm
 from memsync.controller import status as st
 from memsync.controller.health import health_url
@@ -328,12 +329,12 @@ def test_what_the_periodic_recheck_covers() -> None:
     refused = st.refusal_status(
         None, reason=st.SECRET_NOT_FOUND, message="m", stores={}, generation=1, now=st.now_utc()
     )
-    assert h.needs_recheck(refused)
+    assert periodic.needs_recheck(refused)
     for phase in ("Pending", "Mounting", "Running", "Flushing"):
-        assert h.needs_recheck({"phase": phase, "podName": "s1-sandbox"}), phase
+        assert periodic.needs_recheck({"phase": phase, "podName": "s1-sandbox"}), phase
     for phase in ("Succeeded", "Failed"):
-        assert not h.needs_recheck({"phase": phase, "podName": "s1-sandbox"}), phase
-    assert not h.needs_recheck({})  # nothing created yet: the create handler owns it
+        assert not periodic.needs_recheck({"phase": phase, "podName": "s1-sandbox"}), phase
+    assert not periodic.needs_recheck({})  # nothing created yet: the create handler owns it
 
 
 def test_metadata_view_reads_typed_fields_and_tolerates_absence() -> None:

@@ -5,7 +5,9 @@ world, decides with pure functions, and converges; running it twice changes noth
 
 1. A Pod with the deterministic name exists: adopt it if this SessionMemory owns it (controller owner
    reference with its uid), else refuse (``PodNameTaken``). If this SessionMemory had a Pod that is gone,
-   the session is over: a session runs once and never gets a second Pod.
+   the session is over: a session runs once and never gets a second Pod. (A SessionMemory with no status
+   yet, whose Pod the watcher has not seen, skips this read: the create in 3 answers 409 for a Pod that
+   exists after all.)
 2. Before any Pod, refusals, each a ``Failed`` phase whose ``Ready`` condition names the problem:
    an invalid spec (``InvalidSpec``), an older SessionMemory with the same ``sessionId`` in the namespace
    (``DuplicateSession``; ordered by creationTimestamp, then name; kopf keeps an index of sessions from
@@ -23,8 +25,9 @@ The Pod watcher (by label, server-side selector) derives the status from every P
 ``status.derive_status`` and patches it. Every status write is a read-modify-write with a resourceVersion
 precondition (retried on conflict) under a per-object lock, and posts a Kubernetes Event when the phase (or
 the reason of a failure) changes. kopf does not retry event handlers, so a watcher write that fails (an API
-hiccup) would be lost: the same re-check timer therefore also reconciles every session that has a Pod and
-no outcome yet (level-based: it repairs a lost write or a missed event), and the watcher remembers each
+hiccup) would be lost: the same re-check timer therefore also checks every session that has a Pod and
+no outcome yet against its Pod (level-based: it repairs a lost write or a missed event; ``recheck`` reads
+the Pod only, and starts from the SessionMemory as this process last wrote it), and the watcher remembers each
 Pod's last state it saw, so a Pod that is gone is judged by what it last reported (its termination
 messages), not as lost.
 
@@ -51,6 +54,7 @@ Nothing here logs or posts a Secret's data: the Secret is read only to check tha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import time
@@ -72,6 +76,17 @@ from memsync.controller.kube import (
     refusal_message,
 )
 from memsync.controller.objects import meta_of
+from memsync.controller.periodic import (
+    HEALTH,
+    RECHECK,
+    Job,
+    Ref,
+    Schedule,
+    is_running,
+    jobs_of,
+    needs_recheck,
+    run_jobs,
+)
 from memsync.controller.pod import build_sandbox_pod, pod_name_for
 from memsync.controller.remembered import (
     Runtime,
@@ -79,7 +94,6 @@ from memsync.controller.remembered import (
     identity,
     object_digest,
     paths_of,
-    plain,
     pod_digest,
 )
 from memsync.controller.settings import ControllerConfig
@@ -187,13 +201,6 @@ def session_claim(obj: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, Any
     keep = ("name", "namespace", "uid", "creationTimestamp")
     claim = {"metadata": {k: v for k, v in meta.raw.items() if k in keep}, "spec": {"sessionId": session_id}}
     return {(meta.namespace, session_id): claim}
-
-
-def needs_recheck(status: Mapping[str, Any]) -> bool:
-    """Refused before its Pod (the cause may be fixed), or a Pod and no outcome yet (a write may be lost)."""
-    if st.is_refusal(status):
-        return True
-    return bool(status.get("podName")) and status.get("phase") not in st.TERMINAL_PHASES
 
 
 def _announcement(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, str, str] | None:
@@ -761,8 +768,22 @@ async def note_spec_change(runtime: Runtime, body: Mapping[str, Any], claims: Cl
 # --------------------------------------------------------------------------------------------------
 
 
-def is_running(status: Mapping[str, Any]) -> bool:
-    return status.get("phase") == st.RUNNING and bool(status.get("podName"))
+def reference(ref: Ref) -> dict[str, Any]:
+    """A SessionMemory's identity as a body (what a step that reads the object afresh needs)."""
+    namespace, name, uid = ref
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"namespace": namespace, "name": name, "uid": uid},
+    }
+
+
+async def poll_health_of(runtime: Runtime, ref: Ref) -> None:
+    """The health poll of SessionMemory ``ref``, from the object as this process last read or wrote it."""
+    namespace, name, uid = ref
+    obj = runtime.known(namespace, name, uid) or await runtime.read(namespace, name)
+    if obj is not None and meta_of(obj).uid == uid and is_running(obj.get("status") or {}):
+        await poll_health(runtime, obj)
 
 
 async def poll_health(runtime: Runtime, body: Mapping[str, Any]) -> None:
@@ -812,6 +833,7 @@ async def poll_health(runtime: Runtime, body: Mapping[str, Any]) -> None:
 
 
 SESSIONS_INDEX: Final = "sessions"
+PERIODIC_INDEX: Final = "periodic"
 
 
 SessionIndex = kopf.Index[tuple[str, str], Mapping[str, Any]]
@@ -847,6 +869,7 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
     # identity; the others its identity, generation and status; the Pod watcher the Pod's digest.
     async def on_create_or_resume(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
         runtime, obj = _runtime(memo), identity(body)
+        runtime.indexed.set()  # kopf runs handlers once every SessionMemory is indexed
         await _guarded(runtime, obj, lambda: reconcile(runtime, obj, claims_of(kwargs[SESSIONS_INDEX])))
 
     kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")(on_create_or_resume)
@@ -854,61 +877,61 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
 
     async def on_update(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
         runtime, obj = _runtime(memo), object_digest(body)
+        runtime.indexed.set()  # kopf runs handlers once every SessionMemory is indexed
         await _guarded(
             runtime, obj, lambda: note_spec_change(runtime, obj, claims_of(kwargs[SESSIONS_INDEX]))
         )
 
     kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry, id="spec-change")(on_update)
 
-    async def on_recheck(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-        if not needs_recheck(plain(body.status)):
-            return
-        obj = identity(body)
+    async def index_jobs(body: kopf.Body, **_: Any) -> dict[str, Ref] | None:
+        return jobs_of(body)
+
+    # The periodic re-check and health poll run in one loop over this index (``controller/periodic.py``),
+    # not as a kopf timer per SessionMemory (each would keep the object's full body and a task).
+    kopf.index(GROUP, VERSION, PLURAL, registry=registry, id=PERIODIC_INDEX)(index_jobs)
+
+    async def start_periodic(memo: kopf.Memo, **kwargs: Any) -> None:
         runtime = _runtime(memo)
-        await _guarded(runtime, obj, lambda: recheck(runtime, obj, claims_of(kwargs[SESSIONS_INDEX])))
+        claims = claims_of(kwargs[SESSIONS_INDEX])
 
-    def unsettled(status: kopf.Status, **_: Any) -> bool:
-        return needs_recheck(plain(status))
+        async def recheck_one(ref: Ref) -> None:
+            ident = reference(ref)
+            await _guarded(runtime, ident, lambda: recheck(runtime, ident, claims))
 
-    # Only refused or still active SessionMemories carry a timer (kopf starts and stops it as the filter
-    # flips); a session with its outcome recorded is never re-checked.
-    kopf.timer(
-        GROUP,
-        VERSION,
-        PLURAL,
-        registry=registry,
-        id="recheck",
-        interval=config.recheck_interval,
-        initial_delay=config.recheck_interval,
-        when=unsettled,
-    )(on_recheck)
+        async def health_one(ref: Ref) -> None:
+            ident = reference(ref)
+            await _guarded(runtime, ident, lambda: poll_health_of(runtime, ref))
 
-    async def sync_health(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        runtime, obj = _runtime(memo), object_digest(body)
-        await _guarded(runtime, obj, lambda: poll_health(runtime, obj))
+        jobs = [
+            Job(RECHECK, Schedule(config.recheck_interval, config.recheck_interval), recheck_one),
+            Job(HEALTH, Schedule(config.health_interval, 0.0), health_one),
+        ]
+        runtime.periodic = asyncio.create_task(
+            run_jobs(jobs, kwargs[PERIODIC_INDEX], runtime.indexed, error_delay=RECONCILE_ERROR_DELAY)
+        )
 
-    def running(status: kopf.Status, **_: Any) -> bool:
-        return is_running(plain(status))
+    kopf.on.startup(registry=registry, id="periodic")(start_periodic)
 
-    # Only running sessions are polled; the final report decides once the session ends.
-    kopf.timer(
-        GROUP,
-        VERSION,
-        PLURAL,
-        registry=registry,
-        id="sync-health",
-        interval=config.health_interval,
-        when=running,
-    )(sync_health)
+    async def stop_periodic(memo: kopf.Memo, **_: Any) -> None:
+        task = _runtime(memo).periodic
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    kopf.on.cleanup(registry=registry, id="periodic")(stop_periodic)
 
     async def on_delete(body: kopf.Body, memo: kopf.Memo, runtime: dt.timedelta, **_: Any) -> None:
         rt, obj = _runtime(memo), object_digest(body)
+        rt.indexed.set()  # kopf runs handlers once every SessionMemory is indexed
         await _guarded(rt, obj, lambda: finalize(rt, obj, runtime.total_seconds()))
 
     kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, id="cleanup")(on_delete)
 
     async def on_pod(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         runtime, pod = _runtime(memo), pod_digest(body)
+        runtime.indexed.set()  # kopf runs handlers once every SessionMemory is indexed
         try:
             async with runtime.slots:
                 await observe_pod(runtime, type, pod)

@@ -145,6 +145,10 @@ class Runtime:
     # The store paths of each SessionMemory's spec (uid -> generation, paths).
     paths: dict[str, tuple[int | None, StorePaths]] = field(default_factory=dict)
     slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(HANDLER_SLOTS))
+    # Set by the first handler kopf runs (it runs none before every SessionMemory is indexed); the
+    # periodic jobs (``controller/periodic.py``, their loop in ``periodic``) wait for it.
+    indexed: asyncio.Event = field(default_factory=asyncio.Event)
+    periodic: asyncio.Task[None] | None = None
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self.locks.setdefault((namespace, name), asyncio.Lock())
