@@ -1,6 +1,6 @@
 """The SessionMemory controller: kopf handlers, thin and level-based, over pure decisions.
 
-One reconcile serves create, resume (operator restart), spec updates and a re-check timer. It reads the
+One reconcile serves create, resume (operator restart), spec updates and a periodic re-check. It reads the
 world, decides with pure functions, and converges; running it twice changes nothing the second time:
 
 1. A Pod with the deterministic name exists: adopt it if this SessionMemory owns it (controller owner
@@ -13,7 +13,7 @@ world, decides with pure functions, and converges; running it twice changes noth
    (``DuplicateSession``; ordered by creationTimestamp, then name; kopf keeps an index of sessions from
    its watch, so this check reads nothing from the API), a missing Secret or key
    (``SecretNotFound`` / ``SecretKeyNotFound``), a Secret the API forbids the operator to read
-   (``SecretForbidden``): never start a session without its memory. Refusals are re-evaluated by a timer
+   (``SecretForbidden``): never start a session without its memory. Refusals are re-evaluated periodically
    (and on spec updates), so a session starts once the Secret appears or the older duplicate is gone.
 3. Otherwise build the Pod (``pod.build_sandbox_pod``, pure) and create it; a 409 means it exists: read
    and adopt it as in 1. A create the API refuses (any 4xx ``kube.is_refusal`` counts as one: Pod
@@ -25,7 +25,7 @@ The Pod watcher (by label, server-side selector) derives the status from every P
 ``status.derive_status`` and patches it. Every status write is a read-modify-write with a resourceVersion
 precondition (retried on conflict) under a per-object lock, and posts a Kubernetes Event when the phase (or
 the reason of a failure) changes. kopf does not retry event handlers, so a watcher write that fails (an API
-hiccup) would be lost: the same re-check timer therefore also checks every session that has a Pod and
+hiccup) would be lost: the same periodic re-check therefore also checks every session that has a Pod and
 no outcome yet against its Pod (level-based: it repairs a lost write or a missed event; ``recheck`` reads
 the Pod only, and starts from the SessionMemory as this process last wrote it), and the watcher remembers each
 Pod's last state it saw, so a Pod that is gone is judged by what it last reported (its termination
@@ -42,7 +42,7 @@ releases), records the Pod's end from the last state the watcher saw (waiting br
 DELETED event when it has not arrived yet; with no state at all the flush is recorded as not reported), and
 releases the object.
 
-While a session runs, a timer reads its sidecar's sync health (``/status`` at the Pod IP, see
+While a session runs, a periodic job reads its sidecar's sync health (``/status`` at the Pod IP, see
 ``controller/health.py``) and writes the ``Synced`` condition, ``lastSyncTime`` and the running totals
 (``status.health_status``), only when they changed.
 
@@ -296,7 +296,7 @@ async def write_status(
 
 
 # --------------------------------------------------------------------------------------------------
-# Reconcile (create, resume, update, re-check timer)
+# Reconcile (create, resume, update, periodic re-check)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -806,7 +806,7 @@ async def poll_health(runtime: Runtime, body: Mapping[str, Any]) -> None:
     health, error = await read_health(url)
     now = runtime.clock()
     if st.health_status(status, health, error=error, generation=_generation(body), now=now) == status:
-        return  # nothing changed since the status this timer was given: no read, no write
+        return  # nothing changed since the status this poll was given: no read, no write
     before: dict[str, Any] = {}
 
     def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
