@@ -38,6 +38,7 @@ from memsync.crd.models import (
     API_VERSION,
     FINALIZER,
     KIND,
+    plain,
     sandbox_template,
     validate_spec,
 )
@@ -260,7 +261,7 @@ def test_grace_seconds() -> None:
 
 def test_plain_copies_mapping_views() -> None:
     body = kopf.Body({"metadata": {"name": "x"}, "spec": {"stores": [{"a": 1}]}})
-    copy = rm.plain(body)
+    copy = plain(body)
     assert copy == {"metadata": {"name": "x"}, "spec": {"stores": [{"a": 1}]}}
     assert type(copy) is dict and type(copy["spec"]["stores"]) is list
 

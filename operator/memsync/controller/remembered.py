@@ -22,7 +22,7 @@ from memsync.controller.kube import CALL_THREADS, KubeApi
 from memsync.controller.objects import meta_of
 from memsync.controller.pod import SYNC_CONTAINER
 from memsync.controller.settings import ControllerConfig
-from memsync.crd.models import InvalidSpecError, SessionMemorySpec, validate_spec
+from memsync.crd.models import InvalidSpecError, SessionMemorySpec, plain, validate_spec
 
 #: Handler steps that run at once. kopf starts a handler for every object at once: a burst of 1,000 new
 #: SessionMemories would otherwise hold 1,000 objects, Pod manifests and responses while they all queue
@@ -208,12 +208,3 @@ class Runtime:
         self.locks.pop((namespace, name), None)
         self.gone_since.pop((namespace, name), None)
         self.seen_pods.pop((namespace, name), None)
-
-
-def plain(value: Any) -> Any:
-    """A deep copy as plain dicts and lists (kopf hands out mapping views over the raw object)."""
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value
