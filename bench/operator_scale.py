@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 import base64
 import collections
+import datetime as dt
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,12 +38,14 @@ sys.path[:0] = [str(REPO / "bench"), str(REPO / "tests")]
 from _common import format_table  # noqa: E402
 from cluster.tier.__main__ import ClusterInfo, spawn_serve, stop_serve, wait_ready  # noqa: E402
 from cluster.tier.controlplane import OPERATOR_USER  # noqa: E402
+from memsync.controller.memtrace import ENV_PATH  # noqa: E402
 from memsync.crd.models import API_VERSION, sandbox_template  # noqa: E402
 
 NAMESPACE = "bench"
 TARGET_SECONDS = 60.0
 TARGET_RSS_MB = 250.0
 CREATE_STREAMS = 4
+HEAP_FILE = "/tmp/memsync-heap.txt"  # noqa: S108 (in the operator container: its /tmp is its own emptyDir)
 
 
 def kubectl(info: ClusterInfo, *args: str, input: str | None = None, timeout: float = 300) -> str:
@@ -132,14 +136,14 @@ def operator_status(info: ClusterInfo) -> dict[str, Any]:
     return result
 
 
-def peak_rss_mb(pid: int) -> float | None:
-    """The process's peak RSS (``VmHWM``); None once it has exited."""
+def rss_mb(pid: int, field: str = "VmHWM") -> float | None:
+    """The process's peak RSS (``VmHWM``), or its current one (``VmRSS``); None once it has exited."""
     try:
         text = Path(f"/proc/{pid}/status").read_text()
     except FileNotFoundError:
         return None
     for line in text.splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return None
 
@@ -159,7 +163,7 @@ class OperatorWatch:
 
     def __init__(self, info: ClusterInfo) -> None:
         self.info = info
-        self.peak = 0.0
+        self.peak = self.now = 0.0
         self.cpu = self.cpu_before = self.cpu_of_ended = 0.0
         self.pid = self._current_pid()
         self.restarts_before = self.restarts = int(operator_status(info).get("restartCount") or 0)
@@ -169,7 +173,7 @@ class OperatorWatch:
         return int(str(operator_status(self.info).get("containerID", "")).removeprefix("process://") or 0)
 
     def sample(self) -> None:
-        rss, cpu = peak_rss_mb(self.pid), cpu_seconds(self.pid)
+        rss, cpu = rss_mb(self.pid), cpu_seconds(self.pid)
         if cpu is not None:
             self.cpu = self.cpu_of_ended + cpu - self.cpu_before
         if rss is None:  # the container restarted (or is restarting): follow the new process
@@ -177,28 +181,70 @@ class OperatorWatch:
             status = operator_status(self.info)
             self.restarts = int(status.get("restartCount") or 0)
             self.pid = int(str(status.get("containerID", "")).removeprefix("process://") or 0)
-            rss = peak_rss_mb(self.pid)
+            rss = rss_mb(self.pid)
         self.peak = max(self.peak, rss or 0.0)
+        self.now = rss_mb(self.pid, "VmRSS") or 0.0
 
 
-def audit_requests(audit_log: Path, since: str) -> collections.Counter[str]:
+def _instant(stamp: str) -> float:
+    """An audit timestamp (RFC 3339 with microseconds, ``Z``) as seconds since the epoch."""
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def audit_requests(audit_log: Path, since: str) -> tuple[collections.Counter[str], list[float]]:
+    """The operator's requests by verb and resource, and how long the API server took for each (from
+    receiving it to completing the response; watches excluded)."""
     verbs: collections.Counter[str] = collections.Counter()
+    took: list[float] = []
     with audit_log.open() as fh:
         for line in fh:
             event = json.loads(line)
             if event["user"]["username"] == OPERATOR_USER and event["requestReceivedTimestamp"] >= since:
                 resource = (event.get("objectRef") or {}).get("resource", "")
                 verbs[f"{event['verb']} {resource}"] += 1
-    return verbs
+                if event["verb"] != "watch":
+                    took.append(
+                        _instant(event["stageTimestamp"]) - _instant(event["requestReceivedTimestamp"])
+                    )
+    return verbs, sorted(took)
 
 
-def run(count_: int, timeout: float, operator_log: Path | None = None) -> int:
+def percentile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def trace_operator(info: ClusterInfo) -> None:
+    """Run the operator with tracemalloc, and without its liveness probe (tracing slows it too much)."""
+    no_probe = [{"op": "remove", "path": "/spec/template/spec/containers/0/livenessProbe"}]
+    deployment = ("-n", "memsync-system", "deployment/memsync-operator")
+    kubectl(info, "patch", *deployment, "--type=json", "-p", json.dumps(no_probe))
+    kubectl(info, "set", "env", *deployment, f"{ENV_PATH}={HEAP_FILE}")
+
+
+def dump_heap(pid: int, target: Path) -> None:
+    """Ask the operator (started with ``MEMSYNC_TRACEMALLOC``) for its heap report and copy it to ``target``.
+
+    The file is in the operator container's own ``/tmp``, reached through its mount namespace."""
+    inside = Path(f"/proc/{pid}/root") / HEAP_FILE.lstrip("/")
+    inside.unlink(missing_ok=True)
+    os.kill(pid, signal.SIGUSR2)
+    deadline = time.monotonic() + 120
+    while not inside.exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    target.write_bytes(inside.read_bytes())
+
+
+def run(
+    count_: int, timeout: float, operator_log: Path | None = None, trace_memory: Path | None = None
+) -> int:
     with tempfile.TemporaryDirectory(prefix="memsync-scale-") as tmp:
         state = Path(tmp)
         proc = spawn_serve(state)
         try:
             info = wait_ready(state, proc)
             kubectl(info, "apply", "--server-side", "-k", str(REPO / "manifests/overlays/kind"))
+            if trace_memory is not None:
+                trace_operator(info)
             kubectl(
                 info,
                 "-n",
@@ -237,6 +283,8 @@ def run(count_: int, timeout: float, operator_log: Path | None = None) -> int:
                 polls += 1
                 time.sleep(1)
             operator.sample()
+            if trace_memory is not None:
+                dump_heap(operator.pid, trace_memory)
             last_end = operator_status(info).get("lastState", {}).get("terminated") or {}
             warnings = collections.Counter(
                 f"{e['reason']}: {e.get('message', '')[:80]}"
@@ -251,7 +299,7 @@ def run(count_: int, timeout: float, operator_log: Path | None = None) -> int:
                 ):
                     operator_log.write_bytes(log.read_bytes())
             time.sleep(2)  # let the audit log catch up with the last requests
-            verbs = audit_requests(Path(info.state_dir) / "logs" / "audit.log", since)
+            verbs, took = audit_requests(Path(info.state_dir) / "logs" / "audit.log", since)
         finally:
             stop_serve(proc.pid)
             proc.wait(timeout=60)
@@ -270,6 +318,7 @@ def run(count_: int, timeout: float, operator_log: Path | None = None) -> int:
         (f"every status written ({count_})", f"{seconds(status_at)} s", f"<= {TARGET_SECONDS:.0f} s"),
         ("  of which after the last create", after_last(status_at), ""),
         ("operator peak RSS", f"{operator.peak:.0f} MB", f"<= {TARGET_RSS_MB:.0f} MB"),
+        ("operator RSS at the end", f"{operator.now:.0f} MB", ""),
         ("operator CPU time", f"{operator.cpu:.1f} s", ""),
         ("operator container restarts", str(restarts), "0"),
     ]
@@ -281,6 +330,13 @@ def run(count_: int, timeout: float, operator_log: Path | None = None) -> int:
         ("operator API requests", str(sum(verbs.values())), ""),
     ]
     rows += [(f"  {verb}", str(n), "") for verb, n in verbs.most_common()]
+    rows.append(
+        (
+            "  API server time per request (p50 / p90 / max)",
+            " / ".join(f"{percentile(took, q) * 1000:.0f}" for q in (0.5, 0.9, 1.0)) + " ms",
+            "",
+        )
+    )
     rows.append(("machine load (1-minute average at the end)", f"{os.getloadavg()[0]:.1f}", ""))
     print(format_table(("measure", "value", "target"), rows))
     return 0
@@ -293,8 +349,15 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--operator-log", type=Path, help="copy the operator's log here at the end")
+    parser.add_argument(
+        "--trace-memory",
+        type=Path,
+        metavar="FILE",
+        help="run the operator with tracemalloc and write its heap report (by allocation site) here at "
+        "the end; tracing slows the operator, so its times are not comparable",
+    )
     args = parser.parse_args()
-    return run(args.count, args.timeout, args.operator_log)
+    return run(args.count, args.timeout, args.operator_log, args.trace_memory)
 
 
 if __name__ == "__main__":

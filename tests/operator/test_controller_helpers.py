@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, cast
 
 import kopf
 import pytest
 from kubernetes.client.exceptions import ApiException
 
 from memsync.controller import handlers as h
+from memsync.controller import periodic
+from memsync.controller import remembered as rm
 from memsync.controller import status as st
+from memsync.controller.health import health_url
 from memsync.controller.kube import (
     KubeAlreadyExists,
     KubeApi,
@@ -24,6 +28,7 @@ from memsync.controller.objects import meta_of
 from memsync.controller.settings import (
     KOPF_REQUESTS,
     POD_SELECTOR,
+    ControllerConfig,
     WatchTimeouts,
     bounded_session,
     configure_settings,
@@ -33,6 +38,7 @@ from memsync.crd.models import (
     API_VERSION,
     FINALIZER,
     KIND,
+    plain,
     sandbox_template,
     validate_spec,
 )
@@ -43,6 +49,9 @@ def smem(name: str, session: str, created: str, uid: str | None = None) -> dict[
         "metadata": {"name": name, "uid": uid or f"uid-{name}", "creationTimestamp": created},
         "spec": {"sessionId": session},
     }
+
+
+_NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def owned_pod(
@@ -99,24 +108,93 @@ def test_the_sessions_index_keeps_a_small_claim_per_session() -> None:
     assert h.session_claim({"metadata": {"name": "x"}, "spec": {"sessionId": "sesn_y"}}) is None
 
 
-def test_lean_drops_only_what_the_controller_never_reads() -> None:
+def test_a_remembered_pod_keeps_what_the_status_health_and_deletion_read() -> None:
+    running = {"running": {"startedAt": "2026-01-01T00:00:00Z"}}
     pod = {
         "metadata": {
-            "name": "p",
-            "uid": "u",
+            "name": "s1-sandbox",
+            "namespace": "ns",
+            "uid": "pu",
+            "resourceVersion": "7",
+            "ownerReferences": [{"apiVersion": API_VERSION, "kind": KIND, "uid": "su", "controller": True}],
+            "deletionTimestamp": "2026-01-01T00:00:01Z",
+            "deletionGracePeriodSeconds": 30,
             "managedFields": [{"manager": "kubelet"}],
             "annotations": {"a": "b"},
+            "labels": {"l": "v"},
         },
-        "spec": {"containers": []},
-        "status": {"phase": "Running"},
+        "spec": {
+            "terminationGracePeriodSeconds": 45,
+            "initContainers": [
+                {"name": "memsync-mount", "image": "i", "env": [{"name": "E", "value": "v"}]},
+                {"name": "memsync-sync", "image": "i", "ports": [{"name": "metrics", "containerPort": 9}]},
+            ],
+            "containers": [{"name": "sandbox", "image": "big"}],
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.2",
+            "conditions": [{"type": "Ready"}],
+            "initContainerStatuses": [
+                {"name": "memsync-sync", "ready": True, "state": running, "image": "i", "imageID": "x"}
+            ],
+            "containerStatuses": [{"name": "sandbox", "ready": False, "state": running, "lastState": {}}],
+        },
     }
-    lean = h.lean(pod)
-    assert lean == {
-        "metadata": {"name": "p", "uid": "u"},
-        "spec": {"containers": []},
-        "status": {"phase": "Running"},
+    digest = rm.pod_digest(pod)
+    assert digest == {
+        "metadata": {
+            k: v for k, v in pod["metadata"].items() if k not in ("managedFields", "annotations", "labels")
+        },
+        "spec": {
+            "terminationGracePeriodSeconds": 45,
+            "initContainers": [{"name": "memsync-sync", "ports": [{"name": "metrics", "containerPort": 9}]}],
+        },
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.2",
+            "initContainerStatuses": [{"name": "memsync-sync", "ready": True, "state": running}],
+            "containerStatuses": [{"name": "sandbox", "ready": False, "state": running}],
+        },
     }
+    # What the controller derives from the Pod is the same from its digest.
+    assert st.derive_status(None, digest, stores={}, generation=1, now=_NOW) == st.derive_status(
+        None, pod, stores={}, generation=1, now=_NOW
+    )
+    assert health_url(digest) == health_url(pod) == "http://10.0.0.2:9/status"
+    assert h.owner_uid(digest) == "su" and h._grace_seconds(digest, 1.0) == 30.0
     assert "managedFields" in pod["metadata"]  # the original is left alone
+
+
+def test_a_remembered_sessionmemory_is_its_identity_and_status_with_paths_of_its_generation() -> None:
+    spec = {
+        "sessionId": "sesn_1",
+        "workItemSecretRef": {"name": "w", "key": "k"},
+        "stores": [{"memoryStoreId": "memstore_a", "name": "User Preferences"}],
+        "template": sandbox_template({"image": "i"}),
+    }
+    meta = {"name": "s1", "namespace": "ns", "uid": "u1", "generation": 2, "resourceVersion": "9"}
+    obj = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {**meta, "creationTimestamp": "t", "managedFields": [{}], "annotations": {"a": "b"}},
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
+    runtime = rm.Runtime(kube=cast(Any, None), config=ControllerConfig(agent_image="i"))
+    runtime.remember("ns", "s1", obj)
+    known = runtime.known("ns", "s1", "u1")
+    assert known == {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {**meta, "creationTimestamp": "t"},
+        "status": {"phase": "Pending"},
+    }
+    paths = {"memstore_a": "/mnt/memory/user-preferences"}
+    assert runtime.store_paths(known) == rm.store_paths(spec) == paths
+    assert runtime.known("ns", "s1", "another-uid") is None
+    runtime.paths["u1"] = (1, {})  # paths of another generation: the digest cannot be used
+    assert runtime.known("ns", "s1", None) is None
 
 
 def test_store_paths_from_a_valid_and_an_invalid_spec() -> None:
@@ -129,13 +207,13 @@ def test_store_paths_from_a_valid_and_an_invalid_spec() -> None:
         ],
         "template": sandbox_template({"image": "i"}),
     }
-    assert h.store_paths(spec) == {
+    assert rm.store_paths(spec) == {
         "memstore_a": "/mnt/memory/user-preferences",
         "memstore_b": "/mnt/memory/custom",
     }
     broken = {"stores": [{"memoryStoreId": "memstore_a"}, {"name": "no id"}, "junk"]}
-    assert h.store_paths(broken) == {"memstore_a": None}
-    assert h.store_paths({}) == {}
+    assert rm.store_paths(broken) == {"memstore_a": None}
+    assert rm.store_paths({}) == {}
 
 
 def _status(phase: str, reason: str) -> dict[str, Any]:
@@ -183,7 +261,7 @@ def test_grace_seconds() -> None:
 
 def test_plain_copies_mapping_views() -> None:
     body = kopf.Body({"metadata": {"name": "x"}, "spec": {"stores": [{"a": 1}]}})
-    copy = h.plain(body)
+    copy = plain(body)
     assert copy == {"metadata": {"name": "x"}, "spec": {"stores": [{"a": 1}]}}
     assert type(copy) is dict and type(copy["spec"]["stores"]) is list
 
@@ -252,12 +330,12 @@ def test_what_the_periodic_recheck_covers() -> None:
     refused = st.refusal_status(
         None, reason=st.SECRET_NOT_FOUND, message="m", stores={}, generation=1, now=st.now_utc()
     )
-    assert h.needs_recheck(refused)
+    assert periodic.needs_recheck(refused)
     for phase in ("Pending", "Mounting", "Running", "Flushing"):
-        assert h.needs_recheck({"phase": phase, "podName": "s1-sandbox"}), phase
+        assert periodic.needs_recheck({"phase": phase, "podName": "s1-sandbox"}), phase
     for phase in ("Succeeded", "Failed"):
-        assert not h.needs_recheck({"phase": phase, "podName": "s1-sandbox"}), phase
-    assert not h.needs_recheck({})  # nothing created yet: the create handler owns it
+        assert not periodic.needs_recheck({"phase": phase, "podName": "s1-sandbox"}), phase
+    assert not periodic.needs_recheck({})  # nothing created yet: the create handler owns it
 
 
 def test_metadata_view_reads_typed_fields_and_tolerates_absence() -> None:
@@ -290,10 +368,9 @@ def test_paths_of_a_validated_spec_equal_store_paths() -> None:
         "stores": [{"memoryStoreId": "memstore_a", "name": "Team Notes"}],
         "template": sandbox_template({"image": "busybox"}),
     }
-    assert (
-        h.paths_of(validate_spec(raw), raw) == h.store_paths(raw) == {"memstore_a": "/mnt/memory/team-notes"}
-    )
-    assert h.paths_of(None, raw) == {"memstore_a": None}
+    paths = {"memstore_a": "/mnt/memory/team-notes"}
+    assert rm.paths_of(validate_spec(raw), raw) == rm.store_paths(raw) == paths
+    assert rm.paths_of(None, raw) == {"memstore_a": None}
 
 
 async def test_kopf_session_bounds_its_requests_and_keeps_the_credentials() -> None:

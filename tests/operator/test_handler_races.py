@@ -16,6 +16,7 @@ from smem_harness import (
     FAST,
     FIRST_STORE_RESULT,
     MOUNTED,
+    NAMESPACE,
     RUNNING_POD,
     Cluster,
     flushed,
@@ -25,21 +26,22 @@ from smem_harness import (
 )
 
 from memsync.controller import handlers as h
+from memsync.controller import remembered as rm
 from memsync.controller.kube import KubeApi, KubeApiError
 from memsync.controller.pod import pod_name_for
 from memsync.crd.models import FINALIZER
 
 
 @pytest.fixture
-async def runtime(cluster: Cluster) -> AsyncIterator[h.Runtime]:
+async def runtime(cluster: Cluster) -> AsyncIterator[rm.Runtime]:
     kube = KubeApi.for_host(cluster.url)
     # No settling time: the delete handler decides as soon as it sees the Pod gone.
-    yield h.Runtime(kube=kube, config=dataclasses.replace(FAST, report_settle_seconds=0.0))
+    yield rm.Runtime(kube=kube, config=dataclasses.replace(FAST, report_settle_seconds=0.0))
     kube.close()
 
 
 async def test_the_final_flush_report_survives_a_failed_watcher_write(
-    cluster: Cluster, runtime: h.Runtime
+    cluster: Cluster, runtime: rm.Runtime
 ) -> None:
     """The Pod ends with a complete flush report and is removed; the watcher's status write for that last
     event fails (and kopf does not retry event handlers). The delete handler, seeing the Pod gone, must
@@ -92,7 +94,7 @@ async def test_the_final_flush_report_survives_a_failed_watcher_write(
 
 @pytest.mark.parametrize("secret_exists", [True, False])
 async def test_a_reconcile_validates_the_spec_once(
-    cluster: Cluster, runtime: h.Runtime, monkeypatch: pytest.MonkeyPatch, secret_exists: bool
+    cluster: Cluster, runtime: rm.Runtime, monkeypatch: pytest.MonkeyPatch, secret_exists: bool
 ) -> None:
     """One reconcile (creating the Pod, or refusing for a missing Secret) validates the spec exactly once and
     hands the store paths on to its status write."""
@@ -118,7 +120,7 @@ async def test_a_reconcile_validates_the_spec_once(
 
 
 async def test_the_duplicate_check_reads_the_index_and_writes_start_from_the_known_object(
-    cluster: Cluster, runtime: h.Runtime, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, runtime: rm.Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With kopf's index of sessions the duplicate check lists nothing; a status write after the reconcile's
     own read or write reads nothing either, and a newer object (here a spec update) still wins: the write
@@ -171,3 +173,73 @@ async def test_the_duplicate_check_reads_the_index_and_writes_start_from_the_kno
     assert reads == ["second", "first", "first"]
     status = cluster.smem_status("first")
     assert status["phase"] == "Running" and status["observedGeneration"] == 2
+
+
+def _count(monkeypatch: pytest.MonkeyPatch, kube: KubeApi, method: str) -> list[str]:
+    """Count the calls of ``kube.<method>(namespace, name)`` (by name) while still making them."""
+    calls: list[str] = []
+    real = getattr(kube, method)
+
+    async def counting(namespace: str, name: str) -> object:
+        calls.append(name)
+        return await real(namespace, name)
+
+    monkeypatch.setattr(kube, method, counting)
+    return calls
+
+
+async def test_a_new_sessionmemory_reads_no_pod_and_a_pod_it_meets_is_still_adopted(
+    cluster: Cluster, runtime: rm.Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reconcile of a SessionMemory that has no status creates its Pod without reading it first; a Pod
+    that exists after all (created by an attempt whose status write was lost) answers the create with 409
+    and is read and adopted, never duplicated."""
+    await cluster.create_secret("work-secret", {"secret": base64.b64encode(b"opaque").decode()})
+    await cluster.create_smem(smem_body("s1"))
+    pod_reads = _count(monkeypatch, runtime.kube, "get_pod")
+    await h.reconcile(runtime, cluster.smem("s1") or {})
+    assert pod_reads == [] and cluster.pod(pod_name_for("s1")) is not None
+    assert cluster.smem_status("s1")["phase"] == "Pending"
+
+    await cluster.create_smem(smem_body("s2", session_id="sesn_two"))
+    cluster.kmock.refuse_status_writes = 1  # type: ignore[attr-defined]
+    with pytest.raises(KubeApiError):
+        await h.reconcile(runtime, cluster.smem("s2") or {})  # the Pod is created, its status write lost
+    assert not cluster.smem_status("s2")
+    pod_uid = (cluster.pod(pod_name_for("s2")) or {})["metadata"]["uid"]
+    fresh = rm.Runtime(kube=runtime.kube, config=runtime.config)  # a restarted operator: nothing remembered
+    await h.reconcile(fresh, cluster.smem("s2") or {})
+    assert pod_reads == [pod_name_for("s2")]  # after the create's 409
+    assert cluster.smem_status("s2")["podName"] == pod_name_for("s2")
+    assert (cluster.pod(pod_name_for("s2")) or {})["metadata"]["uid"] == pod_uid
+    assert cluster.pod_ever_created(pod_name_for("s2")) == 1
+
+
+async def test_the_recheck_of_an_active_session_reads_only_its_pod(
+    cluster: Cluster, runtime: rm.Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The periodic re-check of a session with a Pod and no outcome reads the Pod, not the SessionMemory
+    this process wrote last; a Pod found gone is still recorded (from the watcher's last view)."""
+    await cluster.create_secret("work-secret", {"secret": base64.b64encode(b"opaque").decode()})
+    await cluster.create_smem(smem_body("s1"))
+    await h.reconcile(runtime, cluster.smem("s1") or {})
+    pod_name = pod_name_for("s1")
+    await cluster.set_pod_status(pod_name, RUNNING_POD)
+    await h.observe_pod(runtime, "MODIFIED", cluster.pod(pod_name) or {})
+    assert cluster.smem_status("s1")["phase"] == "Running"
+    smem_reads = _count(monkeypatch, runtime.kube, "get_session_memory")
+    pod_reads = _count(monkeypatch, runtime.kube, "get_pod")
+
+    await h.recheck(runtime, cluster.smem("s1") or {})
+    assert (smem_reads, pod_reads) == ([], [pod_name])
+    assert cluster.smem_status("s1")["phase"] == "Running"
+
+    await cluster.request_json(
+        "DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods/{pod_name}", {"gracePeriodSeconds": 0}
+    )
+    await cluster.remove_pod(pod_name)  # gone, and the watcher missed both events
+    assert cluster.pod(pod_name) is None
+    await h.recheck(runtime, cluster.smem("s1") or {})
+    assert smem_reads == []
+    status = cluster.smem_status("s1")
+    assert (status["phase"], status["podName"]) == ("Failed", pod_name), status

@@ -27,6 +27,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from memsync.controller.handlers import build_memo, build_registry
 from memsync.controller.kube import KubeApi, parse_server_version, version_refusal
+from memsync.controller.memtrace import install_from_env as install_memory_trace
 from memsync.controller.settings import ControllerConfig, bounded_session, configure_settings
 from memsync.crd.models import EnvVarSpec, describe_validation_error, env_problems
 from memsync.crd.schema import render_crd_yaml
@@ -197,6 +198,7 @@ def _run(
 ) -> None:
     if namespaces and all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces exclude each other")
+    install_memory_trace()  # only with MEMSYNC_TRACEMALLOC set: a debugging aid
     if not agent_image:
         raise click.UsageError(
             "--agent-image (or MEMSYNC_AGENT_IMAGE) is required: the image of the memsync "

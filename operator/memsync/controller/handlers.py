@@ -1,17 +1,19 @@
 """The SessionMemory controller: kopf handlers, thin and level-based, over pure decisions.
 
-One reconcile serves create, resume (operator restart), spec updates and a re-check timer. It reads the
+One reconcile serves create, resume (operator restart), spec updates and a periodic re-check. It reads the
 world, decides with pure functions, and converges; running it twice changes nothing the second time:
 
 1. A Pod with the deterministic name exists: adopt it if this SessionMemory owns it (controller owner
    reference with its uid), else refuse (``PodNameTaken``). If this SessionMemory had a Pod that is gone,
-   the session is over: a session runs once and never gets a second Pod.
+   the session is over: a session runs once and never gets a second Pod. (A SessionMemory with no status
+   yet, whose Pod the watcher has not seen, skips this read: the create in 3 answers 409 for a Pod that
+   exists after all.)
 2. Before any Pod, refusals, each a ``Failed`` phase whose ``Ready`` condition names the problem:
    an invalid spec (``InvalidSpec``), an older SessionMemory with the same ``sessionId`` in the namespace
    (``DuplicateSession``; ordered by creationTimestamp, then name; kopf keeps an index of sessions from
    its watch, so this check reads nothing from the API), a missing Secret or key
    (``SecretNotFound`` / ``SecretKeyNotFound``), a Secret the API forbids the operator to read
-   (``SecretForbidden``): never start a session without its memory. Refusals are re-evaluated by a timer
+   (``SecretForbidden``): never start a session without its memory. Refusals are re-evaluated periodically
    (and on spec updates), so a session starts once the Secret appears or the older duplicate is gone.
 3. Otherwise build the Pod (``pod.build_sandbox_pod``, pure) and create it; a 409 means it exists: read
    and adopt it as in 1. A create the API refuses (any 4xx ``kube.is_refusal`` counts as one: Pod
@@ -23,8 +25,9 @@ The Pod watcher (by label, server-side selector) derives the status from every P
 ``status.derive_status`` and patches it. Every status write is a read-modify-write with a resourceVersion
 precondition (retried on conflict) under a per-object lock, and posts a Kubernetes Event when the phase (or
 the reason of a failure) changes. kopf does not retry event handlers, so a watcher write that fails (an API
-hiccup) would be lost: the same re-check timer therefore also reconciles every session that has a Pod and
-no outcome yet (level-based: it repairs a lost write or a missed event), and the watcher remembers each
+hiccup) would be lost: the same periodic re-check therefore also checks every session that has a Pod and
+no outcome yet against its Pod (level-based: it repairs a lost write or a missed event; ``recheck`` reads
+the Pod only, and starts from the SessionMemory as this process last wrote it), and the watcher remembers each
 Pod's last state it saw, so a Pod that is gone is judged by what it last reported (its termination
 messages), not as lost.
 
@@ -39,7 +42,7 @@ releases), records the Pod's end from the last state the watcher saw (waiting br
 DELETED event when it has not arrived yet; with no state at all the flush is recorded as not reported), and
 releases the object.
 
-While a session runs, a timer reads its sidecar's sync health (``/status`` at the Pod IP, see
+While a session runs, a periodic job reads its sidecar's sync health (``/status`` at the Pod IP, see
 ``controller/health.py``) and writes the ``Synced`` condition, ``lastSyncTime`` and the running totals
 (``status.health_status``), only when they changed.
 
@@ -51,11 +54,11 @@ Nothing here logs or posts a Secret's data: the Secret is read only to check tha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 import kopf
@@ -64,7 +67,6 @@ from memsync.controller import metrics
 from memsync.controller import status as st
 from memsync.controller.health import health_url, read_health
 from memsync.controller.kube import (
-    CALL_THREADS,
     KubeAlreadyExists,
     KubeApi,
     KubeApiError,
@@ -74,7 +76,26 @@ from memsync.controller.kube import (
     refusal_message,
 )
 from memsync.controller.objects import meta_of
+from memsync.controller.periodic import (
+    HEALTH,
+    RECHECK,
+    Job,
+    Ref,
+    Schedule,
+    is_running,
+    jobs_of,
+    needs_recheck,
+    run_jobs,
+)
 from memsync.controller.pod import build_sandbox_pod, pod_name_for
+from memsync.controller.remembered import (
+    Runtime,
+    StorePaths,
+    identity,
+    object_digest,
+    paths_of,
+    pod_digest,
+)
 from memsync.controller.settings import ControllerConfig
 from memsync.crd.models import (
     API_VERSION,
@@ -92,15 +113,9 @@ from memsync.crd.models import (
 logger = logging.getLogger(__name__)
 
 STATUS_WRITE_ATTEMPTS: Final = 8
-#: Handler steps that run at once. kopf starts a handler for every object at once: a burst of 1,000 new
-#: SessionMemories would otherwise hold 1,000 objects, Pod manifests and responses while they all queue
-#: for the API client's threads (which serve ``CALL_THREADS`` calls at a time anyway).
-HANDLER_SLOTS: Final = 2 * CALL_THREADS
 RECONCILE_ERROR_DELAY: Final = 10.0
 
 Status = dict[str, Any]
-#: memoryStoreId -> effective mount path (None when the spec is invalid), in the spec's order.
-StorePaths = dict[str, str | None]
 Compute = Callable[[Mapping[str, Any], Status], Status | None]
 #: The claims on one session in a namespace (``session_claim`` values), from the operator's index.
 Claims = Callable[[str, str], list[Mapping[str, Any]]]
@@ -108,99 +123,14 @@ LoginFn = Callable[..., Any]
 
 
 # --------------------------------------------------------------------------------------------------
-# Shared state of one operator process (kopf hands it to every handler through ``memo``)
+# Shared state of one operator process (``remembered.Runtime``; kopf hands it to handlers in ``memo``)
 # --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SeenPod:
-    """The last state of a SessionMemory's Pod that the Pod watcher saw (``gone``: its DELETED event)."""
-
-    owner_uid: str
-    pod: Mapping[str, Any]
-    gone: bool
-
-
-@dataclass
-class Runtime:
-    kube: KubeApi
-    config: ControllerConfig
-    clock: Callable[[], dt.datetime] = st.now_utc
-    locks: dict[tuple[str, str], asyncio.Lock] = field(default_factory=dict)
-    # When the deletion first saw the Pod gone (monotonic seconds), per SessionMemory.
-    gone_since: dict[tuple[str, str], float] = field(default_factory=dict)
-    # Pods (by uid) this operator process created or has already announced as adopted.
-    known_pods: set[str] = field(default_factory=set)
-    # The last Pod state the watcher saw, per SessionMemory (namespace, name).
-    seen_pods: dict[tuple[str, str], SeenPod] = field(default_factory=dict)
-    # The SessionMemory as this process last read or wrote it, per (namespace, name): a status write
-    # starts from it instead of a read (its resourceVersion precondition catches any newer change).
-    objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    # The store paths of each SessionMemory's spec (uid -> generation, paths).
-    paths: dict[str, tuple[int | None, StorePaths]] = field(default_factory=dict)
-    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(HANDLER_SLOTS))
-
-    def lock(self, namespace: str, name: str) -> asyncio.Lock:
-        return self.locks.setdefault((namespace, name), asyncio.Lock())
-
-    def seen_pod(self, namespace: str, name: str, uid: str, pod_name: str) -> SeenPod | None:
-        """The watcher's last view of Pod ``pod_name`` of SessionMemory ``uid``, if it saw one."""
-        seen = self.seen_pods.get((namespace, name))
-        if seen is None or seen.owner_uid != uid or meta_of(seen.pod).name != pod_name:
-            return None
-        return seen
-
-    async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """The SessionMemory as the API serves it now (remembered for the next status write)."""
-        obj = await self.kube.get_session_memory(namespace, name)
-        if obj is None:
-            self.objects.pop((namespace, name), None)
-        else:
-            self.objects[(namespace, name)] = lean(obj)
-        return obj
-
-    def known(self, namespace: str, name: str, uid: str | None) -> dict[str, Any] | None:
-        """The remembered SessionMemory, if it is the one with ``uid`` (any one when None)."""
-        obj = self.objects.get((namespace, name))
-        if obj is None or (uid is not None and meta_of(obj).uid != uid):
-            return None
-        return obj
-
-    def forget(self, namespace: str, name: str) -> None:
-        known = self.objects.pop((namespace, name), None)
-        if known is not None:
-            self.paths.pop(str(meta_of(known).uid), None)
-        self.locks.pop((namespace, name), None)
-        self.gone_since.pop((namespace, name), None)
-        self.seen_pods.pop((namespace, name), None)
 
 
 def build_memo(kube: KubeApi, config: ControllerConfig) -> kopf.Memo:
     memo = kopf.Memo()
     memo["runtime"] = Runtime(kube=kube, config=config)
     return memo
-
-
-def plain(value: Any) -> Any:
-    """A deep copy as plain dicts and lists (kopf hands out mapping views over the raw object)."""
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value
-
-
-def lean(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """``obj`` without the metadata the controller never reads (managedFields, annotations), to keep.
-
-    The Pod watcher and the status writes remember one Pod and one SessionMemory per session; those two
-    fields (the field managers' trees, kopf's and kubectl's last configurations) are most of their size.
-    """
-    out = dict(obj)
-    meta = obj.get("metadata")
-    if isinstance(meta, Mapping):
-        out["metadata"] = {k: v for k, v in meta.items() if k not in ("managedFields", "annotations")}
-    return out
 
 
 def _runtime(memo: Any) -> Runtime:
@@ -233,26 +163,6 @@ def owner_name(pod: Mapping[str, Any]) -> str | None:
             name = ref.get("name")
             return str(name) if name else None
     return None
-
-
-def paths_of(spec: SessionMemorySpec | None, raw_spec: Mapping[str, Any]) -> StorePaths:
-    """The store paths of an already validated ``spec``; of ``raw_spec`` (no paths) when it was invalid."""
-    if spec is not None:
-        return {s.memory_store_id: s.effective_mount_path for s in spec.stores}
-    out: StorePaths = {}
-    for store in raw_spec.get("stores") or []:
-        if isinstance(store, Mapping) and isinstance(store.get("memoryStoreId"), str):
-            out.setdefault(store["memoryStoreId"], None)
-    return out
-
-
-def store_paths(raw_spec: Mapping[str, Any]) -> StorePaths:
-    """memoryStoreId -> effective mount path, in the spec's order (tolerates an invalid spec)."""
-    try:
-        spec: SessionMemorySpec | None = validate_spec(raw_spec)
-    except InvalidSpecError:
-        spec = None
-    return paths_of(spec, raw_spec)
 
 
 def _sort_key(obj: Mapping[str, Any]) -> tuple[str, str]:
@@ -291,13 +201,6 @@ def session_claim(obj: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, Any
     keep = ("name", "namespace", "uid", "creationTimestamp")
     claim = {"metadata": {k: v for k, v in meta.raw.items() if k in keep}, "spec": {"sessionId": session_id}}
     return {(meta.namespace, session_id): claim}
-
-
-def needs_recheck(status: Mapping[str, Any]) -> bool:
-    """Refused before its Pod (the cause may be fixed), or a Pod and no outcome yet (a write may be lost)."""
-    if st.is_refusal(status):
-        return True
-    return bool(status.get("podName")) and status.get("phase") not in st.TERMINAL_PHASES
 
 
 def _announcement(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, str, str] | None:
@@ -367,7 +270,7 @@ async def write_status(
                 runtime.objects.pop((namespace, name), None)
                 await asyncio.sleep(min(0.05 * 2**attempt, 1.0) if attempt else 0)
                 continue
-            runtime.objects[(namespace, name)] = lean(written)
+            runtime.remember(namespace, name, written)
             announcement = _announcement(previous, new)
             if announcement is not None:
                 type_, reason, message = announcement
@@ -393,25 +296,12 @@ async def write_status(
 
 
 # --------------------------------------------------------------------------------------------------
-# Reconcile (create, resume, update, re-check timer)
+# Reconcile (create, resume, update, periodic re-check)
 # --------------------------------------------------------------------------------------------------
 
 
 def _generation(obj: Mapping[str, Any]) -> int | None:
     return meta_of(obj).generation
-
-
-def _paths(runtime: Runtime, obj: Mapping[str, Any], known: StorePaths | None) -> StorePaths:
-    """The store paths the caller already has from its one validation, else those of ``obj``'s spec
-    (validated once per object and generation: every Pod event of a session needs them)."""
-    if known is not None:
-        return known
-    meta = meta_of(obj)
-    generation, paths = runtime.paths.get(str(meta.uid), (None, None))
-    if paths is None or generation != meta.generation:
-        paths = store_paths(obj.get("spec") or {})
-        runtime.paths[str(meta.uid)] = (meta.generation, paths)
-    return paths
 
 
 async def _refuse(
@@ -432,7 +322,7 @@ async def _refuse(
             previous,
             reason=reason,
             message=message,
-            stores=_paths(runtime, obj, stores),
+            stores=runtime.store_paths(obj, stores),
             generation=_generation(obj),
             now=now,
         )
@@ -459,7 +349,7 @@ async def _record_pod(
         return st.derive_status(
             previous,
             pod,
-            stores=_paths(runtime, obj, stores),
+            stores=runtime.store_paths(obj, stores),
             generation=_generation(obj),
             now=now,
             pod_gone=pod_gone,
@@ -498,7 +388,7 @@ async def _record_lost_pod(
         return st.lost_pod_status(
             previous,
             pod_name=pod_name,
-            stores=_paths(runtime, obj, stores),
+            stores=runtime.store_paths(obj, stores),
             generation=_generation(obj),
             now=now,
             reason=reason,
@@ -577,7 +467,11 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any], claims: Cla
         valid, invalid = None, exc
     stores = paths_of(valid, raw_spec)
 
-    pod = await kube.get_pod(namespace, pod_name)
+    # A SessionMemory never reconciled (no status) and whose Pod the watcher has not seen gets no read of
+    # its Pod: the create below answers 409 if one exists after all, and that Pod is then read and adopted.
+    pod = (
+        await kube.get_pod(namespace, pod_name) if status or (namespace, name) in runtime.seen_pods else None
+    )
     if pod is not None:
         await _adopt_or_refuse(runtime, body, pod, created=False, stores=stores)
         return
@@ -687,9 +581,31 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any], claims: Cla
     await _adopt_or_refuse(runtime, body, created, created=True, stores=stores)
 
 
+async def recheck(runtime: Runtime, event_body: Mapping[str, Any], claims: Claims | None = None) -> None:
+    """The periodic re-check. A session with its Pod and no outcome yet is checked against its Pod alone,
+    from the SessionMemory as this process last read or wrote it (only this operator writes the status, so
+    that copy's status is current; a write it makes still carries that copy's resourceVersion): the Pod is
+    read, and a gone Pod is recorded from the watcher's last view. Anything else (a refusal, which needs the
+    spec; an object this process holds no copy of) is reconciled in full."""
+    meta = meta_of(event_body)
+    namespace, name, uid = str(meta.namespace), str(meta.name), str(meta.uid)
+    known = runtime.known(namespace, name, uid)
+    status: Mapping[str, Any] = (known or {}).get("status") or {}
+    active = needs_recheck(status) and not st.is_refusal(status)
+    if known is None or not active or meta_of(known).deletion_timestamp:
+        await reconcile(runtime, event_body, claims)
+        return
+    pod_name = str(status["podName"])
+    pod = await runtime.kube.get_pod(namespace, pod_name)
+    if pod is None:
+        await _record_gone_pod(runtime, namespace, name, uid, pod_name)
+    else:
+        await _adopt_or_refuse(runtime, known, pod, created=False)
+
+
 async def _guarded(runtime: Runtime, body: Mapping[str, Any], step: Callable[[], Awaitable[None]]) -> None:
-    """Run a handler step (in one of the ``HANDLER_SLOTS``); API errors become kopf retries with a delay
-    (never a tight loop)."""
+    """Run a handler step (in one of the ``remembered.HANDLER_SLOTS``); API errors become kopf retries
+    with a delay (never a tight loop)."""
     try:
         async with runtime.slots:
             await step()
@@ -816,7 +732,7 @@ async def observe_pod(runtime: Runtime, event_type: str | None, pod: Mapping[str
     pod_gone = event_type == "DELETED"
     key = (str(namespace), name)
     # Remembered before the write: if the write fails, the re-check and the delete handler still know.
-    runtime.seen_pods[key] = SeenPod(owner_uid=uid, pod=lean(pod), gone=pod_gone)
+    runtime.see_pod(key[0], name, uid, pod, gone=pod_gone)
     if await _record_pod(runtime, str(namespace), name, uid, pod, pod_gone=pod_gone) is None:
         runtime.seen_pods.pop(key, None)  # the SessionMemory is gone: nothing to remember it for
 
@@ -852,8 +768,22 @@ async def note_spec_change(runtime: Runtime, body: Mapping[str, Any], claims: Cl
 # --------------------------------------------------------------------------------------------------
 
 
-def is_running(status: Mapping[str, Any]) -> bool:
-    return status.get("phase") == st.RUNNING and bool(status.get("podName"))
+def reference(ref: Ref) -> dict[str, Any]:
+    """A SessionMemory's identity as a body (what a step that reads the object afresh needs)."""
+    namespace, name, uid = ref
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"namespace": namespace, "name": name, "uid": uid},
+    }
+
+
+async def poll_health_of(runtime: Runtime, ref: Ref) -> None:
+    """The health poll of SessionMemory ``ref``, from the object as this process last read or wrote it."""
+    namespace, name, uid = ref
+    obj = runtime.known(namespace, name, uid) or await runtime.read(namespace, name)
+    if obj is not None and meta_of(obj).uid == uid and is_running(obj.get("status") or {}):
+        await poll_health(runtime, obj)
 
 
 async def poll_health(runtime: Runtime, body: Mapping[str, Any]) -> None:
@@ -876,7 +806,7 @@ async def poll_health(runtime: Runtime, body: Mapping[str, Any]) -> None:
     health, error = await read_health(url)
     now = runtime.clock()
     if st.health_status(status, health, error=error, generation=_generation(body), now=now) == status:
-        return  # nothing changed since the status this timer was given: no read, no write
+        return  # nothing changed since the status this poll was given: no read, no write
     before: dict[str, Any] = {}
 
     def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
@@ -903,6 +833,7 @@ async def poll_health(runtime: Runtime, body: Mapping[str, Any]) -> None:
 
 
 SESSIONS_INDEX: Final = "sessions"
+PERIODIC_INDEX: Final = "periodic"
 
 
 SessionIndex = kopf.Index[tuple[str, str], Mapping[str, Any]]
@@ -933,70 +864,74 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
     # kopf keeps this index from its own watch of SessionMemories; handlers receive it as ``sessions``.
     kopf.index(GROUP, VERSION, PLURAL, registry=registry, id=SESSIONS_INDEX)(index_session)
 
+    # Each handler keeps only what its step reads of kopf's body (kopf starts a handler for every new
+    # object at once, and they wait for a slot): the reconcile reads the object afresh and needs only its
+    # identity; the others its identity, generation and status; the Pod watcher the Pod's digest.
     async def on_create_or_resume(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-        runtime, obj = _runtime(memo), plain(body)
+        runtime, obj = _runtime(memo), identity(body)
+        runtime.indexed.set()  # kopf runs handlers once every SessionMemory is indexed
         await _guarded(runtime, obj, lambda: reconcile(runtime, obj, claims_of(kwargs[SESSIONS_INDEX])))
 
     kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")(on_create_or_resume)
     kopf.on.create(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")(on_create_or_resume)
 
     async def on_update(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-        runtime, obj = _runtime(memo), plain(body)
+        runtime, obj = _runtime(memo), object_digest(body)
+        runtime.indexed.set()  # kopf runs handlers once every SessionMemory is indexed
         await _guarded(
             runtime, obj, lambda: note_spec_change(runtime, obj, claims_of(kwargs[SESSIONS_INDEX]))
         )
 
     kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry, id="spec-change")(on_update)
 
-    async def recheck(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-        obj = plain(body)
-        if not needs_recheck(obj.get("status") or {}):
-            return
+    async def index_jobs(body: kopf.Body, **_: Any) -> dict[str, Ref] | None:
+        return jobs_of(body)
+
+    # The periodic re-check and health poll run in one loop over this index (``controller/periodic.py``),
+    # not as a kopf timer per SessionMemory (each would keep the object's full body and a task).
+    kopf.index(GROUP, VERSION, PLURAL, registry=registry, id=PERIODIC_INDEX)(index_jobs)
+
+    async def start_periodic(memo: kopf.Memo, **kwargs: Any) -> None:
         runtime = _runtime(memo)
-        await _guarded(runtime, obj, lambda: reconcile(runtime, obj, claims_of(kwargs[SESSIONS_INDEX])))
+        claims = claims_of(kwargs[SESSIONS_INDEX])
 
-    def unsettled(status: kopf.Status, **_: Any) -> bool:
-        return needs_recheck(plain(status))
+        async def recheck_one(ref: Ref) -> None:
+            ident = reference(ref)
+            await _guarded(runtime, ident, lambda: recheck(runtime, ident, claims))
 
-    # Only refused or still active SessionMemories carry a timer (kopf starts and stops it as the filter
-    # flips); a session with its outcome recorded is never re-checked.
-    kopf.timer(
-        GROUP,
-        VERSION,
-        PLURAL,
-        registry=registry,
-        id="recheck",
-        interval=config.recheck_interval,
-        initial_delay=config.recheck_interval,
-        when=unsettled,
-    )(recheck)
+        async def health_one(ref: Ref) -> None:
+            ident = reference(ref)
+            await _guarded(runtime, ident, lambda: poll_health_of(runtime, ref))
 
-    async def sync_health(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        runtime, obj = _runtime(memo), plain(body)
-        await _guarded(runtime, obj, lambda: poll_health(runtime, obj))
+        jobs = [
+            Job(RECHECK, Schedule(config.recheck_interval, config.recheck_interval), recheck_one),
+            Job(HEALTH, Schedule(config.health_interval, 0.0), health_one),
+        ]
+        runtime.periodic = asyncio.create_task(
+            run_jobs(jobs, kwargs[PERIODIC_INDEX], runtime.indexed, error_delay=RECONCILE_ERROR_DELAY)
+        )
 
-    def running(status: kopf.Status, **_: Any) -> bool:
-        return is_running(plain(status))
+    kopf.on.startup(registry=registry, id="periodic")(start_periodic)
 
-    # Only running sessions are polled; the final report decides once the session ends.
-    kopf.timer(
-        GROUP,
-        VERSION,
-        PLURAL,
-        registry=registry,
-        id="sync-health",
-        interval=config.health_interval,
-        when=running,
-    )(sync_health)
+    async def stop_periodic(memo: kopf.Memo, **_: Any) -> None:
+        task = _runtime(memo).periodic
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    kopf.on.cleanup(registry=registry, id="periodic")(stop_periodic)
 
     async def on_delete(body: kopf.Body, memo: kopf.Memo, runtime: dt.timedelta, **_: Any) -> None:
-        rt, obj = _runtime(memo), plain(body)
+        rt, obj = _runtime(memo), object_digest(body)
+        rt.indexed.set()  # kopf runs handlers once every SessionMemory is indexed
         await _guarded(rt, obj, lambda: finalize(rt, obj, runtime.total_seconds()))
 
     kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, id="cleanup")(on_delete)
 
     async def on_pod(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        runtime, pod = _runtime(memo), plain(body)
+        runtime, pod = _runtime(memo), pod_digest(body)
+        runtime.indexed.set()  # kopf runs handlers once every SessionMemory is indexed
         try:
             async with runtime.slots:
                 await observe_pod(runtime, type, pod)

@@ -534,18 +534,18 @@ def describe_validation_error(exc: ValidationError, *, prefix: str = "") -> str:
     return "; ".join(lines)
 
 
-def _plain(value: Any) -> Any:
-    """Deep-copy mappings and sequences into plain dicts and lists (kopf hands out mapping views)."""
+def plain(value: Any) -> Any:
+    """A deep copy as plain dicts and lists (kopf hands out mapping views over the raw object)."""
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     return value
 
 
 def validate_spec(raw: Mapping[str, Any]) -> SessionMemorySpec:
     """Validate a SessionMemory's ``spec`` as read from the API; raise :class:`InvalidSpecError`."""
     try:
-        return SessionMemorySpec.model_validate(_plain(raw))
+        return SessionMemorySpec.model_validate(plain(raw))
     except ValidationError as exc:
         raise InvalidSpecError(describe_validation_error(exc, prefix="spec")) from None
