@@ -439,23 +439,22 @@ async def test_a_pass_cancelled_while_a_pull_writes_records_the_written_file(
     a local edit, and re-creates the memory that another writer renamed meanwhile (a duplicate)."""
     await h.put("b.md", "bravo 2")
     entered, release = threading.Event(), threading.Event()
-    write_bytes = StoreRoot.write_bytes
+    replace_if = StoreRoot.replace_if  # the pull's compare-and-swap write
 
-    def slow_write(self: StoreRoot, rel: str, data: bytes, **kw: bool) -> None:
+    def slow_write(self: StoreRoot, rel: str, data: bytes, expected_sha: str | None) -> bool:
         entered.set()
         release.wait(timeout=30)
-        write_bytes(self, rel, data, **kw)
+        return replace_if(self, rel, data, expected_sha)
 
-    monkeypatch.setattr(StoreRoot, "write_bytes", slow_write)
+    monkeypatch.setattr(StoreRoot, "replace_if", slow_write)
     running = asyncio.create_task(h.sync())
-    while not entered.is_set():
-        await asyncio.sleep(0.01)
+    assert await asyncio.to_thread(entered.wait, 30), "the pull never reached its write"
     running.cancel()
     await asyncio.sleep(0.05)
     release.set()
     with pytest.raises(asyncio.CancelledError):
         await running
-    monkeypatch.setattr(StoreRoot, "write_bytes", write_bytes)
+    monkeypatch.setattr(StoreRoot, "replace_if", replace_if)
     assert h.read("b.md") == "bravo 2"
     assert h.state().baseline["b.md"] == content_sha256("bravo 2")
     await h.delete("b.md")  # another writer renamed it
