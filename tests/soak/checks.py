@@ -9,7 +9,9 @@ hold at the end, what the agents reported, and what went over the wire. Each ret
   wrote the file when the store holds other content than the file did (both wrote the path: a conflict the
   store wins; also when the agent reported the file's content lost to the store's after it was written), or
   the test created the file and deleted it before any of it reached the store (the memory there, holding
-  other content, is another writer's), or the agent reported that the delete lost;
+  other content, is another writer's), or the file held the store's memory as pulled and the sidecar was
+  SIGKILLed between that memory's last version and the delete (the pull may not have reached the saved
+  state, and the agent keeps a memory it cannot tell is its own), or the agent reported that the delete lost;
 - no write overwrote a memory without a precondition: every agent update and delete carried one, and in the
   version history every session version that follows another version of its memory follows one whose hash
   that session sent as the precondition;
@@ -163,6 +165,7 @@ def _reported(
 
 
 Held = Mapping[Folder, tuple[int, list[str]]]  # (pod, store) -> deletes held by the cap at the end, sample
+Kills = Mapping[str, list[float]]  # pod -> when its sidecar was SIGKILLed
 
 
 def _delete_applied(  # noqa: PLR0917 - plain-data inputs of check_local_ops
@@ -174,13 +177,25 @@ def _delete_applied(  # noqa: PLR0917 - plain-data inputs of check_local_ops
     versions: Mapping[str, list[Version]],
     reports: Mapping[str, list[Report]],
     sessions: Mapping[str, str],
+    kills: Kills | None = None,
 ) -> bool:
     """Gone from the store, or excused: another writer changed the path after the agent last saw the file,
-    or the agent reported that the delete lost."""
+    or the agent reported that the delete lost, or the agent may not have known the file was its own."""
     content = live.get(store_id, {}).get(rel)
     if content is None:
         return True
     history = versions.get(store_id, [])
+    since = max((v.at for v in history if v.path == rel), default=0.0)
+    if (
+        last.written_at is None
+        and last.sha256 == content_sha256(content)
+        and any(since - 1 <= k <= last.at for k in (kills or {}).get(pod, []))
+    ):
+        # The file held the store's memory as the agent pulled it, and the sidecar was SIGKILLed between the
+        # memory's last version and the delete: the pull may have reached the disk but not the saved state.
+        # Not knowing the file was its own, the agent keeps the store's memory, as it must when it cannot
+        # tell a delete from a pull that never happened.
+        return True
     if (
         last.created_at is not None
         and last.sha256 is not None
@@ -214,6 +229,7 @@ def held_at_end(  # noqa: PLR0917 - plain-data inputs of check_local_ops
     sessions: Mapping[str, str],
     held: Held,
     final_local: Mapping[Folder, Mapping[str, str | None]] | None = None,
+    kills: Kills | None = None,
 ) -> dict[Folder, set[str]]:
     """The local deletes still in the store that the session's end reported as held back by the delete cap:
     per folder, all of those the folder does not hold again at the end when the reported count covers them
@@ -232,7 +248,7 @@ def held_at_end(  # noqa: PLR0917 - plain-data inputs of check_local_ops
         if rel not in live.get(store_id, {}) or rel in (final_local or {}).get((pod, store_id), {}):
             continue
         still[(pod, store_id)].add(rel)
-        if not _delete_applied(pod, store_id, rel, last, live, versions, reports, sessions):
+        if not _delete_applied(pod, store_id, rel, last, live, versions, reports, sessions, kills):
             missing[(pod, store_id)].add(rel)
     out: dict[Folder, set[str]] = {}
     for folder in set(still) | {f for f, (count, _) in held.items() if count}:
@@ -272,9 +288,10 @@ def check_local_ops(  # noqa: PLR0917 - plain-data inputs, named at the one call
     reports: Mapping[str, list[Report]],
     sessions: Mapping[str, str],
     held: Held | None = None,
+    kills: Kills | None = None,
 ) -> list[Violation]:
     out: list[Violation] = []
-    excused = held_at_end(ops, live, versions, reports, sessions, held or {}, final_local)
+    excused = held_at_end(ops, live, versions, reports, sessions, held or {}, final_local, kills)
     waiting = waiting_behind(excused, final_local)
     for (pod, store_id, rel), last in sorted(ops.items()):
         history = versions.get(store_id, [])
@@ -300,7 +317,7 @@ def check_local_ops(  # noqa: PLR0917 - plain-data inputs, named at the one call
                 Violation("lost_edit", f"{where}: never reached the store and no conflict was reported")
             )
         elif rel not in excused.get((pod, store_id), set()) and not _delete_applied(
-            pod, store_id, rel, last, live, versions, reports, sessions
+            pod, store_id, rel, last, live, versions, reports, sessions, kills
         ):
             out.append(Violation("delete_not_applied", f"{where}: deleted locally, still in the store"))
     return out

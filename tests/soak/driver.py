@@ -114,6 +114,7 @@ class Soak:
         self.unreadable_since: dict[tuple[str, str, str], float] = {}
         # what an unreadable file held when the test made it so (the agent can neither read nor replace it)
         self.blind_sha: dict[tuple[str, str, str], str] = {}
+        self.kills: dict[str, list[float]] = {}  # pod -> when its sidecar was SIGKILLed
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(coro)
@@ -370,6 +371,7 @@ class Soak:
     def _process_op(self, kind: str) -> bool:
         if kind == "kill_sidecar":
             pod = self.rng.choice(self.pods)
+            self.kills.setdefault(pod.name, []).append(time.time())
             pod.kill()
             pod.start()
             pod.wait_started()
@@ -450,9 +452,13 @@ class Soak:
         for term in terminations.values():
             for sid, s in term.get("stores", {}).items():
                 refused.setdefault(sid, set()).update(s.get("refused_paths", []))
-        excused = checks.held_at_end(self.last_local, live, versions, reports, sessions, held, final_local)
+        excused = checks.held_at_end(
+            self.last_local, live, versions, reports, sessions, held, final_local, self.kills
+        )
         violations = [
-            *checks.check_local_ops(self.last_local, final_local, live, versions, reports, sessions, held),
+            *checks.check_local_ops(
+                self.last_local, final_local, live, versions, reports, sessions, held, self.kills
+            ),
             *checks.check_store_shape(live, final_local, self.attached, excused, self.last_local, refused),
             *checks.check_terminations(
                 exits, terminations, unreadable, checks.waiting_behind(excused, final_local)
@@ -471,6 +477,7 @@ class Soak:
                 "held": {" ".join(k): v for k, v in held.items()},
                 "terminations": terminations,
                 "unreadable": {" ".join(k): sorted(v) for k, v in unreadable.items()},
+                "kills": self.kills,
             }
             (self.base / "verdict-inputs.json").write_text(json.dumps(dump, indent=1, default=str))
         figures = {

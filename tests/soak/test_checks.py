@@ -299,6 +299,26 @@ def test_a_held_delete_another_session_carried_out_still_names_the_held() -> Non
     assert never == {}
 
 
+def test_a_pulled_file_deleted_after_a_sidecar_kill_may_come_back() -> None:
+    """The agent pulled a.md; its sidecar was SIGKILLed before the state recorded the pull; the test deleted
+    the file: the restarted agent cannot tell it was its own and keeps the store's memory."""
+    theirs = content_sha256("theirs")
+    ops = {("p1", S, "a.md"): LocalOp("delete", theirs, 100.0, 3)}
+    live = {S: {"a.md": "theirs"}}
+    history = {S: [Version("a.md", theirs, 90.0, "apikey_admin")]}
+    assert check_local_ops(ops, {}, live, history, {}, SESSIONS, None, {"p1": [95.0]}) == []
+    # Killed before the memory existed, after the delete, or another pod: the delete had to go.
+    for kills in ({"p1": [80.0]}, {"p1": [105.0]}, {"p2": [95.0]}):
+        assert _kinds(check_local_ops(ops, {}, live, history, {}, SESSIONS, None, kills)) == [
+            "delete_not_applied"
+        ]
+    # The test had written the file itself: not the agent's pull.
+    written = {("p1", S, "a.md"): LocalOp("delete", theirs, 100.0, 3, written_at=92.0)}
+    assert _kinds(check_local_ops(written, {}, live, history, {}, SESSIONS, None, {"p1": [95.0]})) == [
+        "delete_not_applied"
+    ]
+
+
 def test_a_delete_of_a_file_that_lost_to_the_store_leaves_the_store_version() -> None:
     """The test wrote a new file where another writer had just created a memory; the agent reported that the
     store's version won; the test then deleted its file (still holding its own content): the store keeps the
