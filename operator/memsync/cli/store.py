@@ -28,6 +28,7 @@ from memsync.api.models import Memory, MemoryStoreResource
 from memsync.api.paths import path_violation
 from memsync.client import StoreClient, errors
 from memsync.server import create_app
+from memsync.server.environments import DEFAULT_LEASE_TTL_S, LEASE_TTL_MAX_S, LEASE_TTL_MIN_S
 from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
 
 logger = logging.getLogger("memsync.store")
@@ -123,6 +124,14 @@ def admin_key_from(key_file: Path | None) -> str:
     help="Memories per store (the hosted API allows 10,000; lower it to test the cap).",
 )
 @click.option(
+    "--lease-ttl",
+    default=DEFAULT_LEASE_TTL_S,
+    show_default=True,
+    type=click.IntRange(LEASE_TTL_MIN_S, LEASE_TTL_MAX_S),
+    envvar="MEMSYNC_LEASE_TTL",
+    help="Seconds a work item's lease lasts without a heartbeat (self-hosted environments).",
+)
+@click.option(
     "--request-read-timeout",
     default=DEFAULT_READ_TIMEOUT_S,
     show_default=True,
@@ -139,6 +148,7 @@ def serve(
     admin_key_file: Path | None,
     cursor_ttl: int,
     max_memories: int,
+    lease_ttl: int,
     request_read_timeout: float,
 ) -> None:
     """Run the store server (FastAPI + uvicorn over one SQLite file)."""
@@ -154,7 +164,14 @@ def serve(
             extra={"admin_key_file": str(key_path)},
         )
     url = public_url or f"http://{host}:{port}"
-    app = create_app(db_path, admin_key, url, cursor_ttl_s=cursor_ttl, max_memories_per_store=max_memories)
+    app = create_app(
+        db_path,
+        admin_key,
+        url,
+        cursor_ttl_s=cursor_ttl,
+        max_memories_per_store=max_memories,
+        lease_ttl_s=lease_ttl,
+    )
     logger.info("store server listening", extra={"host": host, "port": port, "db": str(db_path)})
     uvicorn.Server(uvicorn_config(app, host=host, port=port, read_timeout_s=request_read_timeout)).run()
 

@@ -20,9 +20,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from memsync.api import errors as et
+from memsync.server import environment_routes
 from memsync.server.db import Database
+from memsync.server.environments import DEFAULT_LEASE_TTL_S, EnvironmentService
 from memsync.server.errors import ApiError, too_large
 from memsync.server.service import Principal, StoreService
+from memsync.server.session_events import SessionEvents
 
 logger = logging.getLogger("memsync.server")
 
@@ -158,6 +161,7 @@ def create_app(
     *,
     cursor_ttl_s: int = 3600,
     max_memories_per_store: int | None = None,
+    lease_ttl_s: int = DEFAULT_LEASE_TTL_S,
 ) -> FastAPI:
     """The store server as an ASGI app over the SQLite file ``db_path``."""
     db = Database(db_path)
@@ -182,6 +186,9 @@ def create_app(
     )
     app.state.service = service
     app.add_middleware(RequestIdMiddleware)
+    environment_routes.install(
+        app, service, EnvironmentService(db, service, lease_ttl_s=lease_ttl_s), SessionEvents(db), read_body
+    )
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -342,9 +349,7 @@ def create_app(
 
     # --- sessions -----------------------------------------------------------------------------------------
 
-    @app.get("/v1/sessions/{session_id}")
-    def get_session(*, p: Caller, session_id: str, beta: Beta = None) -> JSONResponse:
-        return JSONResponse(service.get_session(p, session_id))
+    # GET /v1/sessions/{session_id} is served by the environment extension (it adds status and the agent).
 
     @app.post("/v1/memsync/sessions")
     def mint_session(*, p: Caller, body: Body, beta: Beta = None) -> JSONResponse:

@@ -9,6 +9,7 @@ import hmac
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -78,6 +79,15 @@ class MintSessionRequest(BaseModel):
 
     session_id: str | None = None
     resources: list[MintResource] = Field(default_factory=list)
+    # The environment whose work queue gets the session's work item, and events that play the agent's side
+    # (both handled by the environment extension, memsync.server.environments).
+    environment_id: str | None = None
+    script: list[dict[str, Any]] | None = None
+
+
+#: Called inside the minting transaction with (connection, session id, request, work-item secret); answers
+#: extra fields of the mint response.
+MintHook = Callable[[Any, str, MintSessionRequest, str], dict[str, Any]]
 
 
 # --- who is calling -------------------------------------------------------------------------------------
@@ -136,6 +146,7 @@ class StoreService:
         self.max_memories = max_memories_per_store
         self._sessions: dict[str, SessionRow] = {}
         self._sessions_lock = threading.Lock()
+        self.on_mint: MintHook | None = None
 
     # --- auth ---------------------------------------------------------------------------------------------
 
@@ -625,5 +636,7 @@ class StoreService:
                 )
             Database.insert_session(conn, session_id, token_hash(token), now, resources)
             row = Database.get_session(conn, session_id)
+            secret = encode_work_secret(token, self.public_url)
+            extra = self.on_mint(conn, session_id, req, secret) if self.on_mint is not None else {}
         assert row is not None
-        return {"session": session_json(row), "work_secret": encode_work_secret(token, self.public_url)}
+        return {"session": session_json(row), "work_secret": secret, **extra}
