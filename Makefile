@@ -56,6 +56,7 @@ bench: $(STAMP)
 
 crds: $(STAMP)
 	$(BIN)/memsync operator crd > crds/sessionmemories.agents.memsync.dev.yaml
+	$(BIN)/memsync operator crd --resource agentenvironments > crds/agentenvironments.agents.memsync.dev.yaml
 
 image:
 	docker build -t $(IMAGE):$(TAG) .

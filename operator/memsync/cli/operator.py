@@ -28,6 +28,7 @@ from pydantic import TypeAdapter, ValidationError
 from memsync.controller.handlers import build_memo, build_registry
 from memsync.controller.kube import KubeApi, parse_server_version, version_refusal
 from memsync.controller.settings import ControllerConfig, configure_settings
+from memsync.crd import agentenv_schema
 from memsync.crd.models import EnvVarSpec, describe_validation_error, env_problems
 from memsync.crd.schema import render_crd_yaml
 
@@ -160,9 +161,17 @@ def run(**options: Any) -> None:
 
 
 @operator.command("crd")
-def crd() -> None:
-    """Print the SessionMemory CustomResourceDefinition as YAML (what "make crds" writes)."""
-    click.echo(render_crd_yaml(), nl=False)
+@click.option(
+    "--resource",
+    type=click.Choice(["sessionmemories", "agentenvironments"]),
+    default="sessionmemories",
+    show_default=True,
+    help="Which of memsync's CustomResourceDefinitions to print.",
+)
+def crd(resource: str) -> None:
+    """Print a CustomResourceDefinition as YAML (what "make crds" writes)."""
+    render = render_crd_yaml if resource == "sessionmemories" else agentenv_schema.render_crd_yaml
+    click.echo(render(), nl=False)
 
 
 def _check_server_version(kube: KubeApi) -> None:

@@ -43,6 +43,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Final, get_args
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -466,6 +467,17 @@ def sandbox_problems(sandbox: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _checked_sandbox(sandbox: dict[str, Any]) -> dict[str, Any]:
+    problems = sandbox_problems(sandbox)
+    if problems:
+        raise ValueError("; ".join(problems))
+    return sandbox
+
+
+#: The sandbox container a session's Pod runs (``spec.sandbox``; an AgentEnvironment embeds the same type).
+SandboxSpec = Annotated[dict[str, Any], AfterValidator(_checked_sandbox)]
+
+
 class SessionMemorySpec(_SpecModel):
     """``spec`` of a SessionMemory."""
 
@@ -474,7 +486,7 @@ class SessionMemorySpec(_SpecModel):
     api_base_url: str = DEFAULT_BASE_URL
     stores: Annotated[list[StoreSpec], Field(min_length=STORES_MIN, max_length=STORES_MAX)]
     sync: SyncSpec = Field(default_factory=SyncSpec)
-    sandbox: dict[str, Any]
+    sandbox: SandboxSpec
     # Extra environment of the memsync containers (init and sidecar), e.g. HTTPS_PROXY, NO_PROXY,
     # SSL_CERT_FILE; it replaces the operator's defaults of the same name. None: none.
     memsync_env: Annotated[list[EnvVarSpec], Field(max_length=MEMSYNC_ENV_MAX)] | None = None
@@ -539,14 +551,6 @@ class SessionMemorySpec(_SpecModel):
         if problems:
             raise ValueError("; ".join(problems))
         return stores
-
-    @field_validator("sandbox")
-    @classmethod
-    def _check_sandbox(cls, sandbox: dict[str, Any]) -> dict[str, Any]:
-        problems = sandbox_problems(sandbox)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return sandbox
 
 
 # --- status bounds (the CRD's status schema is built from them) ------------------------------------------

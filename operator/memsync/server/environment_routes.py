@@ -1,6 +1,5 @@
 """HTTP glue of the environment extension: environments, the work queue and the session event stream."""
 
-
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
