@@ -200,3 +200,22 @@ def test_the_sample_is_valid() -> None:
     sample = yaml.safe_load((REPO / "manifests" / "samples" / "agentenvironment.yaml").read_text())
     assert admit(sample)[1] == []
     assert validate_environment_spec(sample["spec"]).max_concurrent_sessions == 5
+
+
+def test_the_environments_rbac_grants_what_the_loop_calls() -> None:
+    docs = list(yaml.safe_load_all((REPO / "manifests" / "environments" / "rbac.yaml").read_text()))
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    (role,) = [doc for doc in docs if doc["kind"] == "ClusterRole"]
+    grants = {
+        (g, r): set(rule["verbs"])
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert grants == {
+        ("agents.memsync.dev", "agentenvironments"): {"get", "list", "watch", "patch"},
+        ("agents.memsync.dev", "agentenvironments/status"): {"patch"},
+        ("agents.memsync.dev", "sessionmemories"): {"create", "delete"},
+        ("", "secrets"): {"create", "delete"},  # never list or watch
+    }

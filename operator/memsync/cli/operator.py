@@ -53,6 +53,13 @@ def _run_options(fn: F) -> F:
             "Env: whitespace-separated. Default: all namespaces.",
         ),
         click.option(
+            "--environments/--no-environments",
+            default=False,
+            envvar="MEMSYNC_ENVIRONMENTS",
+            help="Also serve AgentEnvironments: poll their work queues and start a session per claimed item "
+            "(needs the AgentEnvironment CRD and the RBAC for Secrets and SessionMemories it creates).",
+        ),
+        click.option(
             "--all-namespaces",
             "-A",
             is_flag=True,
@@ -203,6 +210,7 @@ def _run(
     context: str | None,
     recheck_interval: float,
     memsync_env: str | None,
+    environments: bool,
 ) -> None:
     if namespaces and all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces exclude each other")
@@ -217,6 +225,7 @@ def _run(
         agent_image_pull_policy=agent_image_pull_policy,
         recheck_interval=recheck_interval,
         memsync_env=parse_memsync_env(memsync_env),
+        environments=environments,
     )
     settings = configure_settings(
         kopf.OperatorSettings(),

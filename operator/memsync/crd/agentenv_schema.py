@@ -115,7 +115,20 @@ def status_schema() -> dict[str, Any]:
             "succeeded": _count("Sessions that ended Succeeded."),
             "failed": _count("Sessions that ended Failed, and work items failed before a session started."),
             "lastPollTime": _string("When the queue was last polled successfully.", format="date-time"),
-            "lastError": _string("The latest error, if the last poll failed.", maxLength=m.MESSAGE_MAX),
+            "lastError": _string("The latest error, if the last pass failed.", maxLength=m.MESSAGE_MAX),
+            "tally": {
+                "type": "object",
+                "description": "The operator's running counts behind claimed, succeeded and failed.",
+                "properties": {
+                    name: _count(text)
+                    for name, text in (
+                        ("claimed", "Work items claimed."),
+                        ("itemsFailed", "Work items failed before their session started."),
+                        ("retiredSucceeded", "Succeeded SessionMemories removed after their retention."),
+                        ("retiredFailed", "Failed SessionMemories removed after their retention."),
+                    )
+                },
+            },
         },
     }
 

@@ -1,0 +1,28 @@
+"""The session runner's environment: what the sandbox container of an environment's session receives.
+
+The operator sets these on the ``sandbox`` container of every Pod it starts for a claimed work item;
+``memsync session run`` (or any runner image a user brings) reads them. The names are the ones the official
+SDK's per-item worker reads, so an SDK-based runner needs no configuration of its own. The environment key
+never enters a Pod: the work item's secret (its sessions token) covers everything the runner calls.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+WORK_ID: Final = "ANTHROPIC_WORK_ID"
+ENVIRONMENT_ID: Final = "ANTHROPIC_ENVIRONMENT_ID"
+SESSION_ID: Final = "ANTHROPIC_SESSION_ID"
+WORK_SECRET: Final = "ANTHROPIC_WORK_SECRET"  # noqa: S105 - the variable's name, not a secret
+BASE_URL: Final = "ANTHROPIC_BASE_URL"
+#: Where the sidecar answers (``http://127.0.0.1:<port>``): ``POST /final`` runs the final sync and flush
+#: and answers the flush report; the runner calls it after the session ends and before the item is stopped.
+SIDECAR_URL: Final = "MEMSYNC_SIDECAR_URL"
+#: The memory stores the sidecar mounted, as the ``MEMSYNC_STORES`` JSON (mount path and access per store):
+#: the runner's file tools are confined to these folders, and the read-only ones refuse writes.
+STORES: Final = "MEMSYNC_STORES"
+
+#: The key, in the per-item Secret the operator creates, that holds the work item's secret.
+SECRET_KEY: Final = "secret"  # noqa: S105 - a key name, not a secret
+
+ALL: Final = (WORK_ID, ENVIRONMENT_ID, SESSION_ID, WORK_SECRET, BASE_URL, SIDECAR_URL, STORES)
