@@ -386,6 +386,31 @@ class Agent:
         return SyncHealth(healthy=all(h.healthy for h in stores.values()), stores=stores)
 
 
+class FinalRequest:
+    """The session runner's ``POST /final``: ends the sync loop like SIGTERM does, and answers the final
+    sync and flush's report once they are done (every request, however many, gets the same answer)."""
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self.stop = stop
+        self.requested = False
+        self._answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._delivered = asyncio.Event()
+
+    async def request(self) -> dict[str, Any]:
+        self.requested = True
+        self.stop.set()
+        try:
+            return await asyncio.shield(self._answer)
+        finally:
+            self._delivered.set()
+
+    async def answer(self, report: dict[str, Any], *, wait_s: float = 5.0) -> None:
+        if not self._answer.done():
+            self._answer.set_result(report)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._delivered.wait(), timeout=wait_s)
+
+
 async def run_sync(
     config: AgentConfig,
     *,
@@ -407,15 +432,24 @@ async def run_sync(
     agent = Agent(config, api, metrics)
     stop_event = stop if stop is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
+    terminated = asyncio.Event()  # SIGTERM/SIGINT (stop_event is also set by a runner's final request)
+    final = FinalRequest(stop_event)
     installed: list[signal.Signals] = []
+
+    def on_signal() -> None:
+        terminated.set()
+        stop_event.set()
+
     if install_signals and not once:
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop_event.set)
+            loop.add_signal_handler(sig, on_signal)
             installed.append(sig)
     server: MetricsServer | None = None
     try:
         if config.metrics_port is not None and not once:
-            server = MetricsServer(agent.metrics, port=config.metrics_port, health=agent.health)
+            server = MetricsServer(
+                agent.metrics, port=config.metrics_port, health=agent.health, final=final.request
+            )
             await server.start()
         for engine in agent.stores:
             agent.metrics.set_ready(engine.id, False)
@@ -439,9 +473,18 @@ async def run_sync(
             wait = config.interval * random.uniform(1 - JITTER, 1 + JITTER) - (time.monotonic() - started)  # noqa: S311
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop_event.wait(), timeout=max(0.0, wait))
-        logger.info("SIGTERM received: running the final sync and flush")
+        if final.requested:
+            logger.info("the session runner asked for the final sync and flush: running them")
+        else:
+            logger.info("SIGTERM received: running the final sync and flush")
         outcome = await agent.final_shutdown()
         write_termination_log(config, outcome.report)
+        if final.requested:
+            # The runner stops the work item on this answer; the Pod ends after it. Nothing more to sync:
+            # wait for that end without another pass (the report above stays the Pod's last word).
+            await final.answer(outcome.payload())
+            if installed:
+                await terminated.wait()
         return EXIT_OK if outcome.complete else EXIT_FAILED
     finally:
         for sig in installed:

@@ -23,6 +23,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "store": ("memsync.cli.store", "store"),
     "operator": ("memsync.cli.operator", "operator"),
     "dev": ("memsync.cli.dev", "dev"),
+    "session": ("memsync.cli.session", "session"),
 }
 
 

@@ -22,6 +22,10 @@ SIDECAR_URL: Final = "MEMSYNC_SIDECAR_URL"
 #: the runner's file tools are confined to these folders, and the read-only ones refuse writes.
 STORES: Final = "MEMSYNC_STORES"
 
+#: The sidecar's endpoint for that request (``POST``; the answer is the termination report as JSON, with
+#: ``complete`` true when every changed file was saved).
+FINAL_PATH: Final = "/final"
+
 #: The key, in the per-item Secret the operator creates, that holds the work item's secret.
 SECRET_KEY: Final = "secret"  # noqa: S105 - a key name, not a secret
 
