@@ -5,8 +5,7 @@ items it must fail, the environment key missing, refused and rotated, the API un
 from __future__ import annotations
 
 import asyncio
-import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,56 +17,9 @@ from memsync.controller.environment import decisions as d
 from memsync.controller.environment.loop import EnvironmentLoop
 from memsync.controller.environment.queue import WorkQueue
 from memsync.crd.models import validate_spec
+from support.environment_objects import Objects
 
 NS, NAME = "agents", "team-a"
-
-
-class Objects:
-    """The Kubernetes objects of one namespace, in memory (the loop's EnvironmentObjects)."""
-
-    def __init__(self, env: dict[str, Any], secrets: dict[str, dict[str, str]]) -> None:
-        self.env: dict[str, Any] | None = env
-        self.secrets = secrets
-        self.smems: dict[str, dict[str, Any]] = {}
-        self.created: list[dict[str, Any]] = []
-        self.deleted: list[tuple[str, str]] = []
-
-    async def get_environment(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return copy.deepcopy(self.env)
-
-    async def patch_environment_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        assert self.env is not None
-        self.env["status"] = copy.deepcopy(dict(status))
-
-    async def secret_value(self, namespace: str, name: str, key: str) -> str | None:
-        return self.secrets.get(name, {}).get(key)
-
-    async def owned_session_memories(self, namespace: str, environment: str) -> list[dict[str, Any]]:
-        return [copy.deepcopy(s) for s in self.smems.values()]
-
-    async def create(self, namespace: str, body: Mapping[str, Any]) -> bool:
-        name = body["metadata"]["name"]
-        if body["kind"] == "Secret":
-            if name in self.secrets:
-                return False
-            self.secrets[name] = dict(body["stringData"])
-        else:
-            if name in self.smems:
-                return False
-            self.smems[name] = copy.deepcopy(dict(body))
-        self.created.append(copy.deepcopy(dict(body)))
-        return True
-
-    async def delete(self, namespace: str, kind: str, name: str) -> None:
-        self.deleted.append((kind, name))
-        (self.secrets if kind == "Secret" else self.smems).pop(name, None)
-
-    def finish(self, name: str, phase: str, when: datetime) -> None:
-        stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
-        self.smems[name]["status"] = {
-            "phase": phase,
-            "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": stamp}],
-        }
 
 
 @pytest.fixture(scope="module")
@@ -265,6 +217,8 @@ async def test_finished_session_memories_are_removed_after_their_retention(
     old, young = admin.mint(env_id, "Old"), admin.mint(env_id, "Young")
     await loop.run_pass()
     await loop.run_pass()
+    for minted in (old, young):  # their Pods stopped them
+        admin.http.post(f"/v1/environments/{env_id}/work/{minted['work_id']}/stop", json={"force": True})
     now = datetime.now(UTC)
     old_name, young_name = d.object_name(old["session"]["id"]), d.object_name(young["session"]["id"])
     objects.finish(old_name, "Succeeded", now - timedelta(seconds=61))
@@ -280,3 +234,24 @@ async def test_a_deleted_environment_ends_the_loop(server: RunningStoreServer, a
     _, _, objects, loop = setup(server, admin)
     objects.env = None
     assert await loop.run_pass() is None
+
+
+async def test_a_re_claimed_item_adopts_stops_or_replaces_what_exists(
+    server: RunningStoreServer, admin: Admin
+) -> None:
+    env_id, _, objects, loop = setup(server, admin)
+    first = admin.mint(env_id, "Again")
+    await loop.run_pass()
+    name = d.object_name(first["session"]["id"])
+    await asyncio.sleep(2.5)  # no Pod heartbeats: the lease lapses and the item is handed out again
+    objects.finish(name, "Succeeded", datetime.now(UTC))
+    await loop.run_pass()  # it already ran for this item: the item is stopped, nothing is created
+    assert admin.work(env_id, first["work_id"])["state"] == "stopped"
+    assert len(objects.created) == 2
+    # an earlier item's finished SessionMemory gives way to the new item of the same session
+    item = d.WorkItem(
+        id="work_later", environment_id=env_id, type="session", session_id=first["session"]["id"], secret="x"
+    )
+    assert d.on_existing(objects.smems[name], item) == "replace"
+    running = {**objects.smems[name], "status": {"phase": "Running"}}
+    assert d.on_existing(running, item) == "adopt"

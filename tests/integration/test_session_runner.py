@@ -157,8 +157,11 @@ def test_the_runner_environment_is_checked_by_name(tmp_path: Path) -> None:
     stores = json.dumps(
         [{"memory_store_id": "memstore_a", "mount_path": "/mnt/memory/a", "access": "read_only"}]
     )
-    config = config_from_env(
-        {**base, runner.STORES: stores, runner.SIDECAR_URL: "http://127.0.0.1:9477"}, tmp_path
-    )
+    config = config_from_env({**base, runner.STORES: stores, runner.SIDECAR_PORT: "9477"}, tmp_path)
     assert config.roots == [Path("/mnt/memory/a")]
     assert config.read_only_roots == [Path("/mnt/memory/a")]
+    assert config.sidecar_url == "http://127.0.0.1:9477"
+    with pytest.raises(RunnerConfigError, match="MEMSYNC_METRICS_PORT must be a port number"):
+        config_from_env({**base, runner.SIDECAR_PORT: "x"}, tmp_path)
+    mapped = config_from_env({**base, runner.STORES: stores, "MEMSYNC_TEST_ROOT": "/tmp/r"}, tmp_path)
+    assert mapped.roots == [Path("/tmp/r/mnt/memory/a")]

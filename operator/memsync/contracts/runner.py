@@ -10,17 +10,20 @@ from __future__ import annotations
 
 from typing import Final
 
+from memsync.contracts import env
+
 WORK_ID: Final = "ANTHROPIC_WORK_ID"
 ENVIRONMENT_ID: Final = "ANTHROPIC_ENVIRONMENT_ID"
 SESSION_ID: Final = "ANTHROPIC_SESSION_ID"
 WORK_SECRET: Final = "ANTHROPIC_WORK_SECRET"  # noqa: S105 - the variable's name, not a secret
 BASE_URL: Final = "ANTHROPIC_BASE_URL"
-#: Where the sidecar answers (``http://127.0.0.1:<port>``): ``POST /final`` runs the final sync and flush
-#: and answers the flush report; the runner calls it after the session ends and before the item is stopped.
-SIDECAR_URL: Final = "MEMSYNC_SIDECAR_URL"
+#: The port the sync sidecar serves on, on the Pod's loopback (``http://127.0.0.1:<port>``; the same variable
+#: the sidecar reads): ``POST /final`` runs the final sync and flush and answers the flush report; the runner
+#: calls it after the session ends and before the item is stopped.
+SIDECAR_PORT: Final = env.METRICS_PORT
 #: The memory stores the sidecar mounted, as the ``MEMSYNC_STORES`` JSON (mount path and access per store):
 #: the runner's file tools are confined to these folders, and the read-only ones refuse writes.
-STORES: Final = "MEMSYNC_STORES"
+STORES: Final = env.STORES
 
 #: The sidecar's endpoint for that request (``POST``; the answer is the termination report as JSON, with
 #: ``complete`` true when every changed file was saved).
@@ -29,4 +32,4 @@ FINAL_PATH: Final = "/final"
 #: The key, in the per-item Secret the operator creates, that holds the work item's secret.
 SECRET_KEY: Final = "secret"  # noqa: S105 - a key name, not a secret
 
-ALL: Final = (WORK_ID, ENVIRONMENT_ID, SESSION_ID, WORK_SECRET, BASE_URL, SIDECAR_URL, STORES)
+ALL: Final = (WORK_ID, ENVIRONMENT_ID, SESSION_ID, WORK_SECRET, BASE_URL, SIDECAR_PORT, STORES)

@@ -25,7 +25,7 @@ from anthropic.lib.environments import EnvironmentWorker
 from anthropic.lib.tools import ToolError, beta_async_tool
 from anthropic.lib.tools.agent_toolset import AgentToolContext, beta_agent_toolset_20260401
 
-from memsync.contracts import runner
+from memsync.contracts import env, runner
 from memsync.contracts.env import StoreEntry
 
 logger = logging.getLogger("memsync.session")
@@ -77,12 +77,19 @@ def config_from_env(environ: Mapping[str, str], workdir: Path) -> RunnerConfig:
     for s in stores:
         if not s.mount_path.startswith("/"):
             raise RunnerConfigError(f"{runner.STORES}: store {s.memory_store_id} has no absolute mount_path")
+    port = environ.get(runner.SIDECAR_PORT, "")
+    if port and not port.isdigit():
+        raise RunnerConfigError(f"{runner.SIDECAR_PORT} must be a port number, got {port!r}")
+    # test-only: memsync's processes resolve absolute configured paths under this root (never set in a Pod)
+    test_root = environ.get(env.TEST_ROOT)
+    if test_root:
+        stores = tuple(s.model_copy(update={"mount_path": test_root + s.mount_path}) for s in stores)
     return RunnerConfig(
         work_id=environ[runner.WORK_ID],
         environment_id=environ[runner.ENVIRONMENT_ID],
         session_id=environ[runner.SESSION_ID],
         stores=stores,
-        sidecar_url=environ.get(runner.SIDECAR_URL) or None,
+        sidecar_url=f"http://127.0.0.1:{port}" if port else None,
         workdir=workdir,
     )
 

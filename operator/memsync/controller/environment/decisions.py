@@ -235,7 +235,7 @@ def runner_env(item: WorkItem, base_url: str, stores: Sequence[Mapping[str, Any]
         {"name": runner.ENVIRONMENT_ID, "value": item.environment_id},
         {"name": runner.SESSION_ID, "value": item.session_id},
         {"name": runner.BASE_URL, "value": base_url},
-        {"name": runner.SIDECAR_URL, "value": f"http://127.0.0.1:{METRICS_PORT}"},
+        {"name": runner.SIDECAR_PORT, "value": str(METRICS_PORT)},
         {"name": runner.STORES, "value": encode_stores(entries)},
         {
             "name": runner.WORK_SECRET,
@@ -277,6 +277,20 @@ def session_memory_manifest(
 
 
 # --- what exists ------------------------------------------------------------------------------------------
+
+
+Existing = Literal["adopt", "done", "replace"]
+
+
+def on_existing(existing: Mapping[str, Any], item: WorkItem) -> Existing:
+    """A SessionMemory of this session exists already when ``item`` is claimed: ``adopt`` it while it has not
+    finished (a re-delivered item; its Pod serves it), ``done`` when it finished serving this very item (stop
+    the item: it ran), ``replace`` it when it finished serving an earlier item of the session (a dormant
+    session woke up: the new item gets a new SessionMemory)."""
+    if is_active(existing) or meta_of(existing).deletion_timestamp is not None:
+        return "adopt"
+    labels = (existing.get("metadata") or {}).get("labels") or {}
+    return "done" if labels.get(a.LABEL_WORK_ID) == item.id[:NAME_MAX] else "replace"
 
 
 def phase_of(smem: Mapping[str, Any]) -> str | None:

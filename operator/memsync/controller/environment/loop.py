@@ -122,7 +122,7 @@ class EnvironmentLoop:
             problem = f"the environment key Secret {ref.name!r} (key {ref.key!r}) does not exist"
             await self._write_status(env, _with(seen, key_problem=problem))
             return RECHECK_S
-        queue = self._queue_for(spec, key)
+        queue = await self._queue_for(spec, key)
         if d.capacity(spec.max_concurrent_sessions, active) == 0:
             await self._write_status(env, seen)
             return AT_CAPACITY_WAIT_S
@@ -150,7 +150,7 @@ class EnvironmentLoop:
         await self._write_status(env, _with(seen, error=str(exc)))
         return delay
 
-    def _queue_for(self, spec: AgentEnvironmentSpec, key: str) -> WorkQueue:
+    async def _queue_for(self, spec: AgentEnvironmentSpec, key: str) -> WorkQueue:
         """The queue client, rebuilt when the key (rotation) or the settings change."""
         worker = spec.worker_id or f"{self.namespace}.{self.name}"
         q = self.queue
@@ -162,7 +162,7 @@ class EnvironmentLoop:
             or q.worker_id != worker
         ):
             if q is not None:
-                asyncio.get_running_loop().create_task(q.aclose())
+                await q.aclose()
             self.queue = self.queue_factory(spec.api_base_url, spec.environment_id, key, worker)
         assert self.queue is not None
         return self.queue
@@ -194,7 +194,7 @@ class EnvironmentLoop:
             assert item.secret is not None
             token = decode_work_secret(item.secret).sessions_token
             stores = d.stores_to_mount(await queue.session(item.session_id, token))
-            await self._create(env, spec, item, stores)
+            await self._create(env, spec, queue, item, stores)
             return None
         except (d.StoreResolutionError, WorkSecretError, QueueError, KubeApiError) as exc:
             transient = isinstance(exc, QueueError | KubeApiError) and not (
@@ -217,17 +217,27 @@ class EnvironmentLoop:
         self,
         env: Mapping[str, Any],
         spec: AgentEnvironmentSpec,
+        queue: WorkQueue,
         item: d.WorkItem,
         stores: list[dict[str, Any]],
     ) -> None:
         secret = d.work_secret_manifest(env, item)
         smem = d.session_memory_manifest(env, spec, item, stores)
+        name = str(meta_of(smem).name)
+        fields = self._log(work_id=item.id, session_id=item.session_id, sessionmemory=name)
+        existing = await self.objects.get_session_memory(self.namespace, name)
+        verdict = None if existing is None else d.on_existing(existing, item)
+        if verdict == "done":
+            logger.info("the session already ran for this work item: stopping the item", extra=fields)
+            await queue.stop(item.id)
+            return
+        if verdict == "replace":
+            logger.info("replacing the finished session memory of an earlier work item", extra=fields)
+            await self.objects.delete(self.namespace, "SessionMemory", name)
+            await self.objects.delete(self.namespace, "Secret", str(meta_of(secret).name))
         await self.objects.create(self.namespace, secret)
         created = await self.objects.create(self.namespace, smem)
-        logger.info(
-            "session memory created" if created else "session memory exists already",
-            extra=self._log(work_id=item.id, session_id=item.session_id, sessionmemory=meta_of(smem).name),
-        )
+        logger.info("session memory created" if created else "session memory exists already", extra=fields)
 
     async def _retire(self, smems: list[dict[str, Any]], spec: AgentEnvironmentSpec) -> None:
         for smem in d.expired(list(smems), self.clock(), spec.finished_retention_seconds):

@@ -29,6 +29,8 @@ class EnvironmentObjects(Protocol):
 
     async def owned_session_memories(self, namespace: str, environment: str) -> list[dict[str, Any]]: ...
 
+    async def get_session_memory(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+
     async def create(self, namespace: str, body: Mapping[str, Any]) -> bool:
         """Create a Secret or SessionMemory; False when one of that name exists already."""
         ...
@@ -87,6 +89,9 @@ class KubeObjects:
         )
         items = listing.get("items")
         return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+    async def get_session_memory(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return await self.kube.get_session_memory(namespace, name)
 
     async def create(self, namespace: str, body: Mapping[str, Any]) -> bool:
         try:
