@@ -163,6 +163,7 @@ async def run_session(
     client: anthropic.AsyncAnthropic | None = None,
     max_idle: float | None = 60.0,
     final_timeout_s: float = DEFAULT_FINAL_TIMEOUT_S,
+    work_secret: str | None = None,
 ) -> None:
     """Serve the work item to its end: the SDK worker's per-item flow, with memsync's tools and hook."""
     worker = EnvironmentWorker(
@@ -177,5 +178,8 @@ async def run_session(
         extra={"work_id": config.work_id, "session_id": config.session_id, "stores": len(config.stores)},
     )
     await worker.handle_item(
-        work_id=config.work_id, environment_id=config.environment_id, session_id=config.session_id
+        work_id=config.work_id,
+        environment_id=config.environment_id,
+        session_id=config.session_id,
+        work_secret=work_secret,  # None: the SDK reads ANTHROPIC_WORK_SECRET
     )
