@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from conftest import RunningStoreServer, launch_store_server
+from memsync.api.secret import decode_work_secret
 from memsync.controller.environment import decisions as d
 from memsync.controller.environment.loop import EnvironmentLoop
 from memsync.controller.environment.queue import WorkQueue
@@ -255,3 +256,39 @@ async def test_a_re_claimed_item_adopts_stops_or_replaces_what_exists(
     assert d.on_existing(objects.smems[name], item) == "replace"
     running = {**objects.smems[name], "status": {"phase": "Running"}}
     assert d.on_existing(running, item) == "adopt"
+
+
+async def test_an_operator_restart_claims_nothing_twice_and_stops_what_finished(
+    server: RunningStoreServer, admin: Admin
+) -> None:
+    env_id, _, objects, first_loop = setup(server, admin)
+    minted = admin.mint(env_id, "Restart")
+    await first_loop.run_pass()
+    # the Pod heartbeats the item (its runner holds the lease); the operator restarts
+    token = decode_work_secret(minted["work_secret"]).sessions_token
+
+    async def pod_heartbeats() -> None:
+        last = "NO_HEARTBEAT"
+        async with httpx.AsyncClient(
+            base_url=server.url, headers={"authorization": f"Bearer {token}"}
+        ) as http:
+            while True:
+                beat = await http.post(
+                    f"/v1/environments/{env_id}/work/{minted['work_id']}/heartbeat",
+                    params={"expected_last_heartbeat": last},
+                )
+                last = beat.raise_for_status().json()["last_heartbeat"]
+                await asyncio.sleep(0.4)
+
+    pod = asyncio.create_task(pod_heartbeats())
+    restarted = EnvironmentLoop(objects, NS, NAME, jitter=lambda: 0.0)
+    await restarted.run_pass()
+    await restarted.run_pass()
+    assert len(objects.created) == 2  # no second Secret or SessionMemory
+    status = objects.env["status"] if objects.env else {}
+    assert (status["claimed"], status["active"]) == (1, 1)  # the count survived the restart
+    pod.cancel()
+    # the session's Pod fails to mount (no runner ever ran): the finished SessionMemory's item is stopped
+    objects.finish(d.object_name(minted["session"]["id"]), "Failed", datetime.now(UTC))
+    await restarted.run_pass()
+    assert admin.work(env_id, minted["work_id"])["state"] == "stopped"

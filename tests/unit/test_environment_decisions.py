@@ -221,3 +221,15 @@ def test_status_writes_skip_a_poll_time_that_barely_moved() -> None:
     assert d.worth_writing(base, {**base, "lastPollTime": "2026-01-01T00:00:31Z"}, 30)
     assert d.worth_writing(base, {**base, "phase": "Degraded"}, 30)
     assert not d.worth_writing(base, dict(base), 30)
+
+
+def test_finished_session_memories_name_the_work_items_to_stop() -> None:
+    smem = d.session_memory_manifest(ENV, SPEC, ITEM, d.stores_from_session(SESSION))
+    assert d.work_id_of(smem) == "work_1"
+    assert d.work_id_of(d.work_secret_manifest(ENV, ITEM)) == "work_1"
+    running = {**smem, "status": {"phase": "Running"}}
+    failed = {**smem, "status": {"phase": "Failed"}}
+    assert d.items_to_stop([running], set()) == []
+    assert d.items_to_stop([failed], set()) == ["work_1"]
+    assert d.items_to_stop([failed], {"work_1"}) == []
+    assert d.on_existing(failed, ITEM) == "done"

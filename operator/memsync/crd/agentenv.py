@@ -43,7 +43,8 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 
 #: Labels on what the operator creates for a work item.
 LABEL_ENVIRONMENT: Final = f"{GROUP}/agentenvironment"
-LABEL_WORK_ID: Final = f"{GROUP}/work-id"
+LABEL_WORK_ID: Final = f"{GROUP}/work-id"  # cut to a label's 63 characters; the annotation is exact
+ANNOTATION_WORK_ID: Final = f"{GROUP}/work-id"
 
 ENVIRONMENT_ID_PATTERN: Final = r"^env_[A-Za-z0-9_-]+$"
 ENVIRONMENT_ID_MAX: Final = 128

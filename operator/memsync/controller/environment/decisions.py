@@ -193,6 +193,12 @@ def _owner(env: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def work_id_of(obj: Mapping[str, Any]) -> str | None:
+    """The work item a SessionMemory (or its Secret) was created for."""
+    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(a.ANNOTATION_WORK_ID)
+    return value if isinstance(value, str) else None
+
+
 def _labels(env: Mapping[str, Any], item: WorkItem) -> dict[str, str]:
     return {
         LABEL_MANAGED_BY: MANAGED_BY,
@@ -213,6 +219,7 @@ def work_secret_manifest(env: Mapping[str, Any], item: WorkItem) -> dict[str, An
             "name": secret_name(item.session_id),
             "namespace": meta_of(env).namespace,
             "labels": _labels(env, item),
+            "annotations": {a.ANNOTATION_WORK_ID: item.id},
             "ownerReferences": [_owner(env)],
         },
         "stringData": {runner.SECRET_KEY: item.secret},
@@ -270,6 +277,7 @@ def session_memory_manifest(
             "name": object_name(item.session_id),
             "namespace": meta_of(env).namespace,
             "labels": _labels(env, item),
+            "annotations": {a.ANNOTATION_WORK_ID: item.id},
             "ownerReferences": [_owner(env)],
         },
         "spec": body,
@@ -289,8 +297,7 @@ def on_existing(existing: Mapping[str, Any], item: WorkItem) -> Existing:
     session woke up: the new item gets a new SessionMemory)."""
     if is_active(existing) or meta_of(existing).deletion_timestamp is not None:
         return "adopt"
-    labels = (existing.get("metadata") or {}).get("labels") or {}
-    return "done" if labels.get(a.LABEL_WORK_ID) == item.id[:NAME_MAX] else "replace"
+    return "done" if work_id_of(existing) == item.id else "replace"
 
 
 def phase_of(smem: Mapping[str, Any]) -> str | None:
@@ -312,6 +319,16 @@ def finished_at(smem: Mapping[str, Any]) -> datetime | None:
 
 def is_active(smem: Mapping[str, Any]) -> bool:
     return phase_of(smem) not in TERMINAL_PHASES and meta_of(smem).deletion_timestamp is None
+
+
+def items_to_stop(smems: Sequence[Mapping[str, Any]], already: set[str]) -> list[str]:
+    """The work ids of finished SessionMemories that were not stopped yet (by this process)."""
+    out = []
+    for smem in smems:
+        work_id = work_id_of(smem)
+        if phase_of(smem) in TERMINAL_PHASES and work_id is not None and work_id not in already:
+            out.append(work_id)
+    return out
 
 
 def expired(smems: Sequence[Mapping[str, Any]], now: datetime, retention_s: int) -> list[Mapping[str, Any]]:

@@ -70,6 +70,9 @@ class EnvironmentLoop:
         self.failures = 0
         self.tally: dict[str, int] = {}
         self.last_status: dict[str, Any] | None = None
+        self.stopped_items: set[str] = (
+            set()
+        )  # work items of finished SessionMemories, stopped by this process
 
     def _log(self, **fields: Any) -> dict[str, Any]:
         return {"namespace": self.namespace, "agentenvironment": self.name, **fields}
@@ -111,6 +114,8 @@ class EnvironmentLoop:
         smems = await self.objects.owned_session_memories(self.namespace, self.name)
         await self._retire(smems, spec)
         active = sum(1 for s in smems if d.is_active(s))
+        if key is not None:
+            await self._stop_finished(smems, await self._queue_for(spec, key))
         seen = d.Observation(
             active=active,
             present_succeeded=sum(1 for s in smems if d.phase_of(s) == "Succeeded"),
@@ -133,8 +138,8 @@ class EnvironmentLoop:
         self.failures = 0
         seen = _with(seen, polled_at=_stamp(self.clock()))
         if raw is not None:
-            error = await self._handle(env, spec, queue, d.WorkItem.from_wire(raw))
-            seen = _with(seen, active=seen.active + (error is None), error=error)
+            error, created = await self._handle(env, spec, queue, d.WorkItem.from_wire(raw))
+            seen = _with(seen, active=seen.active + created, error=error)
         await self._write_status(env, seen)
         return 0.0
 
@@ -171,8 +176,8 @@ class EnvironmentLoop:
 
     async def _handle(
         self, env: Mapping[str, Any], spec: AgentEnvironmentSpec, queue: WorkQueue, item: d.WorkItem
-    ) -> str | None:
-        """Serve one polled item; the error to record (None: its SessionMemory exists)."""
+    ) -> tuple[str | None, bool]:
+        """Serve one polled item: the error to record (None: none), and whether a SessionMemory was made."""
         fields = self._log(work_id=item.id, session_id=item.session_id, work_type=item.type)
         has_stores: bool | None = None
         try:
@@ -185,17 +190,16 @@ class EnvironmentLoop:
                 if decision.action == "fail":
                     self.tally["itemsFailed"] = self.tally.get("itemsFailed", 0) + 1
                     logger.error(decision.message, extra=fields)
-                    return decision.message
+                    return decision.message, False
                 logger.info(decision.message, extra=fields)
-                return None
+                return None, False
             await queue.ack(item.id)
             logger.info("claimed work", extra=fields)
             self.tally["claimed"] = self.tally.get("claimed", 0) + 1
             assert item.secret is not None
             token = decode_work_secret(item.secret).sessions_token
             stores = d.stores_to_mount(await queue.session(item.session_id, token))
-            await self._create(env, spec, queue, item, stores)
-            return None
+            return None, await self._create(env, spec, queue, item, stores)
         except (d.StoreResolutionError, WorkSecretError, QueueError, KubeApiError) as exc:
             transient = isinstance(exc, QueueError | KubeApiError) and not (
                 isinstance(exc, KubeApiError) and is_refusal(exc)
@@ -211,7 +215,7 @@ class EnvironmentLoop:
                     logger.error(
                         "stopping a failed work item failed", extra={**fields, "error": str(stop_exc)}
                     )
-            return f"work item {item.id}: {message}"
+            return f"work item {item.id}: {message}", False
 
     async def _create(
         self,
@@ -220,7 +224,8 @@ class EnvironmentLoop:
         queue: WorkQueue,
         item: d.WorkItem,
         stores: list[dict[str, Any]],
-    ) -> None:
+    ) -> bool:
+        """Create the item's Secret and SessionMemory (or settle with what exists); True when created."""
         secret = d.work_secret_manifest(env, item)
         smem = d.session_memory_manifest(env, spec, item, stores)
         name = str(meta_of(smem).name)
@@ -230,7 +235,7 @@ class EnvironmentLoop:
         if verdict == "done":
             logger.info("the session already ran for this work item: stopping the item", extra=fields)
             await queue.stop(item.id)
-            return
+            return False
         if verdict == "replace":
             logger.info("replacing the finished session memory of an earlier work item", extra=fields)
             await self.objects.delete(self.namespace, "SessionMemory", name)
@@ -238,6 +243,23 @@ class EnvironmentLoop:
         await self.objects.create(self.namespace, secret)
         created = await self.objects.create(self.namespace, smem)
         logger.info("session memory created" if created else "session memory exists already", extra=fields)
+        return created
+
+    async def _stop_finished(self, smems: list[dict[str, Any]], queue: WorkQueue) -> None:
+        """Stop the work item of every finished SessionMemory (once per operator process; an item the runner
+        stopped already answers 409, which is fine). A SessionMemory finishes only after its final flush was
+        recorded, so this stop also comes after the last memory write, even when the runner never got to
+        stop the item (its Pod failed to mount, or a runner image of the user's own ended early)."""
+        for work_id in d.items_to_stop(smems, self.stopped_items):
+            try:
+                await queue.stop(work_id)
+            except QueueError as exc:
+                logger.warning(
+                    "could not stop a finished session's work item",
+                    extra=self._log(work_id=work_id, error=str(exc)),
+                )
+                continue
+            self.stopped_items.add(work_id)
 
     async def _retire(self, smems: list[dict[str, Any]], spec: AgentEnvironmentSpec) -> None:
         for smem in d.expired(list(smems), self.clock(), spec.finished_retention_seconds):
