@@ -233,3 +233,19 @@ def test_finished_session_memories_name_the_work_items_to_stop() -> None:
     assert d.items_to_stop([failed], set()) == ["work_1"]
     assert d.items_to_stop([failed], {"work_1"}) == []
     assert d.on_existing(failed, ITEM) == "done"
+
+
+def test_the_runner_contract_names_are_spelled_once() -> None:
+    import ast
+    from pathlib import Path
+
+    package = Path(d.__file__).resolve().parents[2]
+    where: dict[str, set[str]] = {}
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in runner.ALL:
+                where.setdefault(str(node.value), set()).add(path.relative_to(package).as_posix())
+    assert set(where) == set(runner.ALL)
+    assert all(
+        files <= {"contracts/runner.py", "contracts/env.py"} and len(files) == 1 for files in where.values()
+    ), where

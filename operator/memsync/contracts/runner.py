@@ -15,8 +15,8 @@ from memsync.contracts import env
 WORK_ID: Final = "ANTHROPIC_WORK_ID"
 ENVIRONMENT_ID: Final = "ANTHROPIC_ENVIRONMENT_ID"
 SESSION_ID: Final = "ANTHROPIC_SESSION_ID"
-WORK_SECRET: Final = "ANTHROPIC_WORK_SECRET"  # noqa: S105 - the variable's name, not a secret
-BASE_URL: Final = "ANTHROPIC_BASE_URL"
+WORK_SECRET: Final = env.WORK_SECRET
+BASE_URL: Final = env.BASE_URL
 #: The port the sync sidecar serves on, on the Pod's loopback (``http://127.0.0.1:<port>``; the same variable
 #: the sidecar reads): ``POST /final`` runs the final sync and flush and answers the flush report; the runner
 #: calls it after the session ends and before the item is stopped.
