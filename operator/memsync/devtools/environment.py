@@ -27,6 +27,7 @@ from memsync.agent.metrics import MetricsServer
 from memsync.api.paths import slugify
 from memsync.cli.dev import ensure_demo_store
 from memsync.client import StoreClient
+from memsync.contracts import runner
 from memsync.contracts.env import StoreEntry
 from memsync.controller.environment import decisions as d
 from memsync.controller.environment.loop import EnvironmentLoop
@@ -157,9 +158,9 @@ async def _run_pod(objects: MemoryObjects, name: str, url: str, root: Path, say:
             run_sync(config, client=client, install_signals=False, on_ready=on_ready)
         )
         port = await ready
-        runner = RunnerConfig(
-            work_id=str(env["ANTHROPIC_WORK_ID"]),
-            environment_id=str(env["ANTHROPIC_ENVIRONMENT_ID"]),
+        served = RunnerConfig(
+            work_id=str(env[runner.WORK_ID]),
+            environment_id=str(env[runner.ENVIRONMENT_ID]),
             session_id=spec.session_id,
             stores=tuple(StoreEntry.model_validate(e) for e in entries),
             sidecar_url=f"http://127.0.0.1:{port}",
@@ -167,7 +168,7 @@ async def _run_pod(objects: MemoryObjects, name: str, url: str, root: Path, say:
         )
         say("memsync session run: serving the work item")
         await run_session(
-            runner,
+            served,
             client=anthropic.AsyncAnthropic(base_url=url, api_key=None),
             max_idle=5,
             work_secret=secret,
