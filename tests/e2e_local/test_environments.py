@@ -9,11 +9,10 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from conftest import RunningStoreServer
 from memsync.api.paths import slugify
 from memsync.controller.environment import decisions as d
 from memsync.controller.environment.loop import EnvironmentLoop
@@ -24,6 +23,9 @@ from support.environment_objects import Objects
 
 from .harness import AGENT_IMAGE, HARNESS_ENV, NAMESPACE
 from .podrunner import PodRunner
+
+if TYPE_CHECKING:
+    from conftest import RunningStoreServer
 
 RUN_TIMEOUT = 120.0
 

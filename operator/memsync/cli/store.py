@@ -28,8 +28,8 @@ from memsync.api.models import Memory, MemoryStoreResource
 from memsync.api.paths import path_violation
 from memsync.client import StoreClient, errors
 from memsync.server import create_app
-from memsync.server.environments import DEFAULT_LEASE_TTL_S, LEASE_TTL_MAX_S, LEASE_TTL_MIN_S
 from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
+from memsync.server.work_items import DEFAULT_LEASE_TTL_S, LEASE_TTL_MAX_S, LEASE_TTL_MIN_S
 
 logger = logging.getLogger("memsync.store")
 

@@ -22,10 +22,11 @@ from starlette.requests import ClientDisconnect
 from memsync.api import errors as et
 from memsync.server import environment_routes
 from memsync.server.db import Database
-from memsync.server.environments import DEFAULT_LEASE_TTL_S, EnvironmentService
+from memsync.server.environments import EnvironmentService
 from memsync.server.errors import ApiError, too_large
 from memsync.server.service import Principal, StoreService
 from memsync.server.session_events import SessionEvents
+from memsync.server.work_items import DEFAULT_LEASE_TTL_S, WorkItems
 
 logger = logging.getLogger("memsync.server")
 
@@ -186,8 +187,15 @@ def create_app(
     )
     app.state.service = service
     app.add_middleware(RequestIdMiddleware)
+    environments = EnvironmentService(db, service)
+    work = WorkItems(db, environments, lease_ttl_s=lease_ttl_s)
     environment_routes.install(
-        app, service, EnvironmentService(db, service, lease_ttl_s=lease_ttl_s), SessionEvents(db), read_body
+        app,
+        store=service,
+        envs=environments,
+        work=work,
+        events=SessionEvents(db),
+        read_body=read_body,
     )
 
     @app.exception_handler(ApiError)

@@ -13,14 +13,17 @@ from memsync.server.errors import invalid, not_found
 from memsync.server.rules import parse_json_object
 from memsync.server.service import MintSessionRequest, Principal, StoreService
 from memsync.server.session_events import SessionEvents, check_posted
+from memsync.server.work_items import WorkItems
 
 PING_EVERY_S = 15.0
 
 
 def install(
     app: FastAPI,
+    *,
     store: StoreService,
     envs: EnvironmentService,
+    work: WorkItems,
     events: SessionEvents,
     read_body: Callable[[Request], Awaitable[bytes]],
 ) -> None:
@@ -31,8 +34,8 @@ def install(
         if req.script is not None:
             events.start_script(conn, session_id, req.script)
         if req.environment_id is not None:
-            extra["work_id"] = envs.enqueue_session(conn, req.environment_id, session_id, secret)
-            envs.queue_changed()  # a poller that wakes now waits for this transaction's commit
+            extra["work_id"] = work.enqueue_session(conn, req.environment_id, session_id, secret)
+            work.queue_changed()  # a poller that wakes now waits for this transaction's commit
         return extra
 
     store.on_mint = on_mint
@@ -84,23 +87,23 @@ def install(
         worker_id: Annotated[str | None, Header(alias="anthropic-worker-id")] = None,
     ) -> JSONResponse:
         # No work is the JSON ``null`` with 200 (never 204: clients parse the body).
-        return JSONResponse(envs.poll(c, env_id, block_ms, reclaim_older_than_ms, worker_id))
+        return JSONResponse(work.poll(c, env_id, block_ms, reclaim_older_than_ms, worker_id))
 
     @app.get("/v1/environments/{env_id}/work/stats")
     def stats(c: Who, env_id: str) -> JSONResponse:
-        return JSONResponse(envs.stats(c, env_id))
+        return JSONResponse(work.stats(c, env_id))
 
     @app.get("/v1/environments/{env_id}/work")
     def list_work(c: Who, env_id: str, limit: int | None = None, page: str | None = None) -> JSONResponse:
-        return JSONResponse(envs.list_work(c, env_id, limit, page))
+        return JSONResponse(work.list_work(c, env_id, limit, page))
 
     @app.get("/v1/environments/{env_id}/work/{work_id}")
     def retrieve(c: Who, env_id: str, work_id: str) -> JSONResponse:
-        return JSONResponse(envs.retrieve(c, env_id, work_id))
+        return JSONResponse(work.retrieve(c, env_id, work_id))
 
     @app.post("/v1/environments/{env_id}/work/{work_id}/ack")
     def ack(c: Who, env_id: str, work_id: str) -> JSONResponse:
-        return JSONResponse(envs.ack(c, env_id, work_id))
+        return JSONResponse(work.ack(c, env_id, work_id))
 
     @app.post("/v1/environments/{env_id}/work/{work_id}/heartbeat")
     def heartbeat(
@@ -110,7 +113,7 @@ def install(
         expected_last_heartbeat: str | None = None,
         desired_ttl_seconds: int | None = None,
     ) -> JSONResponse:
-        return JSONResponse(envs.heartbeat(c, env_id, work_id, expected_last_heartbeat, desired_ttl_seconds))
+        return JSONResponse(work.heartbeat(c, env_id, work_id, expected_last_heartbeat, desired_ttl_seconds))
 
     @app.post("/v1/environments/{env_id}/work/{work_id}/stop")
     def stop(c: Who, env_id: str, work_id: str, raw: Body) -> JSONResponse:
@@ -118,7 +121,7 @@ def install(
         force = data.get("force", False)
         if not isinstance(force, bool):
             raise invalid("force must be a boolean")
-        return JSONResponse(envs.stop(c, env_id, work_id, force))
+        return JSONResponse(work.stop(c, env_id, work_id, force))
 
     # --- sessions: the view workers read, and the event stream ---------------------------------------------
 
