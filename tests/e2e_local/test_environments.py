@@ -6,6 +6,7 @@ its retention. The Kubernetes objects live in memory; everything else is real.""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -100,6 +101,9 @@ async def test_a_scripted_session_writes_a_memory_that_lands_before_the_item_sto
     assert pod_status["phase"] == "Succeeded", explain
     assert "final sync and flush done" in runner.logs(SANDBOX_CONTAINER), explain
     assert "the session runner asked for the final sync and flush" in runner.logs(SYNC_CONTAINER), explain
+    # the sidecar's termination message is the final flush's report (the preStop flush after it sent nothing)
+    report = json.loads(runner.termination_message(SYNC_CONTAINER) or "{}")
+    assert report["stores"][store["id"]]["uploaded"] == 1, report
 
     # the memory is in the store, written by the final flush (the interval never came), before the stop
     memories = admin.get(f"/v1/memory_stores/{store['id']}/memories", params={"view": "full"}).json()["data"]

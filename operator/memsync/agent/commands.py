@@ -485,6 +485,8 @@ async def run_sync(
             await final.answer(outcome.payload())
             if installed:
                 await terminated.wait()
+                # A preStop flush that ran in between wrote its own (empty) report: this one is the last word.
+                write_termination_log(config, outcome.report)
         return EXIT_OK if outcome.complete else EXIT_FAILED
     finally:
         for sig in installed:
