@@ -5,16 +5,21 @@
 #   make image                      # docker build -t memsync:<tag> .
 #   docker run --rm memsync:<tag> --help
 
-FROM python:3.11-slim AS build
+# The base image by digest (the multi-arch index of python:3.11-slim, Python 3.11.15 on Debian trixie, as
+# published on 2026-08-05), so a rebuild gets the same base. To move it: docker buildx imagetools inspect
+# python:3.11-slim, and put the index digest it prints here.
+ARG PYTHON_IMAGE=python:3.11-slim@sha256:90744cff8f32887f075c47d747a173ff333e9e98801667af93c357fa9f5e28ff
+
+FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE constraints.txt ./
 COPY operator ./operator
 RUN python -m venv /opt/memsync \
- && /opt/memsync/bin/pip install --no-compile . \
+ && /opt/memsync/bin/pip install --no-compile -c constraints.txt . \
  && /opt/memsync/bin/python -m compileall -q /opt/memsync/lib
 
-FROM python:3.11-slim
+FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="memsync" \
       org.opencontainers.image.description="Memory stores for self-hosted agent sandboxes, kept in two-way sync" \
       org.opencontainers.image.licenses="Apache-2.0"

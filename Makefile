@@ -8,16 +8,24 @@ TAG         ?= dev-$(shell git rev-parse --short HEAD 2>/dev/null || echo local)
 KIND_CLUSTER ?= memsync-e2e
 PYTEST_ARGS ?=
 
-.PHONY: soak install test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean \
+.PHONY: soak install constraints tools test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean core-schema \
 	controlplane cluster-up cluster-down cluster-test
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Re-resolve the dependencies to the newest versions pyproject.toml allows, in a fresh venv, and pin them.
+constraints:
+	rm -rf .venv-constraints && $(PYTHON) -m venv .venv-constraints
+	.venv-constraints/bin/python -m pip install --quiet '.[test]'
+	{ sed -n '/^#/p' constraints.txt; .venv-constraints/bin/pip freeze --exclude-editable \
+	  | grep -v -E '^memsync( |==|@)'; } > constraints.txt.new && mv constraints.txt.new constraints.txt
+	rm -rf .venv-constraints
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests bench
@@ -27,19 +35,22 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # The test command CI runs: lint, types, then every tier that this machine can run.
-# 1. every tier but kind, cluster and the randomized soak, on two xdist workers (the soak runs on demand,
-#    `make soak`, until its last rare failures are fixed);
+# 0. with Go installed, helm and promtool are built first (cached outside the clone);
+# 1. every tier but kind and cluster, on two xdist workers (the randomized soak runs on demand, `make soak`,
+#    while two rare interleavings it finds are open; its verdict's unit tests run here);
 # 2. the kind tier apart, serially (its tests share one cluster; it skips itself, with the reason, when docker
 #    or kind is absent);
 # 3. the cluster tier in one pytest process with one control plane; with Go installed its binaries are built
 #    first (cached outside the clone).
 test: lint typecheck
-	$(BIN)/pytest -n 2 -m "not kind and not cluster and not soak" $(PYTEST_ARGS)
+	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory tools; fi
+	$(BIN)/pytest -n 2 -m "not kind and not cluster and not soak_on_demand" $(PYTEST_ARGS)
 	$(BIN)/pytest -m kind tests/kind $(PYTEST_ARGS)
 	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory controlplane; fi
 	$(BIN)/pytest -p no:xdist -m cluster tests/cluster $(PYTEST_ARGS)
 
-# The randomized soak (tests/soak): 10,000 seeded operations through a fault-injecting proxy.
+# The whole randomized soak (tests/soak): 10,000 seeded operations through a fault-injecting proxy, the
+# final-flush outage and the weighted variants (make test runs the first two); each prints its seed.
 soak: $(STAMP)
 	$(BIN)/pytest -m soak tests/soak $(PYTEST_ARGS)
 
@@ -57,6 +68,11 @@ bench: $(STAMP)
 crds: $(STAMP)
 	$(BIN)/memsync operator crd > crds/sessionmemories.agents.memsync.dev.yaml
 	$(BIN)/memsync operator crd --resource agentenvironments > crds/agentenvironments.agents.memsync.dev.yaml
+	$(BIN)/python -m memsync.crd.reference crds/*.agents.memsync.dev.yaml > docs/crd-reference.md
+
+# The sandbox template's Kubernetes types, from the pinned release's OpenAPI document (in the Go module cache).
+core-schema: $(STAMP)
+	$(BIN)/python -m memsync.devtools.core_schema
 
 image:
 	docker build -t $(IMAGE):$(TAG) .
@@ -82,6 +98,12 @@ e2e: $(STAMP)
 # pinned Go modules in tests/cluster/controlplane into a cache outside the clone (reused when current).
 controlplane:
 	nice -n 10 tests/cluster/controlplane/build.sh
+
+# helm and promtool for the chart and alert-rule tests, built from the pinned Go modules in tests/tools into a
+# cache outside the clone (reused when current; the tests build them on first use too).
+tools:
+	nice -n 10 tests/tools/build.sh helm >/dev/null
+	nice -n 10 tests/tools/build.sh promtool >/dev/null
 
 # A local cluster to try memsync with kubectl: prints KUBECONFIG=...; runs until `make cluster-down`.
 cluster-up: $(STAMP) controlplane

@@ -22,7 +22,8 @@ late) or ``response_lost`` (forwarded and applied upstream, then the connection 
 It is served by uvicorn (keep-alive and many concurrent connections handled by a real HTTP server) and
 forwards with one pooled ``httpx.AsyncClient``. Method, path (after the upstream URL's own path prefix),
 query, headers and body go upstream unchanged except for hop-by-hop headers; status, headers and raw body
-come back the same way. An unreachable upstream answers 502 in the memory store API's error envelope.
+come back the same way. An unreachable upstream answers 502 in the memory store API's error envelope, and so
+does every request during an ``outage(seconds)`` (the store unreachable for exactly that long).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import logging
 import random
 import signal
 import socket
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass
@@ -152,6 +154,7 @@ class LatencyProxy:
         self._max_upstream_connections = max_upstream_connections
         self._upstream_timeout_s = upstream_timeout_s
         self._upstream: httpx.AsyncClient | None = None
+        self._down_until = 0.0  # time.monotonic() until which every request answers 502
         self._server: _EmbeddedServer | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -226,6 +229,11 @@ class LatencyProxy:
     ) -> None:
         await self.stop()
 
+    def outage(self, seconds: float) -> None:
+        """From now on, for ``seconds``, the upstream is unreachable: every request answers 502 unforwarded.
+        Callable from any thread."""
+        self._down_until = time.monotonic() + seconds
+
     # --- the ASGI application -------------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -246,6 +254,9 @@ class LatencyProxy:
             target += "?" + scope["query_string"].decode("latin-1")
         if self._observe is not None:
             self._observe(scope["method"], target, body)
+        if time.monotonic() < self._down_until:
+            await self._send_error(send, 502, "api_error", "latency proxy: upstream failed: store outage")
+            return
         fault = choose_fault(self._rng, self.faults) if self.faults is not None else None
         if fault is not None:
             self.faults_injected[fault] += 1

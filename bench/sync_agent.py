@@ -2,7 +2,7 @@
 
 For each N (default 2,000 and 10,000 memories of about 1 kB, spread over top-level folders of 100 files each:
 20 folders for 2,000, 100 for 10,000) it measures, with the agent's own code (``commands.mount`` and
-``commands.Agent``: what ``memsync mount``, ``sync`` and ``flush --final`` run):
+``commands.SyncAgent``: what ``memsync mount``, ``sync`` and ``flush --final`` run):
 
 - mount (full-view download into an empty folder);
 - the first sync pass after the mount (a new process has a cold hash cache: every file is read once);
@@ -46,13 +46,14 @@ from typing import Any
 
 import httpx
 
-from memsync.agent.commands import Agent, mount
+from memsync.agent.commands import SyncAgent, mount
 from memsync.agent.config import load_config
 from memsync.api.models import MemoryStoreResource
 from memsync.api.secret import decode_work_secret
 from memsync.client import StoreClient
-from memsync.server.db import Database
+from memsync.server.access import AccessService
 from memsync.server.service import StoreService
+from memsync.server.sqlite_db import SqliteDatabase
 
 BENCH_DIR = Path(__file__).resolve().parent
 DELAY_S = 0.05
@@ -84,8 +85,9 @@ def layout(n: int) -> list[str]:
 
 def seed_store(db_path: Path, admin_key: str, n: int) -> str:
     """Create a store with n memories directly through the server's service layer (one transaction each)."""
-    service = StoreService(Database(db_path), admin_key, "http://127.0.0.1")
-    admin = service.authenticate(admin_key, None)
+    db = SqliteDatabase(db_path)
+    service = StoreService(db)
+    admin = AccessService(db, admin_key, "http://127.0.0.1").authenticate(admin_key, None)
     store = service.create_store(admin, json.dumps({"name": f"Bench {n}"}).encode())
     for i, path in enumerate(layout(n)):
         body = json.dumps({"path": path, "content": content_for(i)}).encode()
@@ -288,7 +290,7 @@ async def bench_size(n: int, work: Path, delay_ms: float, max_connections: int) 
             measure("mount", pages_full, None, before)
             mounted_at = time.monotonic()
 
-            agent = Agent(config, client)  # a new process: the sidecar after the init container
+            agent = SyncAgent(config, client)  # a new process: the sidecar after the init container
             await asyncio.sleep(max(0.0, RECENT_S - (time.monotonic() - mounted_at)))
             before = snap()
             stats = (await bounded(agent.sync_once()))[store_id]

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from support.postgres import MISSING as PG_MISSING
+from support.postgres import PostgresServer, find_pg_bin
 from support.server_process import (
     STARTUP_TIMEOUT_S,
     free_port,
@@ -31,10 +33,17 @@ from support.server_process import (
 if TYPE_CHECKING:
     from memsync.client import StoreClient
 
-__all__ = ["STARTUP_TIMEOUT_S", "RunningStoreServer", "StoreApi", "free_port", "launch_store_server"]
+__all__ = [
+    "API_HEADERS",
+    "STARTUP_TIMEOUT_S",
+    "RunningStoreServer",
+    "StoreApi",
+    "free_port",
+    "launch_store_server",
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-_API_HEADERS = {"anthropic-version": "2023-06-01", "anthropic-beta": "agent-memory-2026-07-22"}
+API_HEADERS = {"anthropic-version": "2023-06-01", "anthropic-beta": "agent-memory-2026-07-22"}
 
 
 @dataclass
@@ -46,6 +55,11 @@ class RunningStoreServer:
     log_path: Path | None = field(default=None, repr=False)
     port: int = 0
     extra_args: tuple[str, ...] = ()
+    database_url: str | None = None  # PostgreSQL; None: the SQLite file db_path
+
+    @property
+    def backend(self) -> str:
+        return "sqlite" if self.database_url is None else "postgresql"
 
     def admin_client(self, **kw: Any) -> StoreClient:
         """A StoreClient authenticated with the admin key (use it with ``async with``)."""
@@ -61,7 +75,7 @@ class RunningStoreServer:
                 "/v1/memsync/sessions",
                 params={"beta": "true"},
                 json=body,
-                headers={**_API_HEADERS, "x-api-key": self.admin_key},
+                headers={**API_HEADERS, "x-api-key": self.admin_key},
             )
         resp.raise_for_status()
         secret: str = resp.json()["work_secret"]
@@ -73,7 +87,7 @@ class RunningStoreServer:
             f"{self.url}/v1/memsync/sessions",
             params={"beta": "true"},
             json=self._mint_body(stores, session_id),
-            headers={**_API_HEADERS, "x-api-key": self.admin_key},
+            headers={**API_HEADERS, "x-api-key": self.admin_key},
             timeout=30.0,
         )
         resp.raise_for_status()
@@ -92,6 +106,23 @@ class RunningStoreServer:
             body["session_id"] = session_id
         return body
 
+    def stored_bytes(self) -> bytes:
+        """Everything the database holds, as bytes: the SQLite files, or every PostgreSQL row as text."""
+        if self.database_url is None:
+            paths = [self.db_path.with_name(self.db_path.name + s) for s in ("", "-wal", "-shm")]
+            return b"".join(p.read_bytes() for p in paths if p.exists())
+        import psycopg
+
+        chunks: list[bytes] = []
+        with psycopg.connect(self.database_url) as conn:
+            tables = conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename"
+            ).fetchall()
+            for (table,) in tables:
+                for (row,) in conn.execute(f'SELECT t::text FROM "{table}" t'):  # noqa: S608
+                    chunks.append(row.encode())
+        return b"\n".join(chunks)
+
     def log_text(self) -> str:
         """What the server wrote to stdout/stderr so far (for failure messages)."""
         if self.log_path is None or not self.log_path.exists():
@@ -100,7 +131,7 @@ class RunningStoreServer:
 
     # --- process control, for tests that restart or kill the server ------------------------------------
 
-    def start(self) -> None:
+    def start(self, timeout_s: float = STARTUP_TIMEOUT_S) -> None:
         """Start (or restart) the server process on the same port, db and key; wait until it answers."""
         if self.process is not None and self.process.poll() is None:
             raise RuntimeError("store server is already running")
@@ -113,14 +144,14 @@ class RunningStoreServer:
         env.pop("MEMSYNC_STORE_URL", None)
         self.process = spawn_store_server(
             port=self.port,
-            db_path=self.db_path,
+            db_path=self.database_url or self.db_path,
             log_path=self.log_path,
             env=env,
             extra_args=self.extra_args,
             cwd=self.db_path.parent,
         )
         try:
-            wait_until_ready(self.process, self.url, log_text=self.log_text)
+            wait_until_ready(self.process, self.url, timeout_s=timeout_s, log_text=self.log_text)
         except RuntimeError:
             self.stop()
             raise
@@ -134,17 +165,25 @@ class RunningStoreServer:
         kill_process(self.process)
 
 
-def launch_store_server(directory: Path, extra_args: tuple[str, ...] = ()) -> RunningStoreServer:
-    """Start ``memsync store serve`` on a free loopback port with its SQLite file in ``directory``."""
+def launch_store_server(
+    directory: Path,
+    extra_args: tuple[str, ...] = (),
+    *,
+    database_url: str | None = None,
+    admin_key: str | None = None,
+) -> RunningStoreServer:
+    """Start ``memsync store serve`` on a free loopback port over ``database_url`` (PostgreSQL) or, without
+    one, an SQLite file in ``directory`` (which holds the server's log either way)."""
     directory.mkdir(parents=True, exist_ok=True)
     port = free_port()
     server = RunningStoreServer(
         url=f"http://127.0.0.1:{port}",
-        admin_key="sk-ant-admin-test-" + secrets.token_urlsafe(24),
+        admin_key=admin_key or "sk-ant-admin-test-" + secrets.token_urlsafe(24),
         db_path=directory / "store.db",
         log_path=directory / "server.log",
         port=port,
         extra_args=extra_args,
+        database_url=database_url,
     )
     # A port may be taken between free_port() and bind(); try a few.
     for attempt in range(5):
@@ -159,9 +198,58 @@ def launch_store_server(directory: Path, extra_args: tuple[str, ...] = ()) -> Ru
     raise AssertionError("unreachable")
 
 
+# --- backends: SQLite everywhere; PostgreSQL too for the modules marked ``both_backends`` -------------------
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests marked ``both_backends`` that use a store server run once per backend."""
+    if metafunc.definition.get_closest_marker("both_backends") and "store_backend" in metafunc.fixturenames:
+        metafunc.parametrize("store_backend", BACKENDS, indirect=True, scope="session")
+
+
 @pytest.fixture(scope="session")
-def store_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStoreServer]:
-    server = launch_store_server(tmp_path_factory.mktemp("store-server"))
+def store_backend(request: pytest.FixtureRequest) -> str:
+    backend: str = getattr(request, "param", "sqlite")
+    return backend
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One PostgreSQL cluster per test process (xdist worker), started on first use. Without the binaries
+    the tests that need it skip, naming what to install; under CI (``CI`` set) they fail instead, because
+    CI installs PostgreSQL and must run them."""
+    bin_dir = find_pg_bin()
+    if bin_dir is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{PG_MISSING} (CI must run the PostgreSQL tests)")
+        pytest.skip(PG_MISSING)
+    server = PostgresServer(bin_dir).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def launch_on_backend(
+    backend: str, request: pytest.FixtureRequest, directory: Path, extra_args: tuple[str, ...] = ()
+) -> RunningStoreServer:
+    """``launch_store_server`` on ``backend``: an SQLite file in ``directory``, or a new PostgreSQL
+    database."""
+    if backend == "postgresql":
+        pg: PostgresServer = request.getfixturevalue("postgres")
+        return launch_store_server(directory, extra_args, database_url=pg.new_database())
+    return launch_store_server(directory, extra_args)
+
+
+@pytest.fixture(scope="session")
+def store_server(
+    store_backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningStoreServer]:
+    server = launch_on_backend(
+        store_backend, request, tmp_path_factory.mktemp(f"store-server-{store_backend}")
+    )
     try:
         yield server
     finally:
@@ -169,8 +257,12 @@ def store_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSt
 
 
 @pytest.fixture
-def fresh_store_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStoreServer]:
-    server = launch_store_server(tmp_path_factory.mktemp("fresh-store-server"))
+def fresh_store_server(
+    store_backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningStoreServer]:
+    server = launch_on_backend(
+        store_backend, request, tmp_path_factory.mktemp(f"fresh-store-server-{store_backend}")
+    )
     try:
         yield server
     finally:
@@ -186,7 +278,7 @@ class StoreApi:
 
     def __init__(self, server: RunningStoreServer) -> None:
         self.server = server
-        self.http = httpx.Client(base_url=server.url, headers=_API_HEADERS, timeout=30.0)
+        self.http = httpx.Client(base_url=server.url, headers=API_HEADERS, timeout=30.0)
 
     def close(self) -> None:
         self.http.close()

@@ -9,7 +9,7 @@ mount namespaces).
 
 from __future__ import annotations
 
-import base64
+import contextlib
 import json
 import os
 import secrets
@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from conftest import RunningStoreServer
+from support.k8s_scenarios import mark_tier, record_phase_reports
 
 from .tier.__main__ import ClusterInfo, spawn_serve, stop_serve, wait_ready
 from .tier.controlplane import built_binaries, free_port
@@ -32,7 +33,6 @@ from .tier.controlplane import built_binaries, free_port
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_NS = "memsync-system"
 SMEM = "sessionmemories.agents.memsync.dev"
-SECRET_KEY = "work-secret"
 
 
 def missing_prerequisite() -> str | None:
@@ -51,20 +51,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ours = [
         item for item in items if here in item.path.parents and "cluster" in getattr(item, "fixturenames", ())
     ]
-    if not ours:
-        return
-    reason = missing_prerequisite()
-    for item in ours:
-        item.add_marker(pytest.mark.cluster)
-        if reason is not None:
-            item.add_marker(pytest.mark.skip(reason=reason))
+    if ours:
+        mark_tier(ours, pytest.mark.cluster, missing_prerequisite())
 
 
-@pytest.hookimpl(tryfirst=True, hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
-    setattr(item, f"rep_{report.when}", report)
+pytest_runtest_makereport = record_phase_reports
 
 
 @dataclass
@@ -176,10 +167,9 @@ def deployed(cluster: Cluster) -> Cluster:
     return cluster
 
 
-@pytest.fixture(scope="session")
-def tier_store(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStoreServer]:
-    """The store server on the tier's bridge address, where the sandbox Pods reach it."""
-    directory = tmp_path_factory.mktemp("tier-store")
+@contextlib.contextmanager
+def store_on_bridge(cluster: Cluster, directory: Path) -> Iterator[RunningStoreServer]:
+    """A store server on the tier's bridge address, where the sandbox Pods reach it; stopped at the end."""
     host = cluster.info.gateway
     port = free_port(host)
     server = RunningStoreServer(
@@ -195,6 +185,13 @@ def tier_store(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def tier_store(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStoreServer]:
+    """The store server the scenarios share."""
+    with store_on_bridge(cluster, tmp_path_factory.mktemp("tier-store")) as server:
+        yield server
 
 
 @pytest.fixture
@@ -224,12 +221,3 @@ def namespace(request: pytest.FixtureRequest, deployed: Cluster) -> Iterator[str
         if call is not None and call.failed:
             print(f"\n===== cluster state after {request.node.name} =====\n{deployed.dump()}")
         deployed.kubectl("delete", "namespace", name, "--wait=false", check=False)
-
-
-def secret_object(namespace: str, name: str, value: str, key: str = SECRET_KEY) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace},
-        "data": {key: base64.b64encode(value.encode()).decode()},
-    }

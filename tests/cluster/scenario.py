@@ -3,81 +3,53 @@ waits on what the API server shows."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
+import re
 import signal
-import time
-import uuid
 from typing import Any
 
 from conftest import RunningStoreServer
-from memsync.api.models import Memory
-from memsync.devtools.scripted_agent import REPORT_PREFIX
+from support import k8s_scenarios as k8s
+from support.k8s_scenarios import (
+    FINAL,
+    as_store_paths,
+    container,
+    make_store,
+    report_from_logs,
+    secret_object,
+    session_id,
+    smem_object,
+    store_files,
+    versions,
+    wait_store_has,
+)
 
-from .conftest import SECRET_KEY, Cluster, secret_object
+from .conftest import Cluster
+
+__all__ = [
+    "FINAL",
+    "as_store_paths",
+    "container",
+    "make_store",
+    "secret_object",
+    "smem",
+    "store_files",
+    "versions",
+    "wait_store_has",
+]
 
 IMAGE = "memsync:kind"  # the kind overlay's image; the process kubelet maps it onto this project
-FINAL = ("Succeeded", "Failed")
+
+
+smem = smem_object
 
 
 def sid() -> str:
-    return f"sesn_cl{uuid.uuid4().hex[:16]}"
-
-
-async def make_store(server: RunningStoreServer, name: str, memories: dict[str, str]) -> str:
-    async with server.admin_client() as admin:
-        store = await admin.create_store(f"{name}-{uuid.uuid4().hex[:6]}")
-        for path, content in memories.items():
-            await admin.create_memory(store.id, path, content)
-        return str(store.id)
-
-
-async def store_files(server: RunningStoreServer, store_id: str) -> dict[str, str]:
-    async with server.admin_client() as admin:
-        return {
-            m.path: m.content_sha256 async for m in admin.list_memories(store_id) if isinstance(m, Memory)
-        }
-
-
-async def versions(server: RunningStoreServer, store_id: str) -> list[tuple[str, str]]:
-    async with server.admin_client() as admin:
-        return [(v.memory_id, v.operation) async for v in admin.list_versions(store_id)]
+    return session_id("cl")
 
 
 def agent(*args: str) -> dict[str, Any]:
-    return {
-        "image": IMAGE,
-        "command": ["python", "-m", "memsync.devtools.scripted_agent"],
-        "args": ["--report", "/tmp/agent-report.json", *args],
-    }
-
-
-def smem(
-    namespace: str,
-    name: str,
-    *,
-    session: str,
-    base_url: str,
-    stores: list[tuple[str, str, str]],
-    sandbox: dict[str, Any],
-    secret_name: str = "work",  # noqa: S107 (a Secret's name)
-    interval: int = 5,
-    final_flush: int = 10,
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "agents.memsync.dev/v1alpha1",
-        "kind": "SessionMemory",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "sessionId": session,
-            "workItemSecretRef": {"name": secret_name, "key": SECRET_KEY},
-            "apiBaseUrl": base_url,
-            "stores": [{"memoryStoreId": i, "name": n, "access": a} for i, n, a in stores],
-            "sync": {"intervalSeconds": interval, "deletions": "enabled", "finalFlushSeconds": final_flush},
-            "sandbox": sandbox,
-        },
-    }
+    return k8s.agent(*args, image=IMAGE)
 
 
 async def start_session(
@@ -95,7 +67,7 @@ async def start_session(
     secret = await server.mint_secret([(i, a) for i, _, a in stores], session_id=session)
     cluster.apply(secret_object(namespace, f"work-{name}", secret))
     work = f"work-{name}"
-    body = smem(
+    body = smem_object(
         namespace,
         name,
         session=session,
@@ -140,24 +112,8 @@ def pod_status(cluster: Cluster, namespace: str, pod: str) -> dict[str, Any]:
     return status
 
 
-def container(status: dict[str, Any], name: str) -> dict[str, Any]:
-    for entry in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
-        if entry["name"] == name:
-            result: dict[str, Any] = entry
-            return result
-    raise KeyError(name)
-
-
 def agent_report(cluster: Cluster, namespace: str, pod: str) -> dict[str, Any]:
-    text = cluster.pod_logs(namespace, pod, "sandbox")
-    lines = [line for line in text.splitlines() if line.startswith(REPORT_PREFIX)]
-    assert lines, f"the scripted agent printed no report:\n{text[-3000:]}"
-    report: dict[str, Any] = json.loads(lines[-1].removeprefix(REPORT_PREFIX))
-    return report
-
-
-def as_store_paths(files: dict[str, str]) -> dict[str, str]:
-    return {"/" + rel: sha for rel, sha in files.items()}
+    return report_from_logs(cluster.pod_logs(namespace, pod, "sandbox"))
 
 
 def kill_container(cluster: Cluster, namespace: str, pod: str, name: str) -> None:
@@ -172,13 +128,6 @@ def events(cluster: Cluster, namespace: str, kind: str, name: str) -> list[dict[
     return [e for e in items if e["involvedObject"]["kind"] == kind and e["involvedObject"]["name"] == name]
 
 
-async def wait_store_has(server: RunningStoreServer, store_id: str, count: int, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while len(await store_files(server, store_id)) < count:
-        assert time.monotonic() < deadline, f"store {store_id} never held {count} memories"
-        await asyncio.sleep(0.5)
-
-
 def container_state(cluster: Cluster, namespace: str, pod: str, name: str) -> dict[str, Any]:
     """The container's current ``state`` ({} while the Pod or its status does not exist yet)."""
     obj = cluster.get_or_none("-n", namespace, "pod", pod)
@@ -186,3 +135,14 @@ def container_state(cluster: Cluster, namespace: str, pod: str, name: str) -> di
         return container((obj or {}).get("status") or {}, name).get("state") or {}
     except KeyError:
         return {}
+
+
+def printed(cluster: Cluster, namespace: str, name: str) -> dict[str, str]:
+    """The SessionMemory's row as ``kubectl get smem`` prints it (its printer columns), by column title.
+
+    kubectl aligns each column under its title, so a cell is the text from its title's offset to the next's.
+    """
+    header, row = cluster.kubectl("-n", namespace, "get", "smem", name).splitlines()[:2]
+    starts = [m.start() for m in re.finditer(r"(?<!\S)\S+(?: \S+)*", header)]
+    bounds = [*starts[1:], None]
+    return {header[a:b].strip(): row[a:b].strip() for a, b in zip(starts, bounds, strict=True)}

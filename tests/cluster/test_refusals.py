@@ -11,8 +11,8 @@ import pytest
 
 from conftest import RunningStoreServer
 
-from .conftest import REPO, Cluster, secret_object
-from .scenario import agent, condition, make_store, sid, smem, wait_phase
+from .conftest import REPO, Cluster
+from .scenario import agent, condition, make_store, secret_object, sid, smem, wait_phase
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -28,12 +28,27 @@ def warnings_for(cluster: Cluster, namespace: str, name: str) -> list[str]:
     ]
 
 
-async def session_secret(cluster: Cluster, server: RunningStoreServer, namespace: str, store: str) -> str:
+async def one_store_session(
+    cluster: Cluster,
+    server: RunningStoreServer,
+    namespace: str,
+    name: str,
+    sandbox: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A SessionMemory ``name`` of one new store, with its Secret ``work`` applied; the body, not applied."""
+    store = await make_store(server, name, {})
     session = sid()
     cluster.apply(
         secret_object(namespace, "work", await server.mint_secret([(store, "read_write")], session))
     )
-    return session
+    return smem(
+        namespace,
+        name,
+        session=session,
+        base_url=server.url,
+        stores=[(store, "n", "read_write")],
+        sandbox=sandbox or agent("--duration", "5"),
+    )
 
 
 def assert_refused(cluster: Cluster, namespace: str, name: str, reason: str, api_words: str) -> None:
@@ -54,17 +69,8 @@ async def test_pod_security_refuses_the_sandbox(
     """A sandbox asking for an SELinux type that the restricted level forbids, in a restricted namespace:
     refused by the CRD's own validation on this API server, or else by Pod Security admission, whose
     refusal the SessionMemory must report."""
-    store = await make_store(tier_store, "psa", {})
-    session = await session_secret(deployed, tier_store, namespace, store)
     sandbox = {**agent("--duration", "5"), "securityContext": {"seLinuxOptions": {"type": "spc_t"}}}
-    body = smem(
-        namespace,
-        "psa",
-        session=session,
-        base_url=tier_store.url,
-        stores=[(store, "n", "read_write")],
-        sandbox=sandbox,
-    )
+    body = await one_store_session(deployed, tier_store, namespace, "psa", sandbox)
     applied = deployed.run_kubectl("apply", "--server-side", "-f", "-", input=json.dumps(body))
     if applied.returncode != 0:
         assert "seLinuxOptions" in applied.stderr, applied.stderr
@@ -87,18 +93,7 @@ async def test_resource_quota_refuses_the_pod(
         "the quota's status",
         lambda: (deployed.get("-n", namespace, "resourcequota", "no-pods").get("status") or {}).get("hard"),
     )
-    store = await make_store(tier_store, "quota", {})
-    session = await session_secret(deployed, tier_store, namespace, store)
-    deployed.apply(
-        smem(
-            namespace,
-            "quota",
-            session=session,
-            base_url=tier_store.url,
-            stores=[(store, "n", "read_write")],
-            sandbox=agent("--duration", "5"),
-        )
-    )
+    deployed.apply(await one_store_session(deployed, tier_store, namespace, "quota"))
     assert_refused(deployed, namespace, "quota", "PodRejected", "exceeded quota")
     assert deployed.get("-n", namespace, "pods")["items"] == []
 
@@ -118,18 +113,7 @@ async def test_secret_read_forbidden_by_rbac(
     try:
         for name in granting:
             deployed.kubectl("delete", "clusterrolebinding", name)
-        store = await make_store(tier_store, "forbidden", {})
-        session = await session_secret(deployed, tier_store, namespace, store)
-        deployed.apply(
-            smem(
-                namespace,
-                "forbidden",
-                session=session,
-                base_url=tier_store.url,
-                stores=[(store, "n", "read_write")],
-                sandbox=agent("--duration", "5"),
-            )
-        )
+        deployed.apply(await one_store_session(deployed, tier_store, namespace, "forbidden"))
         assert_refused(deployed, namespace, "forbidden", "SecretForbidden", "forbidden")
         assert deployed.get("-n", namespace, "pods")["items"] == []
     finally:

@@ -15,7 +15,7 @@ from memsync.agent import messages
 from memsync.api.hashing import content_sha256
 from memsync.controller.pod import pod_name_for
 
-from .conftest import Cluster, secret_object
+from .conftest import Cluster
 from .scenario import (
     FINAL,
     agent,
@@ -26,6 +26,7 @@ from .scenario import (
     kill_container,
     make_store,
     pod_status,
+    secret_object,
     sid,
     smem,
     start_session,

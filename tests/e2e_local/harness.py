@@ -19,7 +19,7 @@ from typing import Any
 from memsync.client import StoreClient
 from memsync.controller.pod import MOUNT_CONTAINER, SANDBOX_CONTAINER, SYNC_CONTAINER, build_sandbox_pod
 from memsync.controller.status import derive_status, now_utc
-from memsync.crd.models import SessionMemorySpec
+from memsync.crd.models import SessionMemorySpec, sandbox_template
 
 from .podrunner import PodRunner
 
@@ -57,7 +57,7 @@ def secret_object(name: str, value: str, key: str = SECRET_KEY) -> dict[str, Any
 
 
 def agent_command(*args: str) -> dict[str, Any]:
-    """The ``spec.sandbox`` of a SessionMemory whose agent is the scripted agent."""
+    """The sandbox container of a SessionMemory whose agent is the scripted agent."""
     return {
         "image": AGENT_IMAGE,
         "command": ["python", "-m", "memsync.devtools.scripted_agent"],
@@ -101,7 +101,7 @@ class Session:
                     "deletions": "enabled",
                     "finalFlushSeconds": final_flush,
                 },
-                "sandbox": sandbox,
+                "template": sandbox_template(sandbox),
             }
         )
         pod = build_sandbox_pod(

@@ -19,7 +19,7 @@ from memsync.controller.environment import decisions as d
 from memsync.controller.environment.loop import EnvironmentLoop
 from memsync.controller.pod import SANDBOX_CONTAINER, SYNC_CONTAINER, build_sandbox_pod
 from memsync.controller.status import derive_status, now_utc
-from memsync.crd.models import validate_spec
+from memsync.crd.models import sandbox_template, validate_spec
 from support.environment_objects import Objects
 
 from .harness import AGENT_IMAGE, HARNESS_ENV, NAMESPACE
@@ -70,11 +70,13 @@ async def test_a_scripted_session_writes_a_memory_that_lands_before_the_item_sto
             "apiBaseUrl": store_server.url,
             "finishedRetentionSeconds": 0,
             "sync": {"intervalSeconds": 3600, "finalFlushSeconds": 10},
-            "sandbox": {
-                "image": AGENT_IMAGE,
-                "command": ["memsync", "session", "run", "--max-idle", "5", "--final-timeout", "30"],
-                "workingDir": "/mnt/memory",
-            },
+            "template": sandbox_template(
+                {
+                    "image": AGENT_IMAGE,
+                    "command": ["memsync", "session", "run", "--max-idle", "5", "--final-timeout", "30"],
+                    "workingDir": "/mnt/memory",
+                }
+            ),
         },
     }
     objects = Objects(environment, {"env-key": {"key": key}})

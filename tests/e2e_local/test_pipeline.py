@@ -1,4 +1,4 @@
-"""One pipeline (issue 5 §3): the real parts chained, nothing stubbed between them.
+"""One pipeline: the real parts chained, nothing stubbed between them.
 
 The operator (kopf, wired exactly as the operator tier wires it, against the emulated Kubernetes API of
 ``tests/operator/smem_harness.py``) creates the Pod for a SessionMemory; the local Pod runner executes
@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 import smem_harness as op
 
 from memsync.controller.pod import pod_name_for
+from memsync.crd.models import sandbox_template
 
 from .harness import SANDBOX_CONTAINER, SECRET_KEY, agent_command, as_store_paths, session_id, store_files
 from .podrunner import PodRunner
@@ -136,7 +137,7 @@ def smem(
             "apiBaseUrl": base_url,
             "stores": stores,
             "sync": {"intervalSeconds": 5, "deletions": "enabled", "finalFlushSeconds": 10},
-            "sandbox": agent_command(*agent),
+            "template": sandbox_template(agent_command(*agent)),
         },
     }
 

@@ -1,4 +1,4 @@
-"""The session lifecycle scenarios (issue 5 §2) on one machine.
+"""The session lifecycle scenarios on one machine.
 
 Each scenario: real stores on the real store server -> a SessionMemory spec -> the Pod ``build_sandbox_pod``
 makes -> the local Pod runner executes it (``memsync mount``, the ``memsync sync`` sidecar with its preStop

@@ -324,6 +324,29 @@ async def test_sigkill_mid_pass_then_restart_loses_and_duplicates_nothing(
         await pod.admin.aclose()
 
 
+async def test_sigterm_right_after_the_start_line_still_flushes(pod: Pod) -> None:
+    """The start line is the sidecar's word that SIGTERM now runs the final flush: a supervisor that ends the
+    session the moment it sees the line (a sidecar restarted just before the session ends) loses nothing."""
+    assert pod.run("mount").returncode == 0
+    (pod.folder / "a.md").write_text("edited before the restart")
+    proc = pod.start("sync", MEMSYNC_SYNC_INTERVAL="60")
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if "memsync sync starting" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, "".join(seen) + out
+    assert (await pod.remote())["a.md"] == "edited before the restart"
+    assert pod.termination["phase"] == "flushed"
+
+
 async def test_flush_while_sync_runs(pod: Pod) -> None:
     assert pod.run("mount").returncode == 0
     port = free_port()

@@ -19,6 +19,8 @@ from memsync.api.paths import default_mount_path
 from memsync.api.secret import decode_work_secret
 from memsync.client import StoreClient, errors
 
+pytestmark = pytest.mark.both_backends
+
 if TYPE_CHECKING:
     from conftest import RunningStoreServer
 

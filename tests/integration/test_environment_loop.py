@@ -17,7 +17,7 @@ from memsync.api.secret import decode_work_secret
 from memsync.controller.environment import decisions as d
 from memsync.controller.environment.loop import EnvironmentLoop
 from memsync.controller.environment.queue import WorkQueue
-from memsync.crd.models import validate_spec
+from memsync.crd.models import sandbox_template, validate_spec
 from support.environment_objects import Objects
 
 NS, NAME = "agents", "team-a"
@@ -72,7 +72,7 @@ def environment(env_id: str, base_url: str, **spec: Any) -> dict[str, Any]:
             "environmentId": env_id,
             "environmentKeySecretRef": {"name": "env-key", "key": "key"},
             "apiBaseUrl": base_url,
-            "sandbox": {"image": "img:1", "command": ["memsync", "session", "run"]},
+            "template": sandbox_template({"image": "img:1", "command": ["memsync", "session", "run"]}),
             **spec,
         },
     }
@@ -99,7 +99,7 @@ async def test_a_claimed_session_gets_its_secret_and_session_memory_once(
         ("Team Notes", "/mnt/memory/team-notes", "read_write"),
         ("Runbooks", "/mnt/memory/runbooks", "read_write"),
     ]
-    env_vars = {e["name"]: e for e in spec.sandbox["env"]}
+    env_vars = {e["name"]: e for e in spec.template.spec.sandbox["env"]}
     assert env_vars["ANTHROPIC_WORK_ID"]["value"] == minted["work_id"]
     assert env_vars["ANTHROPIC_ENVIRONMENT_ID"]["value"] == env_id
     assert admin.work(env_id, minted["work_id"])["state"] == "starting"  # acknowledged, lease running

@@ -92,3 +92,12 @@ async def test_retries_get_through_a_ten_percent_fault_rate(store_server: Runnin
                 await client.get_store(store.id)
         assert sum(proxy.faults_injected.values()) > 0
         assert proxy.request_count == client.request_count
+
+
+async def test_an_outage_answers_502_unforwarded_for_its_duration(store_server: RunningStoreServer) -> None:
+    async with LatencyProxy(store_server.url, delay_s=0.0) as proxy, httpx.AsyncClient() as http:
+        proxy.outage(30.0)
+        resp = await http.get(f"{proxy.url}/healthz")
+        assert resp.status_code == 502 and "outage" in resp.json()["error"]["message"]
+        proxy.outage(0.0)
+        assert (await http.get(f"{proxy.url}/healthz")).json() == {"status": "ok"}

@@ -12,6 +12,8 @@ import pytest
 
 from conftest import RunningStoreServer
 
+pytestmark = pytest.mark.both_backends
+
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -3,6 +3,7 @@ stored."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import RunningStoreServer, StoreApi, launch_store_server
+from conftest import API_HEADERS, RunningStoreServer, StoreApi, launch_on_backend
+
+pytestmark = pytest.mark.both_backends
 
 
 def _error(resp: httpx.Response, status: int, error_type: str) -> str:
@@ -257,10 +260,15 @@ def test_cursor_is_bound_to_its_query(store_api: StoreApi) -> None:
 
 
 @pytest.fixture(scope="module")
-def strict_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStoreServer]:
+def strict_server(
+    store_backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningStoreServer]:
     """A private server with a 1-second cursor lifetime and a 5-memory cap."""
-    server = launch_store_server(
-        Path(tmp_path_factory.mktemp("strict-server")), ("--cursor-ttl", "1", "--max-memories", "5")
+    server = launch_on_backend(
+        store_backend,
+        request,
+        Path(tmp_path_factory.mktemp("strict-server")),
+        ("--cursor-ttl", "1", "--max-memories", "5"),
     )
     try:
         yield server
@@ -390,3 +398,31 @@ def test_huge_and_odd_numeric_query_values_are_400_naming_the_parameter(
     url = f"/v1/memory_stores/{store}/memories" if name == "depth" else "/v1/memory_stores"
     message = _error(store_api.admin("GET", url, params={name: value}), 400, "invalid_request_error")
     assert name in message
+
+
+async def test_memory_cap_cannot_be_raced_past(strict_server: RunningStoreServer) -> None:
+    """Twenty concurrent creates into an empty store capped at 5: exactly five land, whatever the backend."""
+    api = StoreApi(strict_server)
+    try:
+        store = api.new_store()
+    finally:
+        api.close()
+    async with httpx.AsyncClient(
+        base_url=strict_server.url,
+        headers={**API_HEADERS, "x-api-key": strict_server.admin_key},
+        params={"beta": "true"},
+        timeout=60.0,
+    ) as http:
+        answers = await asyncio.gather(
+            *(
+                http.post(f"/v1/memory_stores/{store}/memories", json={"path": f"/race/{i}", "content": "x"})
+                for i in range(20)
+            )
+        )
+    statuses = sorted(r.status_code for r in answers)
+    assert statuses == [200] * 5 + [400] * 15, [r.text for r in answers if r.status_code not in (200, 400)]
+    api = StoreApi(strict_server)
+    try:
+        assert len(api.paths(store)) == 5
+    finally:
+        api.close()

@@ -15,21 +15,13 @@ import pytest
 
 from conftest import RunningStoreServer, StoreApi, free_port
 from memsync.api.secret import decode_work_secret
+from support.server_process import run_cli
+
+pytestmark = pytest.mark.both_backends
 
 
 def _memsync(server: RunningStoreServer, *args: str, key: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}
-    env["MEMSYNC_STORE_URL"] = server.url
-    if key:
-        env["MEMSYNC_ADMIN_KEY"] = server.admin_key
-    return subprocess.run(
-        [sys.executable, "-m", "memsync", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(*args, url=server.url, admin_key=server.admin_key if key else None)
 
 
 def test_create_and_list(store_server: RunningStoreServer) -> None:

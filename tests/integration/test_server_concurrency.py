@@ -7,8 +7,11 @@ import hashlib
 from typing import Any
 
 import httpx
+import pytest
 
 from conftest import RunningStoreServer
+
+pytestmark = pytest.mark.both_backends
 
 HEADERS = {"anthropic-version": "2023-06-01", "anthropic-beta": "agent-memory-2026-07-22"}
 

@@ -16,16 +16,24 @@ import pytest
 from anthropic.lib.environments import EnvironmentWorker
 from anthropic.lib.tools.agent_toolset import AgentToolContext, beta_agent_toolset_20260401
 
-from conftest import RunningStoreServer, launch_store_server
+from conftest import RunningStoreServer, launch_on_backend
 from memsync.api.secret import decode_work_secret
 
 LEASE_TTL = 4
 
 
+pytestmark = pytest.mark.both_backends
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStoreServer]:
-    running = launch_store_server(
-        tmp_path_factory.mktemp("env-server"), extra_args=("--lease-ttl", str(LEASE_TTL))
+def server(
+    store_backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunningStoreServer]:
+    running = launch_on_backend(
+        store_backend,
+        request,
+        tmp_path_factory.mktemp(f"env-server-{store_backend}"),
+        ("--lease-ttl", str(LEASE_TTL)),
     )
     try:
         yield running

@@ -9,6 +9,8 @@ import pytest
 
 from conftest import StoreApi
 
+pytestmark = pytest.mark.both_backends
+
 SHA_OF = lambda text: hashlib.sha256(text.encode("utf-8")).hexdigest()  # noqa: E731
 
 
@@ -389,3 +391,72 @@ def test_beta_query_is_optional(store_api: StoreApi) -> None:
     assert resp.status_code == 200
     resp = store_api.admin("GET", f"/v1/memory_stores/{store}/memories", params={"beta": "false"})
     assert resp.status_code == 200
+
+
+# --- conditional listing (memsync extension) ------------------------------------------------------------
+
+
+def _listing(store_api: StoreApi, store: str, etag: str | None = None, **params: Any) -> Any:
+    headers = {"if-none-match": etag} if etag is not None else {}
+    return store_api.admin("GET", f"/v1/memory_stores/{store}/memories", params=params, headers=headers)
+
+
+def test_listing_etag_answers_304_until_any_memory_changes(store_api: StoreApi) -> None:
+    store = store_api.new_store()
+    mem = store_api.create(store, "/a.md", "alpha")
+    first = _listing(store_api, store)
+    etag = first.headers["etag"]
+    assert first.status_code == 200 and etag.startswith('"')
+    again = _listing(store_api, store, etag)
+    assert again.status_code == 304 and again.content == b"" and again.headers["etag"] == etag
+    assert _listing(store_api, store, f"W/{etag}").status_code == 304  # weak comparison
+    assert _listing(store_api, store, f'"other", {etag}').status_code == 304  # a list
+    assert _listing(store_api, store, '"other"').status_code == 200
+
+    url = f"/v1/memory_stores/{store}/memories/{mem['id']}"
+    # a no-op update writes nothing, so the ETag holds
+    assert store_api.admin("POST", url, json={"content": "alpha"}).status_code == 200
+    assert _listing(store_api, store, etag).status_code == 304
+
+    seen = {etag}
+    for change in (
+        lambda: store_api.admin("POST", url, json={"content": "beta"}),
+        lambda: store_api.admin("POST", url, json={"path": "/b.md"}),
+        lambda: store_api.admin(
+            "POST", f"/v1/memory_stores/{store}/memories", json={"path": "/c", "content": ""}
+        ),
+        lambda: store_api.admin("DELETE", url),
+    ):
+        assert change().status_code == 200
+        answer = _listing(store_api, store, etag)
+        assert answer.status_code == 200, "a changed store must not answer 304"
+        etag = answer.headers["etag"]
+        assert etag not in seen
+        seen.add(etag)
+
+
+def test_listing_etag_differs_between_queries_and_stores(store_api: StoreApi) -> None:
+    store = store_api.new_store()
+    other = store_api.new_store()
+    for path in ("/d/one", "/d/two", "/e"):
+        store_api.create(store, path, "x")
+    base = _listing(store_api, store).headers["etag"]
+    variants = [
+        _listing(store_api, store, limit=1).headers["etag"],
+        _listing(store_api, store, depth=1).headers["etag"],
+        _listing(store_api, store, path_prefix="/d/").headers["etag"],
+        _listing(store_api, store, view="full").headers["etag"],
+        _listing(store_api, other).headers["etag"],
+    ]
+    assert len({base, *variants}) == 6
+    assert _listing(store_api, store, base, limit=1).status_code == 200
+
+
+def test_conditional_listing_still_checks_the_caller(store_api: StoreApi) -> None:
+    store = store_api.new_store()
+    elsewhere = store_api.new_store()
+    etag = _listing(store_api, store).headers["etag"]
+    url = f"/v1/memory_stores/{store}/memories"
+    assert store_api.anon("GET", url, headers={"if-none-match": etag}).status_code == 401
+    token = store_api.session_token([(elsewhere, "read_only")])
+    assert store_api.bearer(token, "GET", url, headers={"if-none-match": etag}).status_code == 404

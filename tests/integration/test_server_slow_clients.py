@@ -16,9 +16,12 @@ READ_TIMEOUT_S = 1.0
 WAIT_S = 20.0  # far above the deadline: a socket still open after this was never dropped
 
 
-@pytest.fixture
-def deadline_server(tmp_path: Path) -> Iterator[RunningStoreServer]:
-    server = launch_store_server(tmp_path / "srv", ("--request-read-timeout", str(READ_TIMEOUT_S)))
+@pytest.fixture(params=["httptools", "h11"])
+def deadline_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[RunningStoreServer]:
+    """The server with a short read deadline, on each HTTP/1.1 implementation (each has its own deadline
+    code)."""
+    args = ("--request-read-timeout", str(READ_TIMEOUT_S), "--http", request.param)
+    server = launch_store_server(tmp_path / "srv", args)
     try:
         yield server
     finally:

@@ -7,8 +7,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import pytest
 
 from conftest import RunningStoreServer, StoreApi
+
+pytestmark = pytest.mark.both_backends
 
 
 def _error(resp: httpx.Response, status: int, error_type: str) -> str:

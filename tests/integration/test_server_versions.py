@@ -8,9 +8,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+import pytest
 
 from conftest import StoreApi
 from memsync.api.models import MemoryVersion
+
+pytestmark = pytest.mark.both_backends
 
 
 def _error(resp: httpx.Response, status: int, error_type: str) -> str:

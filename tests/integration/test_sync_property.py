@@ -1,28 +1,22 @@
-"""Property-based (hypothesis, stateful) test of the sync engine against the real store server.
-
-Each example gets a fresh store on the session's server (the ``store_server`` fixture), a temp folder, and the
-real engine in-process (``memsync.agent.commands.mount`` / ``Agent``: the code of ``memsync mount``, ``sync``
-and ``flush --final``). Rules make random local edits, creates, deletes and renames, remote edits, creates and
-deletes (admin key), run passes, interrupt a pass after its N-th request (before or after the server applied
-it) and then restart the engine from its persisted state (what a SIGKILL and a restarted sidecar get), restart
-between passes, damage and restore the marker, wipe the folder, and run the final shutdown. The delete window
-is 0 (test-only), so deletions are confirmed by the next pass's re-check.
-
-A model tracks, per path, the local edits not yet known to be saved ("obligations") and the remote changes
-made since the last complete pass ("concurrent"). Invariants, checked after every pass:
-
-(a) no local edit is lost: after a complete pass over a trusted folder, a writable store holds every pending
-    local edit, unless a remote change of that path was concurrent and a ``memory changed both locally and
-    remotely`` warning named the path; in a read-only store the edit stays on disk under the same condition;
-(b) a read-only store never receives a write from the session's token (its versions list shows none);
-(c) deletes go out only for files that are gone locally, with a trusted marker, within the per-pass cap, and
-    never after a wipe (which is recovered by re-downloading);
-(d) while the marker is bad (removed or altered, files present) a pass neither writes to the store nor
-    changes a local file;
-(e) after the final shutdown with no concurrent remote change, a writable store equals the folder exactly.
-
-A failing example prints the rule sequence that reproduces it (hypothesis' stateful report) and a
-``@reproduce_failure`` blob.
+"""Property-based (hypothesis, stateful) test of the sync engine against the real store server. Each example
+gets a fresh store on the session's server (the ``store_server`` fixture), a temp folder, and the real
+engine in-process (``memsync.agent.commands.mount`` / ``SyncAgent``: the code of ``memsync mount``,
+``sync`` and ``flush --final``). Rules make random local edits, creates, deletes and renames, remote edits,
+creates and deletes (admin key), run passes, interrupt a pass after its N-th request (before or after the
+server applied it) and then restart the engine from its persisted state (what a SIGKILL and a restarted
+sidecar get), restart between passes, damage and restore the marker, wipe the folder, and run the final
+shutdown. The delete window is 0 (test-only), so deletions are confirmed by the next pass's re-check. A
+model tracks, per path, the local edits not yet known to be saved ("obligations") and the remote changes
+made since the last complete pass ("concurrent"). Invariants, checked after every pass: (a) no local edit
+is lost: after a complete pass over a trusted folder, a writable store holds every pending local edit,
+unless a remote change of that path was concurrent and a ``memory changed both locally and remotely``
+warning named the path; in a read-only store the edit stays on disk under the same condition; (b) a
+read-only store never receives a write from the session's token (its versions list shows none); (c) deletes
+go out only for files that are gone locally, with a trusted marker, within the per-pass cap, and never
+after a wipe (which is recovered by re-downloading); (d) while the marker is bad (removed or altered, files
+present) a pass neither writes to the store nor changes a local file; (e) after the final shutdown with no
+concurrent remote change, a writable store equals the folder exactly. A failing example prints the rule
+sequence that reproduces it (hypothesis' stateful report) and a ``@reproduce_failure`` blob.
 """
 
 from __future__ import annotations
@@ -52,7 +46,7 @@ from hypothesis.stateful import (
 )
 
 from memsync.agent import messages
-from memsync.agent.commands import Agent, mount
+from memsync.agent.commands import SyncAgent, mount
 from memsync.agent.config import AgentConfig, load_config
 from memsync.agent.merge import delete_cap
 from memsync.agent.state import load_state
@@ -147,7 +141,7 @@ class SyncMachine(RuleBasedStateMachine):
         self.ready = False
         self.read_only = False
         self.config: AgentConfig
-        self.agent: Agent
+        self.agent: SyncAgent
         self.admin: StoreClient
         self.client: StoreClient
         self.transport: CutTransport
@@ -202,7 +196,7 @@ class SyncMachine(RuleBasedStateMachine):
         return state.baseline.get(rel) if state is not None else None
 
     def new_agent(self) -> None:
-        self.agent = Agent(self.config, self.client)
+        self.agent = SyncAgent(self.config, self.client)
 
     def quiesce(self) -> None:
         """After a kill: let every task and worker thread of the dead engine finish (a killed process has no

@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import shutil
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import httpx
 import pytest
 
 from memsync.agent import messages
+from memsync.agent.localfs import StoreRoot
 from memsync.api.hashing import content_sha256
 from support.sync_harness import Harness, make_harness
 
@@ -427,6 +429,40 @@ async def test_pull_of_a_memory_deleted_after_the_listing_is_ignored(h: Harness)
     assert h.read("b.md") == "bravo"
     await h.sync()
     assert h.read("b.md") is None  # deleted remotely, unchanged locally
+
+
+async def test_a_pass_cancelled_while_a_pull_writes_records_the_written_file(
+    h: Harness, monkeypatch: pytest.MonkeyPatch, caplog_agent
+) -> None:
+    """SIGTERM cancels a pass while a pulled memory is being written: the write ends in its thread, and the
+    state saved by the cancelled pass records it. Otherwise the next pass takes the store's bytes on disk for
+    a local edit, and re-creates the memory that another writer renamed meanwhile (a duplicate)."""
+    await h.put("b.md", "bravo 2")
+    entered, release = threading.Event(), threading.Event()
+    write_bytes = StoreRoot.write_bytes
+
+    def slow_write(self: StoreRoot, rel: str, data: bytes, **kw: bool) -> None:
+        entered.set()
+        release.wait(timeout=30)
+        write_bytes(self, rel, data, **kw)
+
+    monkeypatch.setattr(StoreRoot, "write_bytes", slow_write)
+    running = asyncio.create_task(h.sync())
+    while not entered.is_set():
+        await asyncio.sleep(0.01)
+    running.cancel()
+    await asyncio.sleep(0.05)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    monkeypatch.setattr(StoreRoot, "write_bytes", write_bytes)
+    assert h.read("b.md") == "bravo 2"
+    assert h.state().baseline["b.md"] == content_sha256("bravo 2")
+    await h.delete("b.md")  # another writer renamed it
+    await h.put("moved.md", "bravo 2")
+    await h.sync()
+    assert "b.md" not in await h.remote() and h.read("b.md") is None
+    assert not logged(caplog_agent, messages.RECREATING)
 
 
 async def test_local_edit_made_during_the_pass_is_not_overwritten_silently(h: Harness) -> None:

@@ -33,6 +33,8 @@ from typing import Any
 
 import pytest
 
+from support.k8s_scenarios import mark_tier, record_phase_reports
+
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER = os.environ.get("KIND_CLUSTER", "memsync-e2e")
 IMAGE = os.environ.get("MEMSYNC_IMAGE", "memsync:e2e")
@@ -59,20 +61,11 @@ def _missing_prerequisite() -> str | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     ours = [item for item in items if here in item.path.parents]
-    if not ours:
-        return
-    reason = _missing_prerequisite()
-    for item in ours:
-        item.add_marker(pytest.mark.kind)
-        if reason is not None:
-            item.add_marker(pytest.mark.skip(reason=reason))
+    if ours:
+        mark_tier(ours, pytest.mark.kind, _missing_prerequisite())
 
 
-@pytest.hookimpl(tryfirst=True, hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report = outcome.get_result()  # type: ignore[attr-defined]
-    setattr(item, f"rep_{report.when}", report)
+pytest_runtest_makereport = record_phase_reports
 
 
 # --------------------------------------------------------------------------------------------------------

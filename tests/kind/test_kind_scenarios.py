@@ -15,24 +15,33 @@ import json
 import subprocess
 import sys
 import time
-import uuid
 from typing import Any
 
 import pytest
 
 from memsync.agent import messages
 from memsync.api.hashing import content_sha256
-from memsync.api.models import Memory
 from memsync.controller.pod import pod_name_for
-from memsync.devtools.scripted_agent import REPORT_PREFIX
+from support import k8s_scenarios as k8s
+from support.k8s_scenarios import (
+    FINAL,
+    as_store_paths,
+    container,
+    make_store,
+    report_from_logs,
+    secret_object,
+    session_id,
+    smem_object,
+    store_files,
+    versions,
+    wait_store_has,
+)
 
 from .conftest import CLUSTER, IN_CLUSTER_STORE_URL, KindEnv, apply, kubectl, kubectl_json, run
 
 # The timeout covers each test's own body only: the cluster (created, image built and loaded, operator
 # deployed) is set up once by the session fixture, bounded by its own subprocess timeouts.
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(600, func_only=True)]
-SECRET_KEY = "work-secret"
-FINAL = ("Succeeded", "Failed")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -41,27 +50,7 @@ FINAL = ("Succeeded", "Failed")
 
 
 def sid() -> str:
-    return f"sesn_kind{uuid.uuid4().hex[:16]}"
-
-
-async def make_store(env: KindEnv, name: str, memories: dict[str, str]) -> str:
-    async with env.admin_client() as admin:
-        store = await admin.create_store(f"{name}-{uuid.uuid4().hex[:6]}")
-        for path, content in memories.items():
-            await admin.create_memory(store.id, path, content)
-        return str(store.id)
-
-
-async def store_files(env: KindEnv, store_id: str) -> dict[str, str]:
-    async with env.admin_client() as admin:
-        return {
-            m.path: m.content_sha256 async for m in admin.list_memories(store_id) if isinstance(m, Memory)
-        }
-
-
-async def versions(env: KindEnv, store_id: str) -> list[tuple[str, str]]:
-    async with env.admin_client() as admin:
-        return [(v.memory_id, v.operation) async for v in admin.list_versions(store_id)]
+    return session_id("kind")
 
 
 def mint(env: KindEnv, stores: list[tuple[str, str]], session: str) -> str:
@@ -72,24 +61,12 @@ def mint(env: KindEnv, stores: list[tuple[str, str]], session: str) -> str:
     return run(*args, env={"MEMSYNC_ADMIN_KEY": env.admin_key}).stdout.strip()
 
 
-def create_secret(namespace: str, name: str, value: str, key: str = SECRET_KEY) -> None:
-    apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": name, "namespace": namespace},
-            "data": {key: base64.b64encode(value.encode()).decode()},
-        }
-    )
+def create_secret(namespace: str, name: str, value: str) -> None:
+    apply(secret_object(namespace, name, value))
 
 
 def agent(*args: str, image: str) -> dict[str, Any]:
-    return {
-        "image": image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["python", "-m", "memsync.devtools.scripted_agent"],
-        "args": ["--report", "/tmp/agent-report.json", *args],
-    }
+    return k8s.agent(*args, image=image, pull_policy="IfNotPresent")
 
 
 def create_smem(
@@ -103,19 +80,16 @@ def create_smem(
     interval: int = 5,
 ) -> None:
     apply(
-        {
-            "apiVersion": "agents.memsync.dev/v1alpha1",
-            "kind": "SessionMemory",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "sessionId": session,
-                "workItemSecretRef": {"name": secret_name or "work", "key": SECRET_KEY},
-                "apiBaseUrl": IN_CLUSTER_STORE_URL,
-                "stores": [{"memoryStoreId": i, "name": n, "access": a} for i, n, a in stores],
-                "sync": {"intervalSeconds": interval, "deletions": "enabled", "finalFlushSeconds": 10},
-                "sandbox": sandbox,
-            },
-        }
+        smem_object(
+            namespace,
+            name,
+            session=session,
+            base_url=IN_CLUSTER_STORE_URL,
+            stores=stores,
+            sandbox=sandbox,
+            secret_name=secret_name or "work",
+            interval=interval,
+        )
     )
 
 
@@ -145,36 +119,8 @@ def pod_status(namespace: str, pod: str) -> dict[str, Any]:
     return status
 
 
-def container(status: dict[str, Any], name: str) -> dict[str, Any]:
-    for entry in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
-        if entry["name"] == name:
-            result: dict[str, Any] = entry
-            return result
-    raise KeyError(name)
-
-
-def report_from_logs(text: str) -> dict[str, Any]:
-    lines = [line for line in text.splitlines() if line.startswith(REPORT_PREFIX)]
-    assert lines, f"the scripted agent printed no report:\n{text[-3000:]}"
-    report: dict[str, Any] = json.loads(lines[-1].removeprefix(REPORT_PREFIX))
-    return report
-
-
 def agent_report(namespace: str, pod: str) -> dict[str, Any]:
     return report_from_logs(kubectl("-n", namespace, "logs", pod, "-c", "sandbox"))
-
-
-def as_store_paths(files: dict[str, str]) -> dict[str, str]:
-    return {"/" + rel: sha for rel, sha in files.items()}
-
-
-async def wait_store_has(env: KindEnv, store_id: str, count: int, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len(await store_files(env, store_id)) >= count:
-            return
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"store {store_id} never held {count} memories")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -308,7 +254,7 @@ async def test_deleted_while_writing(kind_env: KindEnv, namespace: str) -> None:
         text=True,
     )
     try:
-        await wait_store_has(kind_env, store, 3)
+        await wait_store_has(kind_env, store, 3, timeout=180)
         kubectl("-n", namespace, "delete", "smem", "doomed", "--wait=true", "--timeout=240s", timeout=260)
         out, _ = follow.communicate(timeout=120)
     finally:
@@ -359,7 +305,7 @@ async def test_sidecar_killed_and_restarted(kind_env: KindEnv, namespace: str) -
     )
     await wait_phase(namespace, "killed", ("Running",))
     pod = pod_name_for("killed")
-    await wait_store_has(kind_env, store, 3)
+    await wait_store_has(kind_env, store, 3, timeout=180)
     sigkill_sidecar(namespace, pod)
     deadline = time.monotonic() + 120
     while container(pod_status(namespace, pod), "memsync-sync").get("restartCount", 0) < 1:

@@ -33,16 +33,23 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import kmock as km
 import kopf
+import yaml
 from kmock._internal import enums, rendering
 
 from memsync.controller.handlers import build_memo, build_registry
 from memsync.controller.kube import KubeApi
-from memsync.controller.settings import ControllerConfig, WatchTimeouts, configure_settings
-from memsync.crd.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from memsync.controller.settings import (
+    ControllerConfig,
+    WatchTimeouts,
+    bounded_session,
+    configure_settings,
+)
+from memsync.crd.models import API_VERSION, GROUP, KIND, PLURAL, VERSION, sandbox_template
 from memsync.crd.schema import build_crd
 
 NAMESPACE = "agents"
@@ -317,7 +324,7 @@ def smem_body(
             {"memoryStoreId": "memstore_02bb", "name": "Team Notes", "access": "read_only"},
         ],
         "sync": {"intervalSeconds": 15, "deletions": "enabled", "finalFlushSeconds": 30},
-        "sandbox": {"image": "example.com/agent-sandbox:1.0", "args": ["--task", "demo"]},
+        "template": sandbox_template({"image": "example.com/agent-sandbox:1.0", "args": ["--task", "demo"]}),
     }
     base.update(spec)
     return {
@@ -338,6 +345,22 @@ class Cluster:
     @property
     def url(self) -> str:
         return str(self.kmock.url).rstrip("/")
+
+    def write_kubeconfig(self, path: Path, namespace: str | None = None) -> Path:
+        """A kubeconfig for this emulator (a token it accepts; ``namespace``: the context's namespace)."""
+        context: dict[str, Any] = {"cluster": "emulated", "user": "tester"}
+        if namespace:
+            context["namespace"] = namespace
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "emulated", "cluster": {"server": self.url}}],
+            "users": [{"name": "tester", "user": {"token": "test-token"}}],
+            "contexts": [{"name": "emulated", "context": context}],
+            "current-context": "emulated",
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
 
     def _smem_path(self, name: str = "") -> str:
         base = f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{PLURAL}"
@@ -489,8 +512,8 @@ async def run_operator(
     """
     kube = KubeApi.for_host(cluster.url)
 
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        return kube.connection_info()
+    async def login(**_: Any) -> kopf.AiohttpSession:
+        return bounded_session(kube.connection_info(), watches=2)  # as the operator's CLI logs in
 
     registry = build_registry(config, login=login)
     stop_flag = threading.Event()

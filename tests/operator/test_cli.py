@@ -42,28 +42,12 @@ def test_namespace_and_all_namespaces_exclude_each_other() -> None:
     assert "exclude each other" in result.output
 
 
-def _kubeconfig(cluster: Cluster, path: Path) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "emulated", "cluster": {"server": cluster.url}}],
-                "users": [{"name": "tester", "user": {"token": "test-token"}}],
-                "contexts": [{"name": "emulated", "context": {"cluster": "emulated", "user": "tester"}}],
-                "current-context": "emulated",
-            }
-        )
-    )
-    return path
-
-
 async def test_the_operator_refuses_to_start_on_a_kubernetes_older_than_1_29(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     cluster.kmock.server_version = ("1", "28+")  # type: ignore[attr-defined]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
-    env.update(KUBECONFIG=str(_kubeconfig(cluster, tmp_path / "kubeconfig")), MEMSYNC_LOG_FORMAT="json")
+    env.update(KUBECONFIG=str(cluster.write_kubeconfig(tmp_path / "kubeconfig")), MEMSYNC_LOG_FORMAT="json")
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -108,19 +92,7 @@ def _free_port() -> int:
 
 
 async def test_the_operator_process_runs_against_a_kubeconfig(cluster: Cluster, tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "emulated", "cluster": {"server": cluster.url}}],
-                "users": [{"name": "tester", "user": {"token": "test-token"}}],
-                "contexts": [{"name": "emulated", "context": {"cluster": "emulated", "user": "tester"}}],
-                "current-context": "emulated",
-            }
-        )
-    )
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
     liveness_port, metrics_port = _free_port(), _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     env.update(

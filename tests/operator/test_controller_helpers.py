@@ -21,8 +21,21 @@ from memsync.controller.kube import (
     _error,
 )
 from memsync.controller.objects import meta_of
-from memsync.controller.settings import POD_SELECTOR, WatchTimeouts, configure_settings
-from memsync.crd.models import ANNOTATION_PREFIX, API_VERSION, FINALIZER, KIND, validate_spec
+from memsync.controller.settings import (
+    KOPF_REQUESTS,
+    POD_SELECTOR,
+    WatchTimeouts,
+    bounded_session,
+    configure_settings,
+)
+from memsync.crd.models import (
+    ANNOTATION_PREFIX,
+    API_VERSION,
+    FINALIZER,
+    KIND,
+    sandbox_template,
+    validate_spec,
+)
 
 
 def smem(name: str, session: str, created: str, uid: str | None = None) -> dict[str, Any]:
@@ -62,6 +75,50 @@ def test_the_oldest_session_memory_holds_the_session() -> None:
     assert h.senior_duplicate(smem("n", "", "x"), everyone) is None
 
 
+def test_the_sessions_index_keeps_a_small_claim_per_session() -> None:
+    a = smem("a", "sesn_x", "2026-01-01T00:00:00Z")
+    a["metadata"] |= {"namespace": "ns", "annotations": {"big": "x" * 10_000}, "managedFields": [{}]}
+    a["spec"] |= {"stores": [{"memoryStoreId": "memstore_1", "name": "notes"}]}
+    claim = {
+        "metadata": {
+            "name": "a",
+            "namespace": "ns",
+            "uid": "uid-a",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "spec": {"sessionId": "sesn_x"},
+    }
+    assert h.session_claim(a) == {("ns", "sesn_x"): claim}
+    b = smem("b", "sesn_x", "2026-01-01T00:00:05Z")
+    b["metadata"]["namespace"] = "ns"
+    # The claims in the index decide as the whole objects would.
+    [b_claim] = (h.session_claim(b) or {}).values()
+    assert h.senior_duplicate(b, [claim, b_claim]) == claim
+    assert h.senior_duplicate(a, [claim, b_claim]) is None
+    assert h.session_claim(smem("n", "", "x")) is None
+    assert h.session_claim({"metadata": {"name": "x"}, "spec": {"sessionId": "sesn_y"}}) is None
+
+
+def test_lean_drops_only_what_the_controller_never_reads() -> None:
+    pod = {
+        "metadata": {
+            "name": "p",
+            "uid": "u",
+            "managedFields": [{"manager": "kubelet"}],
+            "annotations": {"a": "b"},
+        },
+        "spec": {"containers": []},
+        "status": {"phase": "Running"},
+    }
+    lean = h.lean(pod)
+    assert lean == {
+        "metadata": {"name": "p", "uid": "u"},
+        "spec": {"containers": []},
+        "status": {"phase": "Running"},
+    }
+    assert "managedFields" in pod["metadata"]  # the original is left alone
+
+
 def test_store_paths_from_a_valid_and_an_invalid_spec() -> None:
     spec = {
         "sessionId": "sesn_1",
@@ -70,7 +127,7 @@ def test_store_paths_from_a_valid_and_an_invalid_spec() -> None:
             {"memoryStoreId": "memstore_a", "name": "User Preferences"},
             {"memoryStoreId": "memstore_b", "name": "x", "mountPath": "/mnt/memory/custom"},
         ],
-        "sandbox": {"image": "i"},
+        "template": sandbox_template({"image": "i"}),
     }
     assert h.store_paths(spec) == {
         "memstore_a": "/mnt/memory/user-preferences",
@@ -231,9 +288,21 @@ def test_paths_of_a_validated_spec_equal_store_paths() -> None:
         "sessionId": "sesn_x",
         "workItemSecretRef": {"name": "w", "key": "k"},
         "stores": [{"memoryStoreId": "memstore_a", "name": "Team Notes"}],
-        "sandbox": {"image": "busybox"},
+        "template": sandbox_template({"image": "busybox"}),
     }
     assert (
         h.paths_of(validate_spec(raw), raw) == h.store_paths(raw) == {"memstore_a": "/mnt/memory/team-notes"}
     )
     assert h.paths_of(None, raw) == {"memstore_a": None}
+
+
+async def test_kopf_session_bounds_its_requests_and_keeps_the_credentials() -> None:
+    info = kopf.ConnectionInfo(server="https://127.0.0.1:6443", scheme="Bearer", token="t0ken", insecure=True)
+    bounded = bounded_session(info, watches=4)
+    try:
+        assert bounded.server == info.server
+        connector = bounded.aiohttp_session.connector
+        assert connector is not None and connector.limit == KOPF_REQUESTS + 4
+        assert bounded.aiohttp_session.headers["Authorization"] == "Bearer t0ken"
+    finally:
+        await bounded.aiohttp_session.close()

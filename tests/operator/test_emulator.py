@@ -7,6 +7,8 @@ import json
 import pytest
 from smem_harness import KUBELET_FINALIZER, NAMESPACE, Cluster, smem_body
 
+from memsync.crd.models import API_VERSION
+
 MERGE = "application/merge-patch+json"
 
 
@@ -25,7 +27,7 @@ async def test_objects_get_identity_and_versions(cluster: Cluster) -> None:
     meta = created["metadata"]
     assert meta["uid"] and meta["creationTimestamp"] and meta["generation"] == 1
     rv = int(meta["resourceVersion"])
-    path = f"/apis/agents.memsync.dev/v1alpha1/namespaces/{NAMESPACE}/sessionmemories/a"
+    path = f"/apis/{API_VERSION}/namespaces/{NAMESPACE}/sessionmemories/a"
     await cluster.request_json("PATCH", path, {"metadata": {"labels": {"x": "y"}}}, content_type=MERGE)
     after = cluster.smem("a") or {}
     assert int(after["metadata"]["resourceVersion"]) > rv
@@ -36,7 +38,7 @@ async def test_objects_get_identity_and_versions(cluster: Cluster) -> None:
 
 async def test_resource_version_preconditions(cluster: Cluster) -> None:
     created = await cluster.create_smem(smem_body("a"))
-    path = f"/apis/agents.memsync.dev/v1alpha1/namespaces/{NAMESPACE}/sessionmemories/a"
+    path = f"/apis/{API_VERSION}/namespaces/{NAMESPACE}/sessionmemories/a"
     stale = created["metadata"]["resourceVersion"]
     await cluster.request_json("PATCH", path, {"metadata": {"labels": {"x": "1"}}}, content_type=MERGE)
     assert (
@@ -58,7 +60,7 @@ async def test_resource_version_preconditions(cluster: Cluster) -> None:
 
 async def test_the_status_subresource_and_pruning(cluster: Cluster) -> None:
     await cluster.create_smem(smem_body("a"))
-    path = f"/apis/agents.memsync.dev/v1alpha1/namespaces/{NAMESPACE}/sessionmemories/a"
+    path = f"/apis/{API_VERSION}/namespaces/{NAMESPACE}/sessionmemories/a"
     await cluster.request_json("PATCH", path, {"status": {"phase": "Running"}}, content_type=MERGE)
     assert "status" not in (cluster.smem("a") or {})
     await cluster.request_json(
@@ -93,12 +95,10 @@ async def test_pods_terminate_gracefully_until_the_kubelet_lets_go(cluster: Clus
 
 async def test_a_watch_from_a_list_version_does_not_replay_the_list(cluster: Cluster) -> None:
     await cluster.create_smem(smem_body("old"))
-    listing = await cluster.request_json(
-        "GET", f"/apis/agents.memsync.dev/v1alpha1/namespaces/{NAMESPACE}/sessionmemories"
-    )
+    listing = await cluster.request_json("GET", f"/apis/{API_VERSION}/namespaces/{NAMESPACE}/sessionmemories")
     version = listing["metadata"]["resourceVersion"]
     assert [i["metadata"]["name"] for i in listing["items"]] == ["old"]
-    base = f"/apis/agents.memsync.dev/v1alpha1/namespaces/{NAMESPACE}/sessionmemories"
+    base = f"/apis/{API_VERSION}/namespaces/{NAMESPACE}/sessionmemories"
     url = f"{base}?watch=true&resourceVersion={version}"
     async with cluster.kmock.get(url) as response:
         await cluster.create_smem(smem_body("new"))
@@ -112,7 +112,7 @@ async def test_a_watch_from_a_list_version_does_not_replay_the_list(cluster: Clu
 @pytest.mark.parametrize("bad_rv", ["1", "999999999"])
 async def test_stale_or_future_versions_conflict(cluster: Cluster, bad_rv: str) -> None:
     await cluster.create_smem(smem_body("a"))
-    path = f"/apis/agents.memsync.dev/v1alpha1/namespaces/{NAMESPACE}/sessionmemories/a/status"
+    path = f"/apis/{API_VERSION}/namespaces/{NAMESPACE}/sessionmemories/a/status"
     assert (
         await _status_code(cluster, "PATCH", path, {"metadata": {"resourceVersion": bad_rv}, "status": {}})
         == 409

@@ -16,9 +16,9 @@ from smem_harness import _VERBS, FAST, NAMESPACE, Cluster, eventually, run_opera
 from memsync.controller.environment import decisions as d
 from memsync.controller.pod import pod_name_for
 from memsync.crd import agentenv as a
-from memsync.crd.models import GROUP, VERSION
+from memsync.crd.models import GROUP, sandbox_template
 
-AENV = f"{GROUP}/{VERSION}/{a.PLURAL}"
+AENV = f"{GROUP}/{a.VERSION}/{a.PLURAL}"
 
 
 async def test_the_operator_claims_a_session_and_starts_its_pod(cluster: Cluster, store_server: Any) -> None:
@@ -45,10 +45,10 @@ async def test_the_operator_claims_a_session_and_starts_its_pod(cluster: Cluster
             "environmentId": env["id"],
             "environmentKeySecretRef": {"name": "env-key", "key": "key"},
             "apiBaseUrl": store_server.url,
-            "sandbox": {"image": "img:1", "command": ["memsync", "session", "run"]},
+            "template": sandbox_template({"image": "img:1", "command": ["memsync", "session", "run"]}),
         },
     }
-    await cluster.request_json("POST", f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{a.PLURAL}", body)
+    await cluster.request_json("POST", f"/apis/{GROUP}/{a.VERSION}/namespaces/{NAMESPACE}/{a.PLURAL}", body)
     name = d.object_name(minted["session"]["id"])
     async with run_operator(cluster, dataclasses.replace(FAST, environments=True)):
         smem = await eventually(lambda: cluster.smem(name), what="the SessionMemory", timeout=30)

@@ -115,3 +115,59 @@ async def test_a_reconcile_validates_the_spec_once(
     ]
     assert all(s.get("mountPath", "").startswith("/mnt/memory/") for s in status["stores"]), status
     assert (cluster.pod(pod_name_for("s1")) is not None) == secret_exists
+
+
+async def test_the_duplicate_check_reads_the_index_and_writes_start_from_the_known_object(
+    cluster: Cluster, runtime: h.Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With kopf's index of sessions the duplicate check lists nothing; a status write after the reconcile's
+    own read or write reads nothing either, and a newer object (here a spec update) still wins: the write
+    that started from the remembered object conflicts and is recomputed from a fresh read."""
+    await cluster.create_secret("work-secret", {"secret": base64.b64encode(b"opaque").decode()})
+    await cluster.create_smem(smem_body("first", session_id="sesn_dup"))
+    await cluster.create_smem(smem_body("second", session_id="sesn_dup"))
+    first, second = cluster.smem("first") or {}, cluster.smem("second") or {}
+    index: dict[tuple[str, str], list[dict[str, object]]] = {}
+    for obj in (first, second):
+        for key, claim in (h.session_claim(obj) or {}).items():
+            index.setdefault(key, []).append(claim)
+
+    async def no_listing(namespace: str) -> list[dict[str, object]]:
+        raise AssertionError("the duplicate check listed the namespace")
+
+    reads: list[str] = []
+    real_get = runtime.kube.get_session_memory
+
+    async def counting_get(namespace: str, name: str) -> dict[str, object] | None:
+        reads.append(name)
+        return await real_get(namespace, name)
+
+    monkeypatch.setattr(runtime.kube, "list_session_memories", no_listing)
+    monkeypatch.setattr(runtime.kube, "get_session_memory", counting_get)
+
+    def claims(namespace: str, session_id: str) -> list[dict[str, object]]:
+        return list(index.get((namespace, session_id), []))
+
+    await h.reconcile(runtime, second, claims)
+    ready = h.st.condition(cluster.smem_status("second"), h.st.READY) or {}
+    assert ready["reason"] == "DuplicateSession" and "first" in ready["message"]
+    await h.reconcile(runtime, first, claims)
+    pod_name = pod_name_for("first")
+    assert cluster.pod(pod_name) is not None and cluster.pod(pod_name_for("second")) is None
+    assert reads == ["second", "first"]  # one read per reconcile; its status writes read nothing more
+
+    # The Pod watcher's event of the Pod just created: nothing changed, nothing read or written.
+    before = cluster.smem("first") or {}
+    await h.observe_pod(runtime, "ADDED", cluster.pod(pod_name) or {})
+    assert reads == ["second", "first"]
+    assert (cluster.smem("first") or {})["metadata"]["resourceVersion"] == before["metadata"][
+        "resourceVersion"
+    ]
+
+    # A spec update behind the operator's back: the next write conflicts, reads, carries the new generation.
+    await cluster.patch_smem_spec("first", {"sandbox": {"image": "example.com/agent-sandbox:2.0"}})
+    await cluster.set_pod_status(pod_name, RUNNING_POD)
+    await h.observe_pod(runtime, "MODIFIED", cluster.pod(pod_name) or {})
+    assert reads == ["second", "first", "first"]
+    status = cluster.smem_status("first")
+    assert status["phase"] == "Running" and status["observedGeneration"] == 2

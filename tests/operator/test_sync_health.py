@@ -15,7 +15,7 @@ from memsync.contracts.report import FlushReport, StoreCounts, parse_report, ren
 from memsync.controller import status as st
 from memsync.controller.health import health_url
 from memsync.controller.pod import build_sandbox_pod
-from memsync.crd.models import validate_spec
+from memsync.crd.models import sandbox_template, validate_spec
 from memsync.crd.schema import printer_columns
 from support.crd_status import SessionMemoryStatus
 
@@ -208,7 +208,7 @@ def test_health_url_is_the_pod_ip_and_the_sidecar_metrics_port(ip: str | None, u
             "sessionId": "sesn_1",
             "workItemSecretRef": {"name": "w", "key": "k"},
             "stores": [{"memoryStoreId": "memstore_01aa", "name": "a"}],
-            "sandbox": {"image": "busybox"},
+            "template": sandbox_template({"image": "busybox"}),
         }
     )
     pod = build_sandbox_pod(name="s1", namespace="agents", uid="u", spec=spec, agent_image="memsync:test")

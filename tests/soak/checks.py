@@ -7,12 +7,14 @@ hold at the end, what the agents reported, and what went over the wire. Each ret
   count covers it and every path named is such a delete), or another writer changed that path after it, or
   after the file became unreadable (the agent cannot know that memory is the file's), or after the test last
   wrote the file when the store holds other content than the file did (both wrote the path: a conflict the
-  store wins), or the agent reported that the delete lost;
+  store wins; also when the agent reported the file's content lost to the store's after it was written), or
+  the agent reported that the delete lost;
 - no write overwrote a memory without a precondition: every agent update and delete carried one, and in the
   version history every session version that follows another version of its memory follows one whose hash
   that session sent as the precondition;
-- no memory is duplicated (one unique content live at two paths) or stray (live at a path no attached
-  folder holds);
+- no memory is duplicated (one unique content live at two paths, unless the test last wrote it at each of
+  them: both sessions renamed the same file) or stray (live at a path no attached folder holds, unless a
+  session's end named it as refused: it cannot be written locally);
 - every sidecar ended with a complete flush and nothing unsent, except files left unreadable at the end and
   new files waiting behind a delete the cap held at the end (named by the agent's warning): those are exactly
   the unsent ones, the unreadable ones counted and named in the termination report.
@@ -179,6 +181,12 @@ def _delete_applied(  # noqa: PLR0917 - plain-data inputs of check_local_ops
     history = versions.get(store_id, [])
     if any(v.path == rel and v.at >= seen - 1 and v.actor != sessions[pod] for v in history):
         return True
+    if (
+        last.written_at is not None
+        and content_sha256(content) != last.sha256
+        and _reported(reports.get(pod, []), store_id, rel, last.written_at - 1, WRITE_LOST)
+    ):
+        return True  # the file the test wrote lost to the store's version (reported), and still held its own
     return _reported(reports.get(pod, []), store_id, rel, last.at - 1, DELETE_LOST)
 
 
@@ -193,17 +201,22 @@ def held_at_end(  # noqa: PLR0917 - plain-data inputs of check_local_ops
     """The local deletes still in the store that the session's end reported as held back by the delete cap:
     per folder, all of them when the reported count covers them and every path it names is one of them."""
     missing: dict[Folder, set[str]] = defaultdict(set)
+    still: dict[Folder, set[str]] = defaultdict(set)  # local deletes whose path is live, excused or not
     for (pod, store_id, rel), last in ops.items():
-        if last.kind == "delete" and not _delete_applied(
-            pod, store_id, rel, last, live, versions, reports, sessions
-        ):
+        if last.kind != "delete" or rel not in live.get(store_id, {}):
+            continue
+        still[(pod, store_id)].add(rel)
+        if not _delete_applied(pod, store_id, rel, last, live, versions, reports, sessions):
             missing[(pod, store_id)].add(rel)
     out: dict[Folder, set[str]] = {}
-    for folder, rels in missing.items():
+    for folder, rels in still.items():
         count, named = held.get(folder, (0, []))
-        if len(rels) <= count and set(named) <= rels:
-            out[folder] = rels
-    return out
+        if not set(named) <= rels or len(missing[folder]) > count:
+            continue
+        # The cap held them all (also those another writer changed meanwhile), or at least the ones named and
+        # every one not excused otherwise.
+        out[folder] = rels if len(rels) <= count else missing[folder] | set(named)
+    return {folder: rels for folder, rels in out.items() if rels}
 
 
 def waiting_behind(
@@ -265,26 +278,39 @@ def check_local_ops(  # noqa: PLR0917 - plain-data inputs, named at the one call
     return out
 
 
-def check_store_shape(
+def check_store_shape(  # noqa: PLR0917 - plain-data inputs, named at the one call site
     live: Mapping[str, Mapping[str, str]],
     final_local: Mapping[Folder, Mapping[str, str | None]],
     attached: Mapping[str, list[str]],
     held: Mapping[Folder, set[str]] | None = None,
+    ops: Mapping[tuple[str, str, str], LocalOp] | None = None,
+    refused: Mapping[str, set[str]] | None = None,
 ) -> list[Violation]:
-    """No content live twice in a store; no live path that no attached folder holds, other than local
-    deletes the session's end reported as held back by the delete cap (``held``, from ``held_at_end``)."""
+    """No content live twice in a store, other than at paths where the test itself last wrote exactly that
+    content (both sessions of a shared store renamed the same file, each to its own path); no live path that
+    no attached folder holds, other than local deletes the session's end reported as held back by the delete
+    cap (``held``, from ``held_at_end``), and memories a session's end named as refused in that store
+    (``refused``: it cannot write them locally, e.g. an unreadable file is in their way, never removed)."""
     out: list[Violation] = []
     for store_id, memories in sorted(live.items()):
         counts = Counter(memories.values())
         going = {rel for (_, sid), rels in (held or {}).items() if sid == store_id for rel in rels}
+        written = {
+            (rel, op.sha256)
+            for (_, sid, rel), op in (ops or {}).items()
+            if sid == store_id and op.kind == "write"
+        }
         for content, n in counts.items():
             if n > 1:
                 paths = sorted(p for p, c in memories.items() if c == content)
                 if len(set(paths) - going) <= 1:
                     continue  # a rename whose old path's delete the cap held at the end
+                if all((p, content_sha256(content)) in written for p in set(paths) - going):
+                    continue  # every copy is one the test wrote there
                 out.append(Violation("duplicate", f"{store_id}: the same content is live at {paths}"))
         kept = {rel for pod in attached[store_id] for rel in final_local.get((pod, store_id), {})}
         kept |= {rel for (_, sid), rels in (held or {}).items() if sid == store_id for rel in rels}
+        kept |= (refused or {}).get(store_id, set())
         for rel in sorted(set(memories) - kept):
             out.append(Violation("stray", f"{store_id} {rel}: live in the store, in no attached folder"))
     return out

@@ -11,6 +11,7 @@ Operations go in batches with a pause between them, so the sidecars' passes (eve
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import random
 import shutil
@@ -67,6 +68,7 @@ NAMES = tuple(f"f{i:02d}.md" for i in range(40))
 BATCH = 40
 PAUSE_S = 0.5
 INITIAL_MEMORIES = 30
+SERVER_START_S = 180.0  # a restarted store server may take long to answer on a loaded machine
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,8 @@ class Soak:
         for pod in self.pods:
             pod.mount()
             pod.start()
+        for pod in self.pods:
+            pod.wait_started()
 
     def close(self) -> None:
         for pod in self.pods:
@@ -251,12 +255,21 @@ class Soak:
             self._record(pod, sid, rel, "delete", content, op)
             self._record(pod, sid, new, "write", content, op)
         elif kind == "unreadable":
+            if not path.is_file():  # swapped for a folder since the listing: the soak makes files unreadable
+                return False
             readable = self._readable(pod, sid, rel)
             os.chmod(path, 0o000 if readable else 0o644)
             if readable:
                 self.unreadable_since[(pod.name, sid, rel)] = time.time()
             if not readable:  # readable again: the content on disk is what must now reach the store
-                self._record(pod, sid, rel, "write", path.read_text(), op)
+                content = path.read_text()
+                before = self.last_local.get((pod.name, sid, rel))
+                if before is not None and before.kind == "write" and before.sha256 == content_sha256(content):
+                    self.unreadable_since.pop(
+                        (pod.name, sid, rel), None
+                    )  # unchanged: the same edit as before
+                else:
+                    self._record(pod, sid, rel, "write", content, op)
         else:
             return self._swap(pod, sid, rel, op)
         return True
@@ -266,12 +279,7 @@ class Soak:
         root = pod.folder(sid)
         parent = rel.rsplit("/", 1)[0] if "/" in rel else ""
         if parent and self.rng.random() < 0.5:
-            # Every file below goes, including ones created since the batch's listing.
-            for dirpath, _, names in os.walk(root / parent):
-                for name in names:
-                    below = (Path(dirpath) / name).relative_to(root).as_posix()
-                    self._record(pod, sid, below, "delete", self._held(pod, sid, below), op)
-            shutil.rmtree(root / parent)
+            self._remove_tree(pod, sid, parent, op)
             self._write(pod, sid, parent, op)
             return True
         held = self._held(pod, sid, rel)
@@ -279,6 +287,28 @@ class Soak:
         self._record(pod, sid, rel, "delete", held, op)
         self._write(pod, sid, f"{rel}/inner.md", op)
         return True
+
+    def _remove_tree(self, pod: Pod, sid: str, folder: str, op: int) -> None:
+        """Every file below ``folder`` goes, including ones created since the batch's listing and ones the
+        sidecar writes there while the tree is being removed (then the removal is simply repeated)."""
+        root = pod.folder(sid)
+        recorded: set[str] = set()
+        for _ in range(20):
+            for dirpath, _, names in os.walk(root / folder):
+                for name in names:
+                    below = (Path(dirpath) / name).relative_to(root).as_posix()
+                    if below not in recorded:
+                        recorded.add(below)
+                        self._record(pod, sid, below, "delete", self._held(pod, sid, below), op)
+            try:
+                shutil.rmtree(root / folder)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.ENOENT):
+                    raise
+                if (root / folder).is_dir():
+                    continue
+            return
+        raise AssertionError(f"{pod.name} {sid} {folder}: still not empty after 20 removals")
 
     def _remote_op(self, kind: str, op: int) -> bool:
         sid = self.rng.choice(sorted(self.attached))
@@ -310,12 +340,13 @@ class Soak:
             pod = self.rng.choice(self.pods)
             pod.kill()
             pod.start()
+            pod.wait_started()
         else:
             if self.rng.random() < 0.5:
                 self.server.kill()
             else:
                 self.server.stop()
-            self.server.start()
+            self.server.start(timeout_s=SERVER_START_S)
         return True
 
     # --- the run --------------------------------------------------------------------------------------------
@@ -360,12 +391,11 @@ class Soak:
     def _finish(self, started: float) -> Outcome:
         unreadable = self._restore_some_readable()
         time.sleep(1.0)
+        if self.final_outage_s:  # the store is unreachable as the final flushes start, for exactly that long
+            assert self.proxy is not None
+            self.proxy.proxy.outage(self.final_outage_s)
         for pod in self.pods:  # both sessions end at once
             pod.signal_end()
-        if self.final_outage_s:  # the store goes away as the final flushes start, then comes back
-            self.server.stop()
-            time.sleep(self.final_outage_s)
-            self.server.start()
         exits = {pod.name: pod.wait_end() for pod in self.pods}
         assert self.proxy is not None
         faults = dict(self.proxy.proxy.faults_injected)
@@ -384,10 +414,14 @@ class Soak:
             for pod, term in terminations.items()
             for sid, s in term.get("stores", {}).items()
         }
+        refused: dict[str, set[str]] = {}
+        for term in terminations.values():
+            for sid, s in term.get("stores", {}).items():
+                refused.setdefault(sid, set()).update(s.get("refused_paths", []))
         excused = checks.held_at_end(self.last_local, live, versions, reports, sessions, held)
         violations = [
             *checks.check_local_ops(self.last_local, final_local, live, versions, reports, sessions, held),
-            *checks.check_store_shape(live, final_local, self.attached, excused),
+            *checks.check_store_shape(live, final_local, self.attached, excused, self.last_local, refused),
             *checks.check_terminations(
                 exits, terminations, unreadable, checks.waiting_behind(excused, final_local)
             ),

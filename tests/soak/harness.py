@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +102,19 @@ class Pod:
             self.proc = subprocess.Popen(
                 self._command("sync"), env=self.env, stdout=out, stderr=subprocess.STDOUT
             )
+
+    def wait_started(self, timeout: float = 120.0) -> None:
+        """Until the running sidecar logs its start line (from then on SIGTERM runs its final flush), as the
+        kubelet waits for a restarted sidecar to start. Polls its log file; fails if the process exits."""
+        assert self.proc is not None
+        log = self.log_files[-1]
+        deadline = time.monotonic() + timeout
+        while b"memsync sync starting" not in log.read_bytes():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name}: the sidecar exited ({self.proc.returncode}); see {log}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: sidecar not started after {timeout} s; see {log}")
+            time.sleep(0.05)
 
     def kill(self) -> None:
         """SIGKILL, as the kubelet does to a sidecar past its grace period or on OOM."""

@@ -88,6 +88,21 @@ def test_duplicates_and_strays() -> None:
     assert _kinds(stray) == ["stray"]
 
 
+def test_a_duplicate_is_excused_only_where_the_test_wrote_each_copy() -> None:
+    """Both sessions renamed the same synced file, each to its own path: two copies, both written locally."""
+    local = {("p1", S): {"a.md": "1"}, ("p2", S): {"b.md": "1"}}
+    attached = {S: ["p1", "p2"]}
+    both = {
+        ("p1", S, "a.md"): LocalOp("write", content_sha256("1"), 100.0, 1),
+        ("p2", S, "b.md"): LocalOp("write", content_sha256("1"), 101.0, 2),
+    }
+    assert check_store_shape({S: {"a.md": "1", "b.md": "1"}}, local, attached, {}, both) == []
+    one = {("p1", S, "a.md"): both[("p1", S, "a.md")], ("p2", S, "b.md"): LocalOp("delete", None, 102.0, 3)}
+    assert _kinds(check_store_shape({S: {"a.md": "1", "b.md": "1"}}, local, attached, {}, one)) == [
+        "duplicate"
+    ]
+
+
 def test_every_overwrite_and_delete_needs_its_precondition() -> None:
     url = "/v1/memory_stores/memstore_a/memories/mem_1"
     assert (
@@ -163,6 +178,23 @@ def test_deletes_held_by_the_cap_at_the_end_are_excused_only_as_reported() -> No
     ]
     wrong_name = {("p1", S): (2, ["c.md"])}
     assert len(check_local_ops(ops, local, still, {S: []}, {}, SESSIONS, wrong_name)) == 2
+
+
+def test_a_held_delete_another_writer_changed_meanwhile_is_among_the_held() -> None:
+    """The cap held both deletes and named both; b.md was also changed by another writer after its delete
+    (so its delete is excused anyway): it still counts among the held ones, and is no stray."""
+    ops = {
+        ("p1", S, "a.md"): LocalOp("delete", None, 100.0, 3),
+        ("p1", S, "b.md"): LocalOp("delete", None, 100.0, 4),
+    }
+    still = {S: {"a.md": "x", "b.md": "y"}}
+    versions = {S: [Version("b.md", content_sha256("y"), 150.0, "admin")]}
+    local = {("p1", S): {}}
+    reported = {("p1", S): (2, ["a.md", "b.md"])}
+    excused = held_at_end(ops, still, versions, {}, SESSIONS, reported)
+    assert excused == {("p1", S): {"a.md", "b.md"}}
+    assert check_store_shape(still, local, {S: ["p1"]}, excused) == []
+    assert _kinds(check_store_shape(still, local, {S: ["p1"]}, {})) == ["stray", "stray"]
     assert _kinds(check_store_shape(still, local, {S: ["p1"]}, {})) == ["stray", "stray"]
 
 
@@ -187,5 +219,44 @@ def test_a_delete_after_both_wrote_the_path_may_lose_to_the_store() -> None:
     ]
     admin_before = {S: [Version("a.md", "s", 40.0, "apikey_admin")]}
     assert _kinds(check_local_ops(op, {}, {S: {"a.md": "theirs"}}, admin_before, {}, SESSIONS)) == [
+        "delete_not_applied"
+    ]
+
+
+def test_a_stray_is_excused_only_when_a_session_named_it_refused() -> None:
+    """An unreadable local file in the way of a memory: the agent never removes it, so the memory cannot be
+    written locally; the session's end names it among the refused paths."""
+    local = {("p1", S): {"a.md": "1"}}
+    live = {S: {"a.md": "1", "e/f.md": "2"}}
+    assert check_store_shape(live, local, {S: ["p1"]}, {}, {}, {S: {"e/f.md"}}) == []
+    assert _kinds(check_store_shape(live, local, {S: ["p1"]}, {}, {}, {S: {"other.md"}})) == ["stray"]
+
+
+def test_held_deletes_beyond_the_sample_with_more_deletes_still_live_than_held() -> None:
+    """Three local deletes still live; the cap held two (one named); the third was changed by another writer
+    after the delete (excused anyway): the unexcused one and the named one are the held ones."""
+    ops = {(("p1", S, r)): LocalOp("delete", None, 100.0, i) for i, r in enumerate(("a.md", "b.md", "c.md"))}
+    still = {S: {"a.md": "x", "b.md": "y", "c.md": "z"}}
+    versions = {S: [Version("b.md", content_sha256("y"), 150.0, "admin")]}
+    versions[S].append(Version("c.md", content_sha256("z"), 150.0, "admin"))
+    reported = {("p1", S): (2, ["b.md"])}
+    assert held_at_end(ops, still, versions, {}, SESSIONS, reported) == {("p1", S): {"a.md", "b.md"}}
+    assert held_at_end(ops, still, versions, {}, SESSIONS, {("p1", S): (2, ["d.md"])}) == {}
+
+
+def test_a_delete_of_a_file_that_lost_to_the_store_leaves_the_store_version() -> None:
+    """The test wrote a new file where another writer had just created a memory; the agent reported that the
+    store's version won; the test then deleted its file (still holding its own content): the store keeps the
+    other writer's memory. Had the file held the store's version when deleted, the delete must have gone."""
+    written = LocalOp("delete", content_sha256("mine"), 200.0, 9, written_at=100.0)
+    ops = {("p1", S, "a.md"): written}
+    live = {S: {"a.md": "theirs"}}
+    versions = {S: [Version("a.md", content_sha256("theirs"), 90.0, "admin")]}
+    lost = {"p1": [Report(S, "a.md", messages.BOTH_CHANGED, 150.0)]}
+    local = {("p1", S): {}}
+    assert check_local_ops(ops, local, live, versions, lost, SESSIONS) == []
+    assert _kinds(check_local_ops(ops, local, live, versions, {}, SESSIONS)) == ["delete_not_applied"]
+    held_theirs = {("p1", S, "a.md"): LocalOp("delete", content_sha256("theirs"), 200.0, 9, written_at=100.0)}
+    assert _kinds(check_local_ops(held_theirs, local, live, versions, lost, SESSIONS)) == [
         "delete_not_applied"
     ]

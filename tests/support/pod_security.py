@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from memsync.crd.models import ALLOWED_ADDED_CAPABILITIES, ALLOWED_SELINUX_TYPES, APPARMOR_UNCONFINED
+from memsync.crd.guards import ALLOWED_ADDED_CAPABILITIES, ALLOWED_SELINUX_TYPES, APPARMOR_UNCONFINED
 
 _RESTRICTED_VOLUME_TYPES: Final = frozenset(
     {

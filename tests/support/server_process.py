@@ -7,6 +7,7 @@ its environment (``MEMSYNC_ADMIN_KEY``), never on its command line, where a proc
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -33,13 +34,14 @@ def free_port() -> int:
 def spawn_store_server(
     *,
     port: int,
-    db_path: Path,
+    db_path: Path | str,
     log_path: Path,
     env: Mapping[str, str],
     extra_args: Sequence[str] = (),
     cwd: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ``memsync store serve`` on ``HOST:port`` over ``db_path``, its output appended to ``log_path``.
+    """Start ``memsync store serve`` on ``HOST:port`` over ``db_path`` (an SQLite file or a PostgreSQL URL),
+    its output appended to ``log_path``.
 
     ``env`` is the child's whole environment (it carries ``MEMSYNC_ADMIN_KEY``).
     """
@@ -112,3 +114,23 @@ def kill_process(process: subprocess.Popen[bytes] | None, *, timeout_s: float = 
         return
     process.kill()
     process.wait(timeout=timeout_s)
+
+
+def run_cli(
+    *args: str, url: str | None = None, admin_key: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m memsync ARGS`` with no inherited ``MEMSYNC_*`` setting but the server's URL and admin key
+    (through the environment, as users pass them); its output as text."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}
+    if url is not None:
+        env["MEMSYNC_STORE_URL"] = url
+    if admin_key is not None:
+        env["MEMSYNC_ADMIN_KEY"] = admin_key
+    return subprocess.run(
+        [sys.executable, "-m", "memsync", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )

@@ -1,7 +1,7 @@
 """A harness that drives the sync engine in-process against a real store server (tests and benchmarks).
 
 It is the same code path as ``memsync mount`` / ``sync --once`` / ``flush``: ``commands.mount`` and
-``commands.Agent``. Time is controllable (``clock``) so delete-window scenarios need no sleeping, and a
+``commands.SyncAgent``. Time is controllable (``clock``) so delete-window scenarios need no sleeping, and a
 ``HookTransport`` can run a callback right before a given request reaches the real server, to interleave a
 concurrent remote change deterministically (e.g. a memory deleted between the listing and an update), or right
 after the server answered (to lose or rewrite that answer, e.g. a create that landed but whose response never
@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from memsync.agent.commands import Agent, Outcome, mount
+from memsync.agent.commands import FlushResult, SyncAgent, mount
 from memsync.agent.config import AgentConfig, load_config
 from memsync.agent.engine import PassStats, StoreSync
 from memsync.agent.state import StoreState, load_state, save_state
@@ -93,7 +93,7 @@ class Harness:
     client: StoreClient
     transport: HookTransport
     config: AgentConfig
-    agent: Agent
+    agent: SyncAgent
     store_id: str
     secret: str = field(repr=False)
     base: Path
@@ -160,10 +160,10 @@ class Harness:
     async def sync(self, *, final: bool = False) -> PassStats:
         return (await self.agent.sync_once(final=final))[self.store_id]
 
-    async def flush(self) -> Outcome:
+    async def flush(self) -> FlushResult:
         return await self.agent.flush()
 
-    async def final(self) -> Outcome:
+    async def final(self) -> FlushResult:
         return await self.agent.final_shutdown()
 
     def state(self) -> StoreState:
@@ -175,9 +175,9 @@ class Harness:
         save_state(self.config.state_path, state)
 
     def restart(self) -> None:
-        """A new Agent in the same 'Pod' (what a restarted sidecar gets: same folders, same state dir)."""
-        self.agent = Agent(self.config, self.client)
-        self.agent.shared.clock = self.clock
+        """A new SyncAgent in the same 'Pod' (what a restarted sidecar gets: same folders, same state dir)."""
+        self.agent = SyncAgent(self.config, self.client)
+        self.agent.context.clock = self.clock
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -229,6 +229,6 @@ async def make_harness(
     clock = Clock()
     if mount_now:
         await mount(cfg, client=client)
-    agent = Agent(cfg, client)
-    agent.shared.clock = clock
+    agent = SyncAgent(cfg, client)
+    agent.context.clock = clock
     return Harness(admin, client, transport, cfg, agent, store.id, secret, base, clock)

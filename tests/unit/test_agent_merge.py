@@ -56,7 +56,7 @@ def test_sent_sha_held_remotely_enters_the_baseline_then_local_edit_uploads() ->
         SyncInput(remote={"f": Remote("m1", B)}, local={"f": C}, baseline={"f": A}, sent={"f": B})
     )
     assert plan.sent == {}
-    assert plan.uploads == [Upload("f", C, "m1", B, B)]
+    assert plan.uploads == [Upload(rel="f", local_sha=C, remote_id="m1", expected_sha=B, base_sha=B)]
     assert not plan.conflicts
 
 
@@ -65,7 +65,7 @@ def test_sent_sha_not_held_remotely_is_dropped() -> None:
         SyncInput(remote={"f": Remote("m1", A)}, local={"f": B}, baseline={"f": A}, sent={"f": B})
     )
     assert plan.sent == {}
-    assert plan.uploads == [Upload("f", B, "m1", A, A)]
+    assert plan.uploads == [Upload(rel="f", local_sha=B, remote_id="m1", expected_sha=A, base_sha=A)]
 
 
 # --- step 4: remote missing -------------------------------------------------------------------------------
@@ -78,19 +78,19 @@ def test_remote_and_local_missing_drops_the_path() -> None:
 
 def test_remote_missing_local_unchanged_removes_locally() -> None:
     plan = plan_sync(SyncInput(remote={}, local={"f": A}, baseline={"f": A}))
-    assert plan.local_removals == [LocalRemove("f", A)]
+    assert plan.local_removals == [LocalRemove(rel="f", expected_sha=A)]
     assert not plan.uploads
 
 
 def test_remote_missing_local_edited_recreates_with_warning() -> None:
     plan = plan_sync(SyncInput(remote={}, local={"f": B}, baseline={"f": A}))
-    assert plan.uploads == [Upload("f", B, None, None, A)]
+    assert plan.uploads == [Upload(rel="f", local_sha=B, remote_id=None, expected_sha=None, base_sha=A)]
     assert (messages.RECREATING, "f") in msgs(plan)
 
 
 def test_remote_missing_new_local_file_is_created_without_warning() -> None:
     plan = plan_sync(SyncInput(remote={}, local={"f": B}, baseline={}))
-    assert plan.uploads == [Upload("f", B, None, None, None)]
+    assert plan.uploads == [Upload(rel="f", local_sha=B, remote_id=None, expected_sha=None, base_sha=None)]
     assert plan.events == []
 
 
@@ -111,7 +111,7 @@ def test_remote_missing_refused_content_is_not_retried() -> None:
 
 def test_local_missing_remote_changed_restores_with_warning() -> None:
     plan = plan_sync(SyncInput(remote={"f": Remote("m", B)}, local={}, baseline={"f": A}))
-    assert plan.pulls == [Pull("f", "m", B, None)]
+    assert plan.pulls == [Pull(rel="f", id="m", sha=B, local_sha=None)]
     assert (messages.RESTORING, "f") in msgs(plan)
     assert plan.baseline["f"] == A  # stays until the pull writes
 
@@ -123,7 +123,7 @@ def test_remote_changed_local_equal_adopts_without_fetching() -> None:
 
 def test_both_changed_remote_wins_with_warning() -> None:
     plan = plan_sync(SyncInput(remote={"f": Remote("m", B)}, local={"f": C}, baseline={"f": A}))
-    assert plan.pulls == [Pull("f", "m", B, C)]
+    assert plan.pulls == [Pull(rel="f", id="m", sha=B, local_sha=C)]
     assert plan.conflicts == ["f"]
     assert (messages.BOTH_CHANGED, "f") in msgs(plan)
 
@@ -137,17 +137,17 @@ def test_both_changed_read_only_warns_too() -> None:
 
 def test_only_remote_changed_pulls_quietly() -> None:
     plan = plan_sync(SyncInput(remote={"f": Remote("m", B)}, local={"f": A}, baseline={"f": A}))
-    assert plan.pulls == [Pull("f", "m", B, A)] and plan.events == []
+    assert plan.pulls == [Pull(rel="f", id="m", sha=B, local_sha=A)] and plan.events == []
 
 
 def test_new_remote_file_is_pulled() -> None:
     plan = plan_sync(SyncInput(remote={"f": Remote("m", B)}, local={}, baseline={}))
-    assert plan.pulls == [Pull("f", "m", B, None)] and plan.events == []
+    assert plan.pulls == [Pull(rel="f", id="m", sha=B, local_sha=None)] and plan.events == []
 
 
 def test_only_local_changed_uploads_with_the_listed_sha_as_precondition() -> None:
     plan = plan_sync(SyncInput(remote={"f": Remote("m", A)}, local={"f": B}, baseline={"f": A}))
-    assert plan.uploads == [Upload("f", B, "m", A, A)]
+    assert plan.uploads == [Upload(rel="f", local_sha=B, remote_id="m", expected_sha=A, base_sha=A)]
 
 
 def test_only_local_changed_read_only_does_not_upload() -> None:
@@ -163,7 +163,10 @@ def test_only_local_changed_refused_sha_is_skipped_until_the_file_changes() -> N
     changed = plan_sync(
         SyncInput(remote={"f": Remote("m", A)}, local={"f": C}, baseline={"f": A}, refused={"f": B})
     )
-    assert changed.uploads == [Upload("f", C, "m", A, A)] and changed.refused == {}
+    assert (
+        changed.uploads == [Upload(rel="f", local_sha=C, remote_id="m", expected_sha=A, base_sha=A)]
+        and changed.refused == {}
+    )
 
 
 def test_nothing_changed_sets_the_baseline_to_the_remote() -> None:
@@ -215,12 +218,12 @@ def test_delete_candidate_waits_for_the_window() -> None:
     plan = plan_sync(cand(now=100.0, delete_window=30))
     assert plan.deletes == [] and plan.pending == {"f": 100.0} and plan.waiting_deletes == 1
     later = plan_sync(cand(now=131.0, delete_window=30, pending={"f": 100.0}))
-    assert later.deletes == [RemoteDelete("f", "m", A)]
+    assert later.deletes == [RemoteDelete(rel="f", id="m", expected_sha=A)]
 
 
 def test_final_sync_waives_the_window() -> None:
     plan = plan_sync(cand(now=100.0, final=True))
-    assert plan.deletes == [RemoteDelete("f", "m", A)]
+    assert plan.deletes == [RemoteDelete(rel="f", id="m", expected_sha=A)]
 
 
 def test_clock_going_backwards_restarts_the_window() -> None:
@@ -270,7 +273,7 @@ def test_over_the_cap_is_held_with_the_documented_warning(mode: str, verb: str) 
     assert len(plan.pending) == 12  # the held ones stay pending
 
 
-# --- the push-only flush (§5.7) ---------------------------------------------------------------------------
+# --- the push-only flush ---------------------------------------------------------------------------
 
 
 def test_flush_uploads_changed_files_conditionally_on_the_baseline() -> None:
@@ -281,12 +284,15 @@ def test_flush_uploads_changed_files_conditionally_on_the_baseline() -> None:
         remote_ids={"same": "m1", "edited": "m2", "refused": "m3"},
         read_only=False,
     )
-    assert uploads == [Upload("edited", B, "m2", A, A), Upload("new", C, None, None, None)]
+    assert uploads == [
+        Upload(rel="edited", local_sha=B, remote_id="m2", expected_sha=A, base_sha=A),
+        Upload(rel="new", local_sha=C, remote_id=None, expected_sha=None, base_sha=None),
+    ]
 
 
 def test_flush_without_a_known_id_creates() -> None:
     assert plan_flush(local={"f": B}, baseline={"f": A}, refused={}, remote_ids={}, read_only=False) == [
-        Upload("f", B, None, None, A)
+        Upload(rel="f", local_sha=B, remote_id=None, expected_sha=None, base_sha=A)
     ]
 
 
@@ -308,7 +314,7 @@ def test_prior_baseline_tells_an_edit_from_a_conflict_and_never_deletes() -> Non
         )
     )
     # the store still holds what we last agreed on: the local file is an edit, uploaded on that sha
-    assert plan.uploads == [Upload("edited", C, "m1", A, A)]
+    assert plan.uploads == [Upload(rel="edited", local_sha=C, remote_id="m1", expected_sha=A, base_sha=A)]
     # the store changed since: a conflict as usual (the store wins, with the warning)
     assert plan.conflicts == ["moved_on"]
     assert (messages.BOTH_CHANGED, "moved_on") in msgs(plan)
@@ -331,4 +337,4 @@ def test_flush_settles_a_create_against_the_prior_baseline() -> None:
     uploads = plan_flush(
         local={"f": C}, baseline={}, refused={}, remote_ids={}, read_only=False, prior={"f": A}
     )
-    assert uploads == [Upload("f", C, None, None, A)]
+    assert uploads == [Upload(rel="f", local_sha=C, remote_id=None, expected_sha=None, base_sha=A)]

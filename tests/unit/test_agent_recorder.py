@@ -16,7 +16,7 @@ def test_counts_reach_the_command_the_session_and_the_metrics() -> None:
     rec = Recorder("memstore_a", metrics)
     rec.bump(uploaded=2, conflicts=1)
     totals = StoreCounts(uploaded=5)
-    rec.flush_into(totals)
+    totals.add(rec.take_delta())
     rec.bump(downloaded=3)
     assert (rec.tally.uploaded, rec.tally.downloaded, rec.tally.conflicts) == (2, 3, 1)
     assert (totals.uploaded, totals.conflicts, totals.downloaded) == (7, 1, 0)  # the rest at the next save
@@ -28,12 +28,14 @@ def test_problems_are_gauges_with_printable_samples() -> None:
     rec = Recorder("memstore_a", metrics)
     totals = StoreCounts()
     odd = b"bad-\xff.md".decode("utf-8", "surrogateescape")
-    rec.problems(totals, refused=["b", "a", "a"], unreadable=[odd, "x", "y", "z", "w", "v"], held=["h"])
+    rec.problems(refused=["b", "a", "a"], unreadable=[odd, "x", "y", "z", "w", "v"], held=["h"]).into(totals)
     assert rec.tally.refused == 2 and rec.tally.refused_paths == ["a", "b"]
     assert totals.unreadable == 6 and len(totals.unreadable_paths) == 5
     assert "bad-\ufffd.md" in totals.unreadable_paths
     assert gauge(metrics, "memsync_unreadable_files") == 6 and gauge(metrics, "memsync_held_deletes") == 1
-    rec.problems(totals, refused=[], unreadable=[])  # a flush: held deletes stay as the last sync left them
+    rec.problems(refused=[], unreadable=[]).into(
+        totals
+    )  # a flush: held deletes stay as the last sync left them
     assert totals.unreadable == 0 and totals.held_deletes == 1
 
 

@@ -17,7 +17,7 @@ from test_manifests import K8S_VERSION
 
 from memsync.crd import agentenv_schema, schema
 from memsync.crd.agentenv import API_VERSION, KIND, AgentEnvironmentSpec, validate_environment_spec
-from memsync.crd.models import InvalidSpecError
+from memsync.crd.models import InvalidSpecError, SandboxTemplate
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "agentenvironments.agents.memsync.dev.yaml"
@@ -27,7 +27,7 @@ def base_spec() -> dict[str, Any]:
     return {
         "environmentId": "env_01abc",
         "environmentKeySecretRef": {"name": "env-key", "key": "key"},
-        "sandbox": {"image": "example.com/agent-sandbox:1.0"},
+        "template": {"spec": {"containers": [{"name": "sandbox", "image": "example.com/agent-sandbox:1.0"}]}},
     }
 
 
@@ -77,7 +77,14 @@ CORPUS: list[tuple[str, Callable[[dict[str, Any]], None] | None, bool | str, str
             finishedRetentionSeconds=0,
             workerId="team-a.worker-1",
             sync={"intervalSeconds": 30, "deletions": "log_only", "finalFlushSeconds": 60},
-            memsyncEnv=[{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
+            template={
+                "metadata": {"labels": {"team": "a"}},
+                "spec": {
+                    "containers": [{"name": "sandbox", "image": "example.com/agent-sandbox:1.0"}],
+                    "runtimeClassName": "gvisor",
+                    "memsync": {"env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}]},
+                },
+            },
         ),
         True,
         "",
@@ -96,15 +103,23 @@ CORPUS: list[tuple[str, Callable[[dict[str, Any]], None] | None, bool | str, str
         False,
         "environmentKeySecretRef.name",
     ),
-    ("no sandbox", dropping("sandbox"), False, "spec.sandbox: is required"),
+    ("no template", dropping("template"), False, "spec.template: is required"),
     (
         "sandbox without image",
-        setting("sandbox", {"command": ["x"]}),
+        setting("template.spec.containers", [{"name": "sandbox"}]),
         False,
-        "spec.sandbox: image is required",
+        "spec.template.spec.containers[0].image: is required",
     ),
-    ("privileged sandbox", setting("sandbox.securityContext", {"privileged": True}), False, "privileged"),
-    ("sandbox volume mounts", setting("sandbox.volumeMounts", []), False, "volumeMounts must not be set"),
+    (
+        "privileged sandbox",
+        setting(
+            "template.spec.containers",
+            [{"name": "sandbox", "image": "x:1", "securityContext": {"privileged": True}}],
+        ),
+        False,
+        "privileged",
+    ),
+    ("host network", setting("template.spec.hostNetwork", True), False, "hostNetwork"),
     ("zero concurrency", setting("maxConcurrentSessions", 0), False, "spec.maxConcurrentSessions"),
     ("huge concurrency", setting("maxConcurrentSessions", 1001), False, "spec.maxConcurrentSessions"),
     ("negative retention", setting("finishedRetentionSeconds", -1), False, "spec.finishedRetentionSeconds"),
@@ -115,7 +130,7 @@ CORPUS: list[tuple[str, Callable[[dict[str, Any]], None] | None, bool | str, str
     # the CRD does not refuse memsync's own names (nor does SessionMemory's): the model does
     (
         "reserved env",
-        setting("memsyncEnv", [{"name": "MEMSYNC_X", "value": "1"}]),
+        setting("template.spec.memsync", {"env": [{"name": "MEMSYNC_X", "value": "1"}]}),
         MODEL_ONLY,
         "memsync's own",
     ),
@@ -165,11 +180,17 @@ def test_environment_id_is_immutable() -> None:
     assert errors == [".spec.environmentId: environmentId is immutable: create a new AgentEnvironment"]
 
 
-def test_the_sandbox_and_sync_schemas_are_the_session_memorys() -> None:
+def test_the_template_and_sync_schemas_are_the_session_memorys() -> None:
     props = agentenv_schema.spec_schema()["properties"]
-    assert props["sandbox"] == schema.sandbox_schema()
+    assert props["template"] == schema.template_schema()
     assert props["sync"] == schema.sync_schema()
-    assert props["memsyncEnv"] == schema.memsync_env_schema()
+    assert AgentEnvironmentSpec.model_fields["template"].annotation is SandboxTemplate
+
+
+def test_the_agent_environment_keeps_its_own_version() -> None:
+    version = agentenv_schema.build_crd()["spec"]["versions"][0]
+    assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+    assert API_VERSION == "agents.memsync.dev/v1alpha1"
 
 
 def test_checked_in_crd_is_generated() -> None:

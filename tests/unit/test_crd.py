@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from test_crd_apiserver import admit, openapi_schema, structural_errors
 from test_manifests import K8S_VERSION
 
-from memsync.crd import models
+from memsync.crd import core, models
 from memsync.crd.models import (
     API_VERSION,
     KIND,
@@ -44,7 +44,7 @@ def base_spec() -> dict[str, Any]:
         "sessionId": "sesn_011abc",
         "workItemSecretRef": {"name": "work-sesn-011abc", "key": "secret"},
         "stores": [{"memoryStoreId": "memstore_01aa", "name": "User Preferences"}],
-        "sandbox": {"image": "example.com/agent-sandbox:1.0"},
+        "template": {"spec": {"containers": [{"name": "sandbox", "image": "example.com/agent-sandbox:1.0"}]}},
     }
 
 
@@ -64,27 +64,111 @@ def full_spec() -> dict[str, Any]:
             {"memoryStoreId": "memstore_01hh", "name": "Runbooks", "mountPath": "/mnt/memory/runbooks-2"},
         ],
         "sync": {"intervalSeconds": 5, "deletions": "log_only", "finalFlushSeconds": 300},
-        "sandbox": {
-            "name": "sandbox",
-            "image": "example.com/agent-sandbox:1.0",
-            "command": ["/bin/agent"],
-            "args": ["--memory", "/mnt/memory"],
-            "env": [{"name": "MODE", "value": "demo"}],
-            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-            "securityContext": {
-                "runAsUser": 65532,
-                "runAsGroup": 1000,
-                "runAsNonRoot": True,
-                "privileged": False,
-                "allowPrivilegeEscalation": False,
-                "readOnlyRootFilesystem": True,
-                "capabilities": {"add": ["NET_BIND_SERVICE"], "drop": ["ALL", "NET_RAW"]},
-                "seccompProfile": {"type": "Localhost", "localhostProfile": "profiles/agent.json"},
-                "procMount": "Default",
-                "windowsOptions": {"hostProcess": False},
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": "sandbox",
+                        "image": "example.com/agent-sandbox:1.0",
+                        "command": ["/bin/agent"],
+                        "args": ["--memory", "/mnt/memory"],
+                        "env": [{"name": "MODE", "value": "demo"}],
+                        "resources": {
+                            "requests": {"cpu": "250m", "memory": "256Mi"},
+                            "limits": {"memory": "1Gi"},
+                        },
+                        "securityContext": {
+                            "runAsUser": 65532,
+                            "runAsGroup": 1000,
+                            "runAsNonRoot": True,
+                            "privileged": False,
+                            "allowPrivilegeEscalation": False,
+                            "readOnlyRootFilesystem": True,
+                            "capabilities": {"add": ["NET_BIND_SERVICE"], "drop": ["ALL", "NET_RAW"]},
+                            "seccompProfile": {
+                                "type": "Localhost",
+                                "localhostProfile": "profiles/agent.json",
+                            },
+                            "procMount": "Default",
+                            "windowsOptions": {"hostProcess": False},
+                        },
+                    }
+                ]
+            }
+        },
+    }
+
+
+#: Paths of the template's Pod spec and of its sandbox container, for the corpus.
+POD = "template.spec"
+C = f"{POD}.containers[0]"
+
+
+def template_spec() -> dict[str, Any]:
+    """Every field a template offers, set to something the CRD and the model accept."""
+    spec = base_spec()
+    spec["template"] = {
+        "metadata": {"labels": {"team": "research"}, "annotations": {"example.com/owner": "me"}},
+        "spec": {
+            "containers": [
+                {
+                    "name": "sandbox",
+                    "image": "example.com/agent-sandbox:1.0",
+                    "command": ["/bin/agent"],
+                    "env": [
+                        {"name": "MODE", "value": "demo"},
+                        {"name": "KEY", "valueFrom": {"secretKeyRef": {"name": "agent", "key": "key"}}},
+                    ],
+                    "resources": {"requests": {"cpu": 1, "memory": "1Gi"}, "limits": {"cpu": "2.5"}},
+                    "volumeMounts": [
+                        {"name": "work", "mountPath": "/workspace"},
+                        {"name": "config", "mountPath": "/etc/agent", "readOnly": True},
+                    ],
+                    "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}},
+                    "ports": [{"name": "http", "containerPort": 8080}],
+                }
+            ],
+            "volumes": [
+                {"name": "work", "emptyDir": {"sizeLimit": "1Gi"}},
+                {"name": "config", "configMap": {"name": "agent-config"}},
+                {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}},
+                {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+            ],
+            "runtimeClassName": "gvisor",
+            "nodeSelector": {"sandbox": "true"},
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                        ]
+                    }
+                }
+            },
+            "tolerations": [{"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"}],
+            "serviceAccountName": "agent",
+            "imagePullSecrets": [{"name": "registry"}],
+            "priorityClassName": "agents",
+            "activeDeadlineSeconds": 3600,
+            "hostNetwork": False,
+            "memsync": {
+                "env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
+                "resources": {"requests": {"cpu": "100m"}, "limits": {"memory": "256Mi"}},
             },
         },
     }
+    return spec
+
+
+def mounting(path: str, volume: str = "data") -> Mutation:
+    """A mutation that mounts an emptyDir volume ``volume`` at ``path`` in the sandbox container."""
+
+    def apply(spec: dict[str, Any]) -> None:
+        if volume not in ("memory", "memsync-state"):
+            setting(f"{POD}.volumes", [{"name": volume, "emptyDir": {}}])(spec)
+        setting(f"{C}.volumeMounts", [{"name": volume, "mountPath": path}])(spec)
+
+    return apply
 
 
 def smem(spec: dict[str, Any]) -> dict[str, Any]:
@@ -186,11 +270,11 @@ CORPUS: list[tuple[str, Callable[[], dict[str, Any]], Mutation | None, bool | st
     (
         "sandbox-security-fine",
         base_spec,
-        setting("sandbox.securityContext", {"runAsUser": 65532, "runAsGroup": 1000}),
+        setting(f"{C}.securityContext", {"runAsUser": 65532, "runAsGroup": 1000}),
         True,
         "",
     ),
-    ("sandbox-name-sandbox", base_spec, setting("sandbox.name", "sandbox"), True, ""),
+    ("template-full", template_spec, None, True, ""),
     ("http-url", base_spec, setting("apiBaseUrl", "http://127.0.0.1:8080"), True, ""),
     ("url-with-path", base_spec, setting("apiBaseUrl", "https://proxy.example.com/anthropic"), True, ""),
     # --- refused ---
@@ -448,136 +532,327 @@ CORPUS: list[tuple[str, Callable[[], dict[str, Any]], Mutation | None, bool | st
     ),
     ("unknown-sync-field", base_spec, setting("sync", {"interval": 15}), False, "spec.sync.interval"),
     ("unknown-spec-field", base_spec, setting("pod", {}), False, "spec.pod"),
-    ("no-sandbox", base_spec, setting("sandbox", DELETE), False, "spec.sandbox: is required"),
-    ("sandbox-not-object", base_spec, setting("sandbox", "example.com/agent:1"), False, "spec.sandbox"),
-    ("sandbox-no-image", base_spec, setting("sandbox", {"command": ["x"]}), False, "image is required"),
-    ("sandbox-empty-image", base_spec, setting("sandbox.image", ""), False, "image is required"),
-    ("sandbox-image-int", base_spec, setting("sandbox.image", 5), False, "image is required"),
-    ("sandbox-name", base_spec, setting("sandbox.name", "agent"), False, "name is set by the operator"),
+    ("no-template", base_spec, setting("template", DELETE), False, "spec.template: is required"),
+    ("template-not-object", base_spec, setting("template", "example.com/agent:1"), False, "spec.template"),
     (
-        "sandbox-volume-mounts",
+        "template-no-spec",
         base_spec,
-        setting("sandbox.volumeMounts", []),
+        setting("template", {"metadata": {}}),
         False,
-        "volumeMounts must not be set",
+        "spec.template.spec: is required",
     ),
     (
-        "sandbox-volume-devices",
+        "no-containers",
         base_spec,
-        setting("sandbox.volumeDevices", [{"name": "d", "devicePath": "/d"}]),
+        setting(f"{POD}.containers", []),
         False,
-        "volumeDevices must not be set",
+        f"spec.{POD}.containers: must list",
     ),
     (
-        "sandbox-restart-policy",
+        "two-containers",
         base_spec,
-        setting("sandbox.restartPolicy", "Always"),
+        setting(f"{POD}.containers", [{"name": "sandbox", "image": "a"}, {"name": "helper", "image": "b"}]),
         False,
-        "restartPolicy must not be set",
+        f"spec.{POD}.containers: may list at most 1",
+    ),
+    ("container-no-image", base_spec, setting(f"{C}.image", DELETE), False, f"spec.{C}.image: is required"),
+    (
+        "container-empty-image",
+        base_spec,
+        setting(f"{C}.image", ""),
+        False,
+        f"spec.{C}.image: must be at least",
+    ),
+    ("container-image-int", base_spec, setting(f"{C}.image", 5), False, f"spec.{C}.image: must be a string"),
+    ("container-no-name", base_spec, setting(f"{C}.name", DELETE), False, f"spec.{C}.name: is required"),
+    ("container-name", base_spec, setting(f"{C}.name", "agent"), False, f"spec.{C}.name: must be 'sandbox'"),
+    # the issue's example: a typo and a wrong type are refused, never passed on to the Pod
+    ("typo-comand", base_spec, setting(f"{C}.comand", ["run"]), False, f"spec.{C}.comand: is not a field"),
+    ("env-not-list", base_spec, setting(f"{C}.env", "NOT_A_LIST"), False, f"spec.{C}.env: must be an array"),
+    (
+        "env-item-typo",
+        base_spec,
+        setting(f"{C}.env", [{"name": "A", "valu": "1"}]),
+        False,
+        f"{C}.env[0].valu",
+    ),
+    ("probe-typo", base_spec, setting(f"{C}.readinessProbe", {"exec": {"cmd": ["x"]}}), False, "exec.cmd"),
+    (
+        "resources-typo",
+        base_spec,
+        setting(f"{C}.resources", {"limit": {"cpu": "1"}}),
+        False,
+        "resources.limit",
+    ),
+    (
+        "resources-bad-quantity",
+        base_spec,
+        setting(f"{C}.resources", {"limits": {"memory": "1 GB"}}),
+        False,
+        f"spec.{C}.resources.limits.memory: must match",
+    ),
+    (
+        "pod-field-unknown",
+        base_spec,
+        setting(f"{POD}.initContainers", []),
+        False,
+        f"spec.{POD}.initContainers",
+    ),
+    (
+        "pod-field-typo",
+        base_spec,
+        setting(f"{POD}.runtimeClass", "gvisor"),
+        False,
+        f"spec.{POD}.runtimeClass",
+    ),
+    (
+        "metadata-typo",
+        base_spec,
+        setting("template.metadata.label", {"a": "b"}),
+        False,
+        "template.metadata.label",
+    ),
+    (
+        "volume-devices",
+        base_spec,
+        setting(f"{C}.volumeDevices", [{"name": "d", "devicePath": "/d"}]),
+        False,
+        f"spec.{C}.volumeDevices: must not be set",
+    ),
+    (
+        "restart-policy",
+        base_spec,
+        setting(f"{C}.restartPolicy", "Always"),
+        False,
+        f"{C}.restartPolicy: must not",
+    ),
+    (
+        "restart-policy-rules",
+        base_spec,
+        setting(
+            f"{C}.restartPolicyRules", [{"action": "Restart", "exitCodes": {"operator": "In", "values": [1]}}]
+        ),
+        False,
+        f"spec.{C}.restartPolicyRules: must not be set",
+    ),
+    *[
+        (
+            f"{field}-true",
+            base_spec,
+            setting(f"{POD}.{field}", True),
+            False,
+            f"spec.{POD}.{field}: must not be",
+        )
+        for field in ("hostNetwork", "hostPID", "hostIPC")
+    ],
+    *[
+        (f"{field}-false", base_spec, setting(f"{POD}.{field}", False), True, "")
+        for field in ("hostNetwork",)
+    ],
+    ("host-network-string", base_spec, setting(f"{POD}.hostNetwork", "true"), False, f"{POD}.hostNetwork"),
+    (
+        "host-path-volume",
+        base_spec,
+        setting(f"{POD}.volumes", [{"name": "host", "hostPath": {"path": "/var/run"}}]),
+        False,
+        f"spec.{POD}.volumes[0].hostPath: is not allowed",
+    ),
+    (
+        "nfs-volume",
+        base_spec,
+        setting(f"{POD}.volumes", [{"name": "n", "nfs": {"server": "s", "path": "/"}}]),
+        False,
+        f"spec.{POD}.volumes[0].nfs: is not a field",
+    ),
+    *[
+        (
+            f"volume-named-{name}",
+            base_spec,
+            setting(f"{POD}.volumes", [{"name": name, "emptyDir": {}}]),
+            False,
+            f"spec.{POD}.volumes[0].name: must not be",
+        )
+        for name in ("memory", "memsync-state")
+    ],
+    (
+        "too-many-volumes",
+        base_spec,
+        setting(f"{POD}.volumes", [{"name": f"v{i}", "emptyDir": {}} for i in range(33)]),
+        False,
+        f"spec.{POD}.volumes: may list at most 32",
+    ),
+    *[
+        (
+            f"mount-at-{path}",
+            base_spec,
+            mounting(path),
+            False,
+            f"spec.{C}.volumeMounts[0].mountPath: must not",
+        )
+        for path in ("/mnt", "/mnt/memory", "/mnt/memory/notes", "/mnt/memory/a/b")
+    ],
+    *[
+        (f"mount-unclean-{path}", base_spec, mounting(path), False, "must be a clean absolute path")
+        for path in ("/", "/mnt/", "/mnt//memory", "/mnt/./memory", "/data/../mnt/memory", "mnt/memory", "")
+    ],
+    *[
+        (f"mount-fine-{path}", base_spec, mounting(path), True, "")
+        for path in ("/data", "/mnt/memoryx", "/.cache")
+    ],
+    (
+        "mount-memsync-state",
+        base_spec,
+        mounting("/state", volume="memsync-state"),
+        False,
+        f"spec.{C}.volumeMounts[0].name: must not be 'memsync-state'",
+    ),
+    (
+        "too-many-mounts",
+        base_spec,
+        setting(f"{C}.volumeMounts", [{"name": "data", "mountPath": f"/d{i}"} for i in range(33)]),
+        False,
+        f"spec.{C}.volumeMounts: may list at most 32",
+    ),
+    (
+        "label-of-the-operator",
+        base_spec,
+        setting("template.metadata", {"labels": {"app.kubernetes.io/managed-by": "me"}}),
+        False,
+        "spec.template.metadata.labels: app.kubernetes.io/managed-by: set by the operator",
+    ),
+    (
+        "annotation-of-the-operator",
+        base_spec,
+        setting("template.metadata", {"annotations": {"kubectl.kubernetes.io/default-container": "x"}}),
+        False,
+        "spec.template.metadata.annotations: kubectl.kubernetes.io/default-container",
+    ),
+    ("label-not-string", base_spec, setting("template.metadata", {"labels": {"a": 1}}), False, "labels.a"),
+    ("deadline-zero", base_spec, setting(f"{POD}.activeDeadlineSeconds", 0), False, "activeDeadlineSeconds"),
+    (
+        "memsync-env-field-ref",
+        base_spec,
+        setting(f"{POD}.memsync", {"env": [{"name": "P", "valueFrom": {"fieldRef": {"fieldPath": "x"}}}]}),
+        False,
+        f"spec.{POD}.memsync.env[0].valueFrom",
+    ),
+    (
+        "memsync-env-secret-typo",
+        base_spec,
+        setting(f"{POD}.memsync", {"env": [{"name": "P", "valueFrom": {"secretKeyRef": {"nam": "s"}}}]}),
+        False,
+        f"spec.{POD}.memsync.env[0].valueFrom.secretKeyRef.nam",
+    ),
+    (
+        "memsync-resources-typo",
+        base_spec,
+        setting(f"{POD}.memsync", {"resources": {"requests": {"cpu": "1"}, "limts": {}}}),
+        False,
+        f"spec.{POD}.memsync.resources.limts",
     ),
     (
         "privileged",
         base_spec,
-        setting("sandbox.securityContext", {"privileged": True}),
+        setting(f"{C}.securityContext", {"privileged": True}),
         False,
-        "securityContext.privileged",
+        f"spec.{C}.securityContext.privileged: must not be true",
     ),
     (
         "privileged-string",
         base_spec,
-        setting("sandbox.securityContext", {"privileged": "true"}),
+        setting(f"{C}.securityContext", {"privileged": "true"}),
         False,
-        "securityContext.privileged must be a boolean",
+        f"spec.{C}.securityContext.privileged: must be a boolean",
     ),
     (
         "escalation",
         base_spec,
-        setting("sandbox.securityContext", {"allowPrivilegeEscalation": True}),
+        setting(f"{C}.securityContext", {"allowPrivilegeEscalation": True}),
         False,
-        "securityContext.allowPrivilegeEscalation",
+        "securityContext.allowPrivilegeEscalation: must not be true",
     ),
     (
         "run-as-root-allowed",
         base_spec,
-        setting("sandbox.securityContext", {"runAsNonRoot": False}),
+        setting(f"{C}.securityContext", {"runAsNonRoot": False}),
         False,
-        "securityContext.runAsNonRoot",
+        "securityContext.runAsNonRoot: must not be false",
     ),
     (
         "run-as-uid-0",
         base_spec,
-        setting("sandbox.securityContext", {"runAsUser": 0}),
+        setting(f"{C}.securityContext", {"runAsUser": 0}),
         False,
-        "securityContext.runAsUser",
+        "runAsUser: must be",
     ),
     (
         "run-as-another-uid",
         base_spec,
-        setting("sandbox.securityContext", {"runAsUser": 1000}),
+        setting(f"{C}.securityContext", {"runAsUser": 1000}),
         False,
-        "securityContext.runAsUser must be 65532 or unset",
+        "securityContext.runAsUser: must be 65532 or unset",
     ),
     (
         "run-as-uid-string",
         base_spec,
-        setting("sandbox.securityContext", {"runAsUser": "1000"}),
+        setting(f"{C}.securityContext", {"runAsUser": "1000"}),
         False,
-        "securityContext.runAsUser",
+        "securityContext.runAsUser: must be an integer",
     ),
     (
         "cap-sys-admin",
         base_spec,
-        setting("sandbox.securityContext", {"capabilities": {"add": ["SYS_ADMIN"]}}),
+        setting(f"{C}.securityContext", {"capabilities": {"add": ["SYS_ADMIN"]}}),
         False,
-        "capabilities.add may only contain NET_BIND_SERVICE",
+        "capabilities.add: may only contain NET_BIND_SERVICE (got SYS_ADMIN)",
     ),
     (
         "cap-add-not-list",
         base_spec,
-        setting("sandbox.securityContext", {"capabilities": {"add": "NET_ADMIN"}}),
+        setting(f"{C}.securityContext", {"capabilities": {"add": "NET_ADMIN"}}),
         False,
-        "capabilities.add",
+        "capabilities.add: must be an array",
     ),
     (
         "cap-drop-ints",
         base_spec,
-        setting("sandbox.securityContext", {"capabilities": {"drop": [1]}}),
+        setting(f"{C}.securityContext", {"capabilities": {"drop": [1]}}),
         False,
-        "capabilities.drop",
+        "capabilities.drop[0]: must be a string",
     ),
     (
         "seccomp-unconfined",
         base_spec,
-        setting("sandbox.securityContext", {"seccompProfile": {"type": "Unconfined"}}),
+        setting(f"{C}.securityContext", {"seccompProfile": {"type": "Unconfined"}}),
         False,
-        "seccompProfile.type",
+        "seccompProfile.type: must be RuntimeDefault or Localhost",
     ),
     (
         "proc-unmasked",
         base_spec,
-        setting("sandbox.securityContext", {"procMount": "Unmasked"}),
+        setting(f"{C}.securityContext", {"procMount": "Unmasked"}),
         False,
-        "procMount",
+        "procMount: must be Default",
     ),
     (
         "host-process",
         base_spec,
-        setting("sandbox.securityContext", {"windowsOptions": {"hostProcess": True}}),
+        setting(f"{C}.securityContext", {"windowsOptions": {"hostProcess": True}}),
         False,
-        "hostProcess",
+        "windowsOptions.hostProcess: must not be true",
     ),
     (
         "security-context-list",
         base_spec,
-        setting("sandbox.securityContext", ["privileged"]),
+        setting(f"{C}.securityContext", ["privileged"]),
         False,
-        "securityContext must be an object",
+        "securityContext: must be an object",
     ),
     *[
         (
             f"selinux-{t or 'empty'}",
             base_spec,
-            setting("sandbox.securityContext.seLinuxOptions", {"type": t}),
+            setting(f"{C}.securityContext.seLinuxOptions", {"type": t}),
             True,
             "",
         )
@@ -586,108 +861,108 @@ CORPUS: list[tuple[str, Callable[[], dict[str, Any]], Mutation | None, bool | st
     (
         "selinux-level-only",
         base_spec,
-        setting("sandbox.securityContext.seLinuxOptions", {"level": "s0:c123,c456"}),
+        setting(f"{C}.securityContext.seLinuxOptions", {"level": "s0:c123,c456"}),
         True,
         "",
     ),
     (
         "selinux-spc",
         base_spec,
-        setting("sandbox.securityContext.seLinuxOptions", {"type": "spc_t"}),
+        setting(f"{C}.securityContext.seLinuxOptions", {"type": "spc_t"}),
         False,
-        "seLinuxOptions.type must be unset, empty, or one of container_t",
+        "seLinuxOptions.type: must be unset, empty, or one of container_t",
     ),
     (
         "selinux-type-int",
         base_spec,
-        setting("sandbox.securityContext.seLinuxOptions", {"type": 7}),
+        setting(f"{C}.securityContext.seLinuxOptions", {"type": 7}),
         False,
-        "seLinuxOptions.type must be a string",
+        "seLinuxOptions.type: must be a string",
     ),
     (
         "selinux-type-too-long",
         base_spec,
-        setting("sandbox.securityContext.seLinuxOptions", {"type": "container_t" + "x" * 300}),
+        setting(f"{C}.securityContext.seLinuxOptions", {"type": "container_t" + "x" * 300}),
         False,
-        "seLinuxOptions.type must be a string of at most 256",
+        "seLinuxOptions.type: must be at most 256 characters",
     ),
     (
         "selinux-user",
         base_spec,
-        setting("sandbox.securityContext.seLinuxOptions", {"user": "system_u"}),
+        setting(f"{C}.securityContext.seLinuxOptions", {"user": "system_u"}),
         False,
-        "seLinuxOptions.user must not be set",
+        "seLinuxOptions.user: must not be set",
     ),
     (
         "selinux-role",
         base_spec,
-        setting("sandbox.securityContext.seLinuxOptions", {"role": "system_r"}),
+        setting(f"{C}.securityContext.seLinuxOptions", {"role": "system_r"}),
         False,
-        "seLinuxOptions.role must not be set",
+        "seLinuxOptions.role: must not be set",
     ),
     (
         "selinux-not-object",
         base_spec,
-        setting("sandbox.securityContext.seLinuxOptions", "spc_t"),
+        setting(f"{C}.securityContext.seLinuxOptions", "spc_t"),
         False,
-        "seLinuxOptions must be an object",
+        "seLinuxOptions: must be an object",
     ),
     (
         "apparmor-runtime-default",
         base_spec,
-        setting("sandbox.securityContext.appArmorProfile", {"type": "RuntimeDefault"}),
+        setting(f"{C}.securityContext.appArmorProfile", {"type": "RuntimeDefault"}),
         True,
         "",
     ),
     (
         "apparmor-unconfined",
         base_spec,
-        setting("sandbox.securityContext.appArmorProfile", {"type": "Unconfined"}),
+        setting(f"{C}.securityContext.appArmorProfile", {"type": "Unconfined"}),
         False,
-        "appArmorProfile.type must not be Unconfined",
+        "appArmorProfile.type: must not be Unconfined",
     ),
     (
         "apparmor-type-list",
         base_spec,
-        setting("sandbox.securityContext.appArmorProfile", {"type": ["Unconfined"]}),
+        setting(f"{C}.securityContext.appArmorProfile", {"type": ["Unconfined"]}),
         False,
-        "appArmorProfile.type must be a string",
+        "appArmorProfile.type: must be a string",
     ),
     (
         "ports-fine",
         base_spec,
-        setting("sandbox.ports", [{"containerPort": 8080}, {"containerPort": 9090, "hostPort": 0}]),
+        setting(f"{C}.ports", [{"containerPort": 8080}, {"containerPort": 9090, "hostPort": 0}]),
         True,
         "",
     ),
     (
         "ports-host-port",
         base_spec,
-        setting("sandbox.ports", [{"containerPort": 8080}, {"containerPort": 80, "hostPort": 80}]),
+        setting(f"{C}.ports", [{"containerPort": 8080}, {"containerPort": 80, "hostPort": 80}]),
         False,
-        "ports[1].hostPort must not be set",
+        "ports[1].hostPort: must not be set",
     ),
     (
         "ports-host-port-string",
         base_spec,
-        setting("sandbox.ports", [{"containerPort": 80, "hostPort": "80"}]),
+        setting(f"{C}.ports", [{"containerPort": 80, "hostPort": "80"}]),
         False,
-        "ports[0].hostPort must be an integer",
+        "ports[0].hostPort: must be an integer",
     ),
     (
         "ports-not-list",
         base_spec,
-        setting("sandbox.ports", {"containerPort": 80}),
+        setting(f"{C}.ports", {"containerPort": 80}),
         False,
-        "ports must be a list",
+        "ports: must be an array",
     ),
-    ("ports-item-not-object", base_spec, setting("sandbox.ports", [80]), False, "ports[0] must be an object"),
+    ("ports-item-not-object", base_spec, setting(f"{C}.ports", [80]), False, "ports[0]: must be an object"),
     (
         "ports-too-many",
         base_spec,
-        setting("sandbox.ports", [{"containerPort": 1000 + i} for i in range(models.PORTS_MAX + 1)]),
+        setting(f"{C}.ports", [{"containerPort": 1000 + i} for i in range(core.PORTS_MAX + 1)]),
         False,
-        f"ports may list at most {models.PORTS_MAX} entries",
+        f"ports: may list at most {core.PORTS_MAX} entries",
     ),
 ]
 
@@ -791,8 +1066,10 @@ def test_whole_object_model_and_mapping_views() -> None:
     assert parsed.spec.session_id == "sesn_011abc"
     assert parsed.status is None
     # kopf hands the spec out as a read-only mapping view: validate_spec copies it into plain data.
-    view = types.MappingProxyType({**base_spec(), "sandbox": types.MappingProxyType({"image": "img:1"})})
-    assert validate_spec(view).sandbox == {"image": "img:1"}
+    container = types.MappingProxyType({"name": "sandbox", "image": "img:1"})
+    template = types.MappingProxyType({"spec": types.MappingProxyType({"containers": (container,)})})
+    view = types.MappingProxyType({**base_spec(), "template": template})
+    assert validate_spec(view).template.spec.sandbox == {"name": "sandbox", "image": "img:1"}
 
 
 # --- CEL details --------------------------------------------------------------------------------------------
@@ -847,7 +1124,8 @@ def test_crd_names_and_columns() -> None:
     assert spec["group"] == "agents.memsync.dev" and spec["scope"] == "Namespaced"
     assert spec["names"]["kind"] == "SessionMemory" and spec["names"]["shortNames"] == ["smem"]
     (version,) = spec["versions"]
-    assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+    assert version["name"] == models.VERSION and version["served"] and version["storage"]
+    assert f"agents.memsync.dev/{models.VERSION}" == API_VERSION
     assert version["subresources"] == {"status": {}}
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
     assert {"Phase", "Ready", "Stores", "Last Sync", "Age"} <= set(columns)
@@ -871,8 +1149,16 @@ def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
 def test_schema_is_structural() -> None:
     """The rules of a structural schema (CRD docs), checked here since no API server runs in unit tests."""
     for path, node in _walk(openapi_schema()):
+        if node.get("x-kubernetes-int-or-string"):  # the one exception: anyOf integer or string, no type
+            assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}] and "type" not in node, path
+            continue
         assert node.get("type") in ("object", "array", "string", "integer", "number", "boolean"), path
         assert not ({"allOf", "anyOf", "oneOf", "not", "$ref"} & set(node)), path
+        # no field of the spec accepts unknown fields: a typo is refused, never pruned or passed on
+        if path.startswith(".spec"):
+            assert "x-kubernetes-preserve-unknown-fields" not in node, path
+        if node.get("type") == "object" and path.startswith(".spec"):
+            assert "properties" in node or "additionalProperties" in node, path
         assert not ("properties" in node and "additionalProperties" in node), path
         if "default" in node:
             assert structural_errors(node, node["default"]) == [], f"{path}: default does not validate"
@@ -900,12 +1186,21 @@ def test_cel_inputs_are_bounded() -> None:
     assert stores["maxItems"] == 8
     for field in ("memoryStoreId", "name", "mountPath"):
         assert stores["items"]["properties"][field]["maxLength"] <= 255
-    add = nodes[".spec.sandbox.securityContext.capabilities.add"]
+    container = ".spec.template.spec.containers[]"
+    assert nodes[".spec.template.spec.containers"]["maxItems"] == 1
+    add = nodes[f"{container}.securityContext.capabilities.add"]
     assert add["maxItems"] <= 64 and add["items"]["maxLength"] <= 64
-    assert nodes[".spec.sandbox.ports"]["maxItems"] <= 64
+    assert nodes[f"{container}.ports"]["maxItems"] <= 64
     for field in ("type", "user", "role"):
-        assert nodes[f".spec.sandbox.securityContext.seLinuxOptions.{field}"]["maxLength"] <= 256
-    assert nodes[".spec.sandbox.securityContext.appArmorProfile.type"]["maxLength"] <= 256
+        assert nodes[f"{container}.securityContext.seLinuxOptions.{field}"]["maxLength"] <= 256
+    assert nodes[f"{container}.securityContext.appArmorProfile.type"]["maxLength"] <= 256
+    assert nodes[f"{container}.volumeMounts"]["maxItems"] <= 32
+    assert nodes[f"{container}.volumeMounts[].mountPath"]["maxLength"] <= 1024
+    assert nodes[f"{container}.volumeMounts[].name"]["maxLength"] <= 63
+    assert nodes[".spec.template.spec.volumes"]["maxItems"] <= 32
+    assert nodes[".spec.template.spec.volumes[].name"]["maxLength"] <= 63
+    for field in ("labels", "annotations"):
+        assert nodes[f".spec.template.metadata.{field}"]["maxProperties"] <= 64
 
 
 #: Member functions and macros whose cost the API server can bound for our bounded fields. Kubernetes
@@ -979,17 +1274,19 @@ def test_conditions_the_api_server_would_refuse_are_refused_by_the_model(field: 
         Condition.model_validate(condition)
 
 
-def test_describe_validation_error_names_paths_and_hides_sandbox_values() -> None:
+def test_describe_validation_error_names_paths_and_hides_template_values() -> None:
     spec = base_spec()
     spec["stores"][0]["access"] = "rw"
     spec["sync"] = {"intervalSeconds": 2}
-    spec["sandbox"] = {"image": 7, "env": [{"name": "TOKEN", "value": "do-not-echo-me"}]}
+    spec["template"] = {
+        "spec": {"containers": [{"name": "sandbox", "env": [{"name": "TOKEN", "value": "do-not-echo-me"}]}]}
+    }
     with pytest.raises(ValidationError) as info:
         SessionMemorySpec.model_validate(spec)
     text = describe_validation_error(info.value, prefix="spec")
     assert "spec.stores[0].access: input should be 'read_write' or 'read_only' (got 'rw')" in text
     assert "spec.sync.intervalSeconds: input should be greater than or equal to 5 (got 2)" in text
-    assert "spec.sandbox: image is required" in text
+    assert "spec.template.spec.containers[0].image: is required" in text
     assert "do-not-echo-me" not in text
     with pytest.raises(ValidationError) as info:
         StoreSpec.model_validate({"memoryStoreId": "memstore_1"})

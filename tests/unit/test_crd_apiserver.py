@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -109,7 +110,11 @@ def to_json_schema(schema: Any) -> Any:
         return [to_json_schema(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: to_json_schema(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
+    out = {
+        k: to_json_schema(v)
+        for k, v in schema.items()
+        if not k.startswith("x-kubernetes-") and k != "properties"
+    }
     if "properties" in schema:
         out["properties"] = {k: to_json_schema(v) for k, v in schema["properties"].items()}
         if not schema.get("x-kubernetes-preserve-unknown-fields"):
@@ -128,8 +133,13 @@ def _pattern(
 _Validator = jsonschema.validators.extend(jsonschema.Draft7Validator, {"pattern": _pattern})
 
 
+@functools.cache
+def _validator(schema_json: str) -> Any:
+    return _Validator(to_json_schema(json.loads(schema_json)))
+
+
 def structural_errors(schema: dict[str, Any], value: Any) -> list[str]:
-    validator = _Validator(to_json_schema(schema))
+    validator = _validator(json.dumps(schema, sort_keys=True))
     return [
         f"{'.'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}"
         for err in sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.absolute_path)))
@@ -149,8 +159,14 @@ def apply_defaults(schema: dict[str, Any], value: Any) -> Any:
     return value
 
 
+@functools.cache
+def _crd_schema() -> str:
+    return json.dumps(build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+
+
 def openapi_schema() -> dict[str, Any]:
-    schema: dict[str, Any] = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    """The CRD's schema (a fresh copy: callers may change it)."""
+    schema: dict[str, Any] = json.loads(_crd_schema())
     return schema
 
 

@@ -11,7 +11,7 @@ import pytest
 from memsync.contracts import runner
 from memsync.controller.environment import decisions as d
 from memsync.crd.agentenv import AgentEnvironmentSpec
-from memsync.crd.models import validate_spec
+from memsync.crd.models import sandbox_template, validate_spec
 
 ENV = {"metadata": {"name": "team-a", "namespace": "agents", "uid": "uid-1"}}
 ITEM = d.WorkItem(
@@ -22,12 +22,14 @@ SPEC = AgentEnvironmentSpec.model_validate(
         "environmentId": "env_1",
         "environmentKeySecretRef": {"name": "k", "key": "key"},
         "apiBaseUrl": "http://store:8700",
-        "sandbox": {
-            "image": "img:1",
-            "env": [{"name": "ANTHROPIC_WORK_ID", "value": "mine"}, {"name": "X", "value": "1"}],
-        },
+        "template": sandbox_template(
+            {
+                "image": "img:1",
+                "env": [{"name": "ANTHROPIC_WORK_ID", "value": "mine"}, {"name": "X", "value": "1"}],
+            },
+            memsync={"env": [{"name": "HTTPS_PROXY", "value": "http://p:3128"}]},
+        ),
         "sync": {"intervalSeconds": 20},
-        "memsyncEnv": [{"name": "HTTPS_PROXY", "value": "http://p:3128"}],
     }
 )
 SESSION = {
@@ -135,7 +137,7 @@ def test_the_session_memory_is_a_valid_owned_spec_with_the_runner_contract() -> 
     assert meta["name"] == d.object_name("sesn_01AbC")
     assert meta["ownerReferences"][0]["kind"] == "AgentEnvironment"
     assert meta["ownerReferences"][0]["uid"] == "uid-1"
-    env = {e["name"]: e for e in spec.sandbox["env"]}
+    env = {e["name"]: e for e in spec.template.spec.sandbox["env"]}
     assert set(runner.ALL) <= set(env)
     assert env["ANTHROPIC_WORK_ID"]["value"] == "work_1"  # ours replaces the user's
     assert env["X"]["value"] == "1"
@@ -144,7 +146,9 @@ def test_the_session_memory_is_a_valid_owned_spec_with_the_runner_contract() -> 
         "key": "secret",
     }
     assert "memstore_b" in env["MEMSYNC_STORES"]["value"]
-    assert smem["spec"]["memsyncEnv"] == [{"name": "HTTPS_PROXY", "value": "http://p:3128"}]
+    assert smem["spec"]["template"]["spec"]["memsync"]["env"] == [
+        {"name": "HTTPS_PROXY", "value": "http://p:3128"}
+    ]
     secret = d.work_secret_manifest(ENV, ITEM)
     assert secret["stringData"] == {"secret": "c2VjcmV0"}
     assert secret["metadata"]["name"] == spec.work_item_secret_ref.name

@@ -11,7 +11,9 @@ from collections.abc import Iterator
 from contextlib import redirect_stderr
 from datetime import datetime
 
+import kopf
 import pytest
+from kopf._core.actions.loggers import ObjectLogger
 
 from memsync.logs import LogFormat, configure_logging, rfc3339_utc
 
@@ -62,3 +64,27 @@ def test_text_log_starts_with_rfc3339_utc(restore_root_logging: None) -> None:
     stamp, _, rest = line.partition(" ")
     assert RFC3339_MS_UTC.match(stamp), line
     assert "hello store_id=memstore_x" in rest
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_kopf_object_records_log_the_object_not_the_settings(
+    restore_root_logging: None, fmt: LogFormat
+) -> None:
+    """kopf's per-object records carry its settings (not serialisable): one clean line, naming the object."""
+    body = kopf.Body({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}})
+    settings = kopf.OperatorSettings()  # its thread pool holds a queue that cannot be copied
+    buf = io.StringIO()
+    with redirect_stderr(buf):
+        configure_logging("INFO", fmt)
+        ObjectLogger(body=body, settings=settings).info("Handler 'reconcile' succeeded.")
+    out = buf.getvalue()
+    assert "Logging error" not in out and "Traceback" not in out, out
+    assert "OperatorSettings" not in out and "k8s_skip" not in out
+    [line] = out.strip().splitlines()
+    if fmt == "json":
+        record = json.loads(line)
+        assert record["object"] == "ns/p"
+        assert record["message"] == "Handler 'reconcile' succeeded."
+        assert "settings" not in record
+    else:
+        assert line.endswith("Handler 'reconcile' succeeded. object=ns/p"), line

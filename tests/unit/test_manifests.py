@@ -26,8 +26,8 @@ from support.pod_security import restricted_violations
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
-OVERLAYS = ("kind", "production")
-KUSTOMIZATIONS = ("base", "overlays/kind", "overlays/production")
+OVERLAYS = ("kind", "production", "store-postgres")
+KUSTOMIZATIONS = ("base", "overlays/kind", "overlays/production", "overlays/store-postgres")
 
 
 def kind_node_version() -> str:
@@ -120,7 +120,12 @@ def test_workloads_meet_the_restricted_standard(overlay: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("overlay", "image"), [("kind", "memsync:kind"), ("production", "registry.example.com/")]
+    ("overlay", "image"),
+    [
+        ("kind", "memsync:kind"),
+        ("production", "registry.example.com/"),
+        ("store-postgres", "registry.example.com/"),
+    ],
 )
 def test_operator_deployment(overlay: str, image: str) -> None:
     operator = by_kind(render(f"overlays/{overlay}"), "Deployment")["memsync-operator"]
@@ -137,6 +142,20 @@ def test_operator_deployment(overlay: str, image: str) -> None:
     liveness = container["livenessProbe"]["httpGet"]
     assert liveness["path"] == "/healthz"
     assert any(arg.endswith(":8080/healthz") for arg in container["command"])
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_operator_metrics_are_on_behind_a_service(overlay: str) -> None:
+    objs = render(f"overlays/{overlay}")
+    container = by_kind(objs, "Deployment")["memsync-operator"]["spec"]["template"]["spec"]["containers"][0]
+    flag = container["command"].index("--metrics-port")
+    port = int(container["command"][flag + 1])
+    assert {"name": "metrics", "containerPort": port, "protocol": "TCP"} in container["ports"]
+    service = by_kind(objs, "Service")["memsync-operator-metrics"]
+    assert service["spec"]["selector"] == {"app.kubernetes.io/name": "memsync-operator"}
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": port, "targetPort": "metrics", "protocol": "TCP"}
+    ]
 
 
 def test_store_server_only_in_the_kind_overlay() -> None:
@@ -157,10 +176,48 @@ def test_store_server_only_in_the_kind_overlay() -> None:
     assert not any("admin-key=" in arg for arg in container["args"])
     assert all(e["name"] != "MEMSYNC_ADMIN_KEY" for e in container["env"])
 
+    assert by_kind(kind, "PodDisruptionBudget")["memsync-store"]["spec"]["maxUnavailable"] == 1
+    assert "memsync-store" in by_kind(kind, "NetworkPolicy")
+    env = {e["name"]: e for e in container["env"]}
+    assert env["MEMSYNC_STORE_DB"]["value"] == "/var/lib/memsync-store/store.db"
+
     production = render("overlays/production")
     assert set(by_kind(production, "Deployment")) == {"memsync-operator"}
-    assert not by_kind(production, "Service") and not by_kind(production, "PersistentVolumeClaim")
-    assert not by_kind(production, "Secret")
+    assert set(by_kind(production, "Service")) == {"memsync-operator-metrics"}
+    assert not by_kind(production, "PersistentVolumeClaim")
+    assert not by_kind(production, "Secret") and not by_kind(production, "PodDisruptionBudget")
+    assert not by_kind(production, "NetworkPolicy")
+
+
+def test_store_server_on_postgresql_runs_replicas_without_a_volume() -> None:
+    objs = render("overlays/store-postgres")
+    store = by_kind(objs, "Deployment")["memsync-store"]
+    assert store["spec"]["replicas"] == 2
+    assert store["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert store["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert not by_kind(objs, "PersistentVolumeClaim")
+    pod = store["spec"]["template"]["spec"]
+    assert [v["name"] for v in pod["volumes"]] == ["admin-key", "tmp"]
+    (container,) = pod["containers"]
+    assert all(m["mountPath"] != "/var/lib/memsync-store" for m in container["volumeMounts"])
+    env = {e["name"]: e for e in container["env"]}
+    assert env["MEMSYNC_STORE_DB"] == {
+        "name": "MEMSYNC_STORE_DB",
+        "valueFrom": {"secretKeyRef": {"name": "memsync-store-postgres", "key": "url"}},
+    }
+    assert not any(arg.startswith("--db") for arg in container["args"])
+    anti = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    pdb = by_kind(objs, "PodDisruptionBudget")["memsync-store"]["spec"]
+    assert pdb == {
+        "minAvailable": 1,
+        "selector": {"matchLabels": {"app.kubernetes.io/name": "memsync-store"}},
+    }
+    policy = by_kind(objs, "NetworkPolicy")["memsync-store"]["spec"]
+    assert policy["ingress"] == [
+        {"from": [{"namespaceSelector": {}}], "ports": [{"protocol": "TCP", "port": 8700}]}
+    ]
+    assert {"protocol": "TCP", "port": 5432} in policy["egress"][1]["ports"]
 
 
 def test_rbac_is_least_privilege() -> None:
@@ -231,8 +288,9 @@ def _container(overlay: str, deployment: str) -> dict[str, Any]:
     return container
 
 
-def test_store_server_command_is_accepted_by_the_cli() -> None:
-    container = _container("kind", "memsync-store")
+@pytest.mark.parametrize("overlay", ["kind", "store-postgres"])
+def test_store_server_command_is_accepted_by_the_cli(overlay: str) -> None:
+    container = _container(overlay, "memsync-store")
     assert container["command"][0] == "memsync"
     parse_with_cli(container["command"][1:] + container["args"])
 
@@ -246,7 +304,10 @@ def test_operator_command_is_accepted_by_the_cli() -> None:
 def test_dockerfile_is_slim_and_non_root() -> None:
     text = (REPO / "Dockerfile").read_text()
     stages = re.findall(r"^FROM (\S+)", text, flags=re.MULTILINE)
-    assert stages and all(s.startswith("python:3.11-slim") for s in stages)
+    assert stages == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
+    # Every stage from one base image, pinned by digest.
+    base = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, flags=re.MULTILINE)
+    assert len(base) == 1 and re.fullmatch(r"python:3\.11-slim@sha256:[0-9a-f]{64}", base[0]), base
     assert re.search(r"^USER 65532(:65532)?$", text, flags=re.MULTILINE)
     assert "PYTHONDONTWRITEBYTECODE=1" in text
     assert re.search(r'^ENTRYPOINT \["memsync"\]$', text, flags=re.MULTILINE)

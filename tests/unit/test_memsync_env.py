@@ -10,17 +10,27 @@ import pytest
 
 from memsync.agent.config import ConfigError, load_config
 from memsync.cli.operator import parse_memsync_env
-from memsync.controller.pod import MOUNT_CONTAINER, SYNC_CONTAINER, build_sandbox_pod, memsync_env
+from memsync.controller.pod import (
+    MEMSYNC_RESOURCES,
+    MOUNT_CONTAINER,
+    SYNC_CONTAINER,
+    build_sandbox_pod,
+    memsync_env,
+)
 from memsync.crd.models import EnvVarSpec, InvalidSpecError, validate_spec
 from memsync.crd.schema import build_crd
 
 
-def spec(**extra: Any) -> dict[str, Any]:
+def spec(memsync: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """A spec whose template sets ``memsync`` (the memsync containers' env and resources) when given."""
+    pod: dict[str, Any] = {"containers": [{"name": "sandbox", "image": "busybox"}]}
+    if memsync is not None:
+        pod["memsync"] = memsync
     return {
         "sessionId": "sesn_env",
         "workItemSecretRef": {"name": "work", "key": "secret"},
         "stores": [{"memoryStoreId": "memstore_01aa", "name": "notes"}],
-        "sandbox": {"image": "busybox"},
+        "template": {"spec": pod},
         **extra,
     }
 
@@ -32,11 +42,13 @@ def containers(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_spec_env_and_operator_defaults_reach_both_memsync_containers_only() -> None:
     s = validate_spec(
         spec(
-            memsyncEnv=[
-                {"name": "HTTPS_PROXY", "value": "http://proxy.corp:3128"},
-                {"name": "SSL_CERT_FILE", "value": "/etc/ssl/corp.pem"},
-                {"name": "PROXY_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "proxy", "key": "pw"}}},
-            ]
+            memsync={
+                "env": [
+                    {"name": "HTTPS_PROXY", "value": "http://proxy.corp:3128"},
+                    {"name": "SSL_CERT_FILE", "value": "/etc/ssl/corp.pem"},
+                    {"name": "PROXY_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "proxy", "key": "pw"}}},
+                ]
+            }
         )
     )
     defaults = (
@@ -81,19 +93,43 @@ def test_spec_env_and_operator_defaults_reach_both_memsync_containers_only() -> 
 )
 def test_bad_entries_are_refused_naming_the_field(entry: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidSpecError) as info:
-        validate_spec(spec(memsyncEnv=[entry]))
-    assert "spec.memsyncEnv" in str(info.value) and message in str(info.value)
+        validate_spec(spec(memsync={"env": [entry]}))
+    assert "spec.template.spec.memsync.env" in str(info.value) and message in str(info.value)
 
 
 def test_a_name_set_twice_is_refused() -> None:
     with pytest.raises(InvalidSpecError, match="repeats"):
-        validate_spec(spec(memsyncEnv=[{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]))
+        validate_spec(spec(memsync={"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}))
 
 
-def test_the_crd_declares_memsync_env() -> None:
+def test_the_crd_declares_memsync_env_and_resources() -> None:
     version = build_crd()["spec"]["versions"][0]
-    prop = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["memsyncEnv"]
-    assert prop["type"] == "array" and prop["items"]["required"] == ["name"]
+    template = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["template"]
+    memsync = template["properties"]["spec"]["properties"]["memsync"]["properties"]
+    assert memsync["env"]["type"] == "array" and memsync["env"]["items"]["required"] == ["name"]
+    assert set(memsync["env"]["items"]["properties"]["valueFrom"]["properties"]) == {
+        "secretKeyRef",
+        "configMapKeyRef",
+    }
+    assert set(memsync["resources"]["properties"]) >= {"requests", "limits"}
+
+
+def test_template_resources_replace_the_default_of_both_memsync_containers_only() -> None:
+    resources = {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "2Gi"}}
+    pod = build_sandbox_pod(
+        name="s", namespace="ns", uid="u", spec=validate_spec(spec({"resources": resources})), agent_image="m"
+    )
+    by_name = containers(pod)
+    assert by_name[MOUNT_CONTAINER]["resources"] == by_name[SYNC_CONTAINER]["resources"] == resources
+    assert "resources" not in by_name["sandbox"]
+    default = containers(
+        build_sandbox_pod(name="s", namespace="ns", uid="u", spec=validate_spec(spec()), agent_image="m")
+    )
+    assert default[SYNC_CONTAINER]["resources"] == MEMSYNC_RESOURCES
+    with pytest.raises(
+        InvalidSpecError, match=r"spec\.template\.spec\.memsync\.resources\.limits\.memory: must match"
+    ):
+        validate_spec(spec({"resources": {"limits": {"memory": "lots"}}}))
 
 
 def test_operator_defaults_are_validated_like_the_spec() -> None:

@@ -22,7 +22,7 @@ from memsync.controller.pod import (
     owner_label_value,
     pod_name_for,
 )
-from memsync.crd.models import SessionMemorySpec
+from memsync.crd.models import API_VERSION, SandboxPodSpec, SandboxTemplate, SessionMemorySpec
 from support.pod_security import restricted_violations
 
 IMAGE = "memsync:0.1.0"
@@ -30,6 +30,52 @@ UID = "5f1b7c2e-0d7a-4c53-9b1e-3f1f0b1d2a11"
 
 #: The design's minimal SessionMemory spec (the same one the CRD tests start from).
 MINIMAL_SPEC: dict[str, Any] = base_spec()
+
+#: The template's scheduling fields, copied into the Pod as they are.
+SCHEDULING: dict[str, Any] = {
+    "runtimeClassName": "gvisor",
+    "nodeSelector": {"pool": "sandboxes"},
+    "affinity": {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 10,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"team": "research"}},
+                    },
+                }
+            ]
+        }
+    },
+    "tolerations": [{"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"}],
+    "serviceAccountName": "agent",
+    "imagePullSecrets": [{"name": "registry"}],
+    "priorityClassName": "agents",
+    "activeDeadlineSeconds": 7200,
+}
+
+SANDBOX: dict[str, Any] = {
+    "name": "sandbox",
+    "image": "example.com/agent-sandbox:2.0",
+    "imagePullPolicy": "Always",
+    "command": ["/bin/agent"],
+    "args": ["--memory", "/mnt/memory"],
+    "workingDir": "/work",
+    "env": [
+        {"name": "MODE", "value": "demo"},
+        {"name": "ANTHROPIC_API_KEY", "valueFrom": {"secretKeyRef": {"name": "agent-key", "key": "key"}}},
+    ],
+    "ports": [{"name": "http", "containerPort": 8080}],
+    "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+    "securityContext": {
+        "runAsGroup": 1000,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"add": ["NET_BIND_SERVICE"], "drop": ["NET_RAW"]},
+    },
+    "lifecycle": {"preStop": {"exec": {"command": ["/bin/agent", "save"]}}},
+    "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+}
 
 FULL_SPEC: dict[str, Any] = {
     "sessionId": "sesn_011full",
@@ -41,27 +87,16 @@ FULL_SPEC: dict[str, Any] = {
         {"memoryStoreId": "memstore_01cc", "name": "Scratch", "mountPath": "/mnt/memory/scratch/v2"},
     ],
     "sync": {"intervalSeconds": 60, "deletions": "log_only", "finalFlushSeconds": 45},
-    "sandbox": {
-        "name": "sandbox",
-        "image": "example.com/agent-sandbox:2.0",
-        "imagePullPolicy": "Always",
-        "command": ["/bin/agent"],
-        "args": ["--memory", "/mnt/memory"],
-        "workingDir": "/work",
-        "env": [
-            {"name": "MODE", "value": "demo"},
-            {"name": "ANTHROPIC_API_KEY", "valueFrom": {"secretKeyRef": {"name": "agent-key", "key": "key"}}},
-        ],
-        "ports": [{"name": "http", "containerPort": 8080}],
-        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-        "securityContext": {
-            "runAsGroup": 1000,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"add": ["NET_BIND_SERVICE"], "drop": ["NET_RAW"]},
+    "template": {
+        "metadata": {"labels": {"team": "research"}, "annotations": {"example.com/ticket": "T-1"}},
+        "spec": {
+            "containers": [SANDBOX],
+            "volumes": [{"name": "work", "emptyDir": {"sizeLimit": "1Gi"}}],
+            **SCHEDULING,
         },
-        "lifecycle": {"preStop": {"exec": {"command": ["/bin/agent", "save"]}}},
     },
 }
+
 
 RESOURCES = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "512Mi"}}
 MEMSYNC_SC = {
@@ -104,7 +139,17 @@ def expected_env(
 
 
 def expected_pod(
-    *, name: str, session: str, env: list[dict[str, Any]], sandbox: dict[str, Any], grace: int, pull: str
+    *,
+    name: str,
+    session: str,
+    env: list[dict[str, Any]],
+    sandbox: dict[str, Any],
+    grace: int,
+    pull: str,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    volumes: list[dict[str, Any]] | None = None,
+    scheduling: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     def memsync(container: str, command: list[str]) -> dict[str, Any]:
         return {
@@ -148,16 +193,17 @@ def expected_pod(
             "name": f"{name}-sandbox",
             "namespace": "agents",
             "labels": {
+                **(labels or {}),
                 "app.kubernetes.io/name": "memsync-sandbox",
                 "app.kubernetes.io/component": "sandbox",
                 "app.kubernetes.io/managed-by": "memsync",
                 "agents.memsync.dev/session-id": session,
                 "agents.memsync.dev/sessionmemory": name,
             },
-            "annotations": {"kubectl.kubernetes.io/default-container": "sandbox"},
+            "annotations": {**(annotations or {}), "kubectl.kubernetes.io/default-container": "sandbox"},
             "ownerReferences": [
                 {
-                    "apiVersion": "agents.memsync.dev/v1alpha1",
+                    "apiVersion": API_VERSION,
                     "kind": "SessionMemory",
                     "name": name,
                     "uid": UID,
@@ -167,6 +213,7 @@ def expected_pod(
             ],
         },
         "spec": {
+            **(scheduling or {}),
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": grace,
             "automountServiceAccountToken": False,
@@ -178,7 +225,11 @@ def expected_pod(
                 "fsGroup": 65532,
                 "seccompProfile": {"type": "RuntimeDefault"},
             },
-            "volumes": [{"name": "memory", "emptyDir": {}}, {"name": "memsync-state", "emptyDir": {}}],
+            "volumes": [
+                {"name": "memory", "emptyDir": {}},
+                {"name": "memsync-state", "emptyDir": {}},
+                *(volumes or []),
+            ],
             "initContainers": [memsync("memsync-mount", ["memsync", "mount"]), sync],
             "containers": [sandbox],
         },
@@ -274,7 +325,7 @@ def test_full_pod_field_by_field() -> None:
         url="http://memsync-store.memsync-system.svc:8080",
         secret={"name": "work-full", "key": "payload"},
     )
-    user = FULL_SPEC["sandbox"]
+    user = SANDBOX
     sandbox = {
         "name": "sandbox",
         "image": "example.com/agent-sandbox:2.0",
@@ -286,7 +337,11 @@ def test_full_pod_field_by_field() -> None:
         "ports": user["ports"],
         "resources": user["resources"],
         "lifecycle": user["lifecycle"],
-        "volumeMounts": [{"name": "memory", "mountPath": "/mnt/memory"}],
+        # memsync's own mount first, then the template's
+        "volumeMounts": [
+            {"name": "memory", "mountPath": "/mnt/memory"},
+            {"name": "work", "mountPath": "/work"},
+        ],
         "securityContext": {
             "runAsGroup": 1000,
             "readOnlyRootFilesystem": True,
@@ -298,7 +353,16 @@ def test_full_pod_field_by_field() -> None:
     }
     # grace: max(30, 45) + 2 * 45 + 10
     expected = expected_pod(
-        name="smem-full", session="sesn_011full", env=env, sandbox=sandbox, grace=145, pull="Always"
+        name="smem-full",
+        session="sesn_011full",
+        env=env,
+        sandbox=sandbox,
+        grace=145,
+        pull="Always",
+        labels={"team": "research"},
+        annotations={"example.com/ticket": "T-1"},
+        volumes=[{"name": "work", "emptyDir": {"sizeLimit": "1Gi"}}],
+        scheduling=SCHEDULING,
     )
     assert_same(build(FULL_SPEC, name="smem-full", agent_image_pull_policy="Always"), expected)
 
@@ -310,12 +374,12 @@ def test_the_pod_is_a_valid_kubernetes_pod() -> None:
 
 def test_builder_is_pure_and_does_not_alias_the_spec() -> None:
     spec = SessionMemorySpec.model_validate(FULL_SPEC)
-    before = copy.deepcopy(spec.sandbox)
+    before = copy.deepcopy(spec.template)
     first = build_sandbox_pod(name="a", namespace="n", uid=UID, spec=spec, agent_image=IMAGE)
     first["spec"]["containers"][0]["env"].append({"name": "X", "value": "y"})
     first["spec"]["containers"][0]["securityContext"]["capabilities"]["drop"].append("CHOWN")
     second = build_sandbox_pod(name="a", namespace="n", uid=UID, spec=spec, agent_image=IMAGE)
-    assert spec.sandbox == before
+    assert spec.template == before
     assert second != first
     assert second == build_sandbox_pod(name="a", namespace="n", uid=UID, spec=spec, agent_image=IMAGE)
 
@@ -437,17 +501,28 @@ def test_the_restricted_checker_catches_each_violation(case: str, breaker: Any) 
 
 def test_builder_refuses_a_sandbox_that_skipped_validation() -> None:
     spec = SessionMemorySpec.model_validate(MINIMAL_SPEC)
-    for sandbox, field in [
-        ({"image": "x", "securityContext": {"privileged": True}}, "securityContext.privileged"),
-        ({"image": "x", "securityContext": {"runAsUser": 0}}, "securityContext.runAsUser"),
-        ({"image": "x", "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}, "capabilities.add"),
-        ({"image": "x", "volumeMounts": [{"name": "memsync-state", "mountPath": "/s"}]}, "volumeMounts"),
-        ({"image": "x", "name": "other"}, "name"),
-        ({"image": "x", "securityContext": {"seLinuxOptions": {"type": "spc_t"}}}, "seLinuxOptions.type"),
-        ({"image": "x", "securityContext": {"appArmorProfile": {"type": "Unconfined"}}}, "appArmorProfile"),
-        ({"image": "x", "ports": [{"containerPort": 80, "hostPort": 80}]}, "ports[0].hostPort"),
+    c = "spec.template.spec.containers[0]."
+    for sandbox, pod, field in [
+        ({"securityContext": {"privileged": True}}, {}, c + "securityContext.privileged"),
+        ({"securityContext": {"runAsUser": 0}}, {}, c + "securityContext.runAsUser"),
+        ({"securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}, {}, "capabilities.add"),
+        ({"volumeMounts": [{"name": "memsync-state", "mountPath": "/s"}]}, {}, c + "volumeMounts[0].name"),
+        ({"volumeMounts": [{"name": "w", "mountPath": "/mnt/memory"}]}, {}, c + "volumeMounts[0].mountPath"),
+        ({"name": "other"}, {}, c + "name"),
+        ({"securityContext": {"seLinuxOptions": {"type": "spc_t"}}}, {}, "seLinuxOptions.type"),
+        ({"securityContext": {"appArmorProfile": {"type": "Unconfined"}}}, {}, "appArmorProfile"),
+        ({"ports": [{"containerPort": 80, "hostPort": 80}]}, {}, c + "ports[0].hostPort"),
+        ({}, {"host_network": True}, "spec.template.spec.hostNetwork"),
+        (
+            {},
+            {"volumes": [{"name": "h", "hostPath": {"path": "/"}}]},
+            "spec.template.spec.volumes[0].hostPath",
+        ),
     ]:
-        unchecked = spec.model_copy(update={"sandbox": sandbox})
+        container = {"name": "sandbox", "image": "x", **sandbox}
+        pod_spec = SandboxPodSpec.model_construct(containers=[container], **pod)
+        template = SandboxTemplate.model_construct(spec=pod_spec)
+        unchecked = spec.model_copy(update={"template": template})
         with pytest.raises(ValueError, match=re.escape(field)):
             build_sandbox_pod(name="a", namespace="n", uid=UID, spec=unchecked, agent_image=IMAGE)
 
@@ -479,7 +554,8 @@ def test_state_volume_is_mounted_only_in_memsync_containers() -> None:
     pod = build(FULL_SPEC)
     for container in pod["spec"]["initContainers"]:
         assert {"name": "memsync-state", "mountPath": "/var/lib/memsync"} in container["volumeMounts"]
-    assert pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "memory", "mountPath": "/mnt/memory"}]
+    mounts = pod["spec"]["containers"][0]["volumeMounts"]
+    assert mounts == [{"name": "memory", "mountPath": "/mnt/memory"}, {"name": "work", "mountPath": "/work"}]
 
 
 # --- grace period, names ------------------------------------------------------------------------------------

@@ -20,9 +20,11 @@ from typing import Any
 
 from memsync.agent import messages
 from memsync.agent.config import AgentConfig
-from memsync.agent.engine import PassStats, Shared, StoreSync, is_transient
+from memsync.agent.context import SyncContext
+from memsync.agent.engine import StoreSync
 from memsync.agent.localfs import make_root
 from memsync.agent.metrics import Metrics, MetricsServer
+from memsync.agent.recorder import PassStats, is_transient
 from memsync.agent.state import load_state, remove_state
 from memsync.api.secret import WorkSecretError, decode_work_secret
 from memsync.client import StoreClient
@@ -106,7 +108,8 @@ class MountResult:
 
 
 async def mount(config: AgentConfig, *, client: StoreClient | None = None) -> MountResult:
-    """Materialise every store (reference §5.4, §4.8). On any failure, remove what this command created."""
+    """Materialise every store (docs/sync-semantics.md#mount). On any failure, remove what this command
+    created."""
     _log_start("mount", config)
     # Refuse first, before creating anything, if anything exists at any mount path (lstat: a dangling
     # symlink counts) - memsync never deletes a folder it did not create.
@@ -117,12 +120,12 @@ async def mount(config: AgentConfig, *, client: StoreClient | None = None) -> Mo
             if own_client:
                 await api.aclose()
             raise AgentFailure(f"{messages.ALREADY_EXISTS}: {store.mount_path}", store.memory_store_id)
-    shared = Shared(config, api)
+    context = SyncContext(config, api)
     created: list[str] = []
     result = MountResult()
     try:
         for store in config.stores:  # create every folder first, so a permissions problem fails fast
-            engine = StoreSync(shared, store)
+            engine = StoreSync(context, store)
             try:
                 root, made = await asyncio.to_thread(make_root, engine.path)
                 root.close()
@@ -140,7 +143,7 @@ async def mount(config: AgentConfig, *, client: StoreClient | None = None) -> Mo
 
         async def one(store_index: int) -> None:
             store = config.stores[store_index]
-            engine = StoreSync(shared, store)
+            engine = StoreSync(context, store)
             try:
                 count = await engine.populate()
             except (store_errors.StoreError, OSError) as exc:
@@ -204,7 +207,7 @@ RETRY_CAP_S = 4.0  # ...up to this, until their deadline
 
 
 @dataclass
-class Outcome:
+class FlushResult:
     """The final shutdown's (or a flush's) result: the termination report and the exit code."""
 
     report: FlushReport
@@ -223,18 +226,18 @@ class Outcome:
         return report_payload(self.report)
 
 
-class Agent:
+class SyncAgent:
     """The engines of every configured store, sharing one client, limiter and metrics."""
 
     def __init__(self, config: AgentConfig, client: StoreClient, metrics: Metrics | None = None) -> None:
         self.config = config
         self.client = client
-        self.shared = Shared(config, client, metrics)
-        self.stores = [StoreSync(self.shared, s) for s in config.stores]
+        self.context = SyncContext(config, client, metrics)
+        self.stores = [StoreSync(self.context, s) for s in config.stores]
 
     @property
     def metrics(self) -> Metrics:
-        return self.shared.metrics
+        return self.context.metrics
 
     async def sync_once(
         self, *, final: bool = False, lock_timeout: float | None = None
@@ -325,13 +328,13 @@ class Agent:
         for engine in self.stores:
             engine.recorder.tally = StoreCounts()
 
-    async def flush(self) -> Outcome:
+    async def flush(self) -> FlushResult:
         """The preStop step: push what changed now, bounded by the flush timeout."""
         self._reset_tallies()
         await self._bounded_flush()
         return self._outcome()
 
-    async def final_shutdown(self) -> Outcome:
+    async def final_shutdown(self) -> FlushResult:
         """The final sync (delete window waived, cap applied), then the push-only flush, each bounded by the
         flush timeout and each retrying transient failures until then."""
         self._reset_tallies()
@@ -366,7 +369,7 @@ class Agent:
                 extra={"memory_store_id": engine.id, "not_saved": unsent, "changed": changed},
             )
 
-    def _outcome(self) -> Outcome:
+    def _outcome(self) -> FlushResult:
         stores = {e.id: e.tally.copy() for e in self.stores}
         totals: dict[str, StoreCounts] = {}
         for engine in self.stores:
@@ -378,7 +381,7 @@ class Agent:
                 if state is not None:
                     totals[engine.id] = state.totals
         complete = all(c.unsent == 0 for c in stores.values())
-        return Outcome(FlushReport(complete=complete, stores=stores, totals=totals))
+        return FlushResult(FlushReport(complete=complete, stores=stores, totals=totals))
 
     def health(self) -> SyncHealth:
         """The document served at ``/status``: per store, the last pass's health and the session's totals."""
@@ -426,10 +429,9 @@ async def run_sync(
     Returns the exit code: with ``once``, 0 unless a store failed; otherwise 0 when the final shutdown saved
     everything, else 1. Never dies on a sync error.
     """
-    _log_start("sync", config)
     own_client = client is None
     api = make_client(config) if client is None else client
-    agent = Agent(config, api, metrics)
+    agent = SyncAgent(config, api, metrics)
     stop_event = stop if stop is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
     terminated = asyncio.Event()  # SIGTERM/SIGINT (stop_event is also set by a runner's final request)
@@ -444,6 +446,8 @@ async def run_sync(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
             installed.append(sig)
+    # Logged once SIGTERM is handled: from this line on, the end of the session runs the final flush.
+    _log_start("sync", config)
     server: MetricsServer | None = None
     try:
         if config.metrics_port is not None and not once:
@@ -502,7 +506,7 @@ async def run_flush(config: AgentConfig, *, final: bool = False, client: StoreCl
     _log_start("flush --final" if final else "flush", config)
     own_client = client is None
     api = make_client(config) if client is None else client
-    agent = Agent(config, api)
+    agent = SyncAgent(config, api)
     try:
         outcome = await (agent.final_shutdown() if final else agent.flush())
     finally:

@@ -1,7 +1,7 @@
 """``conflictPolicy: keepLocalCopy``: the losing local content of a conflict, kept beside its file.
 
-The store still wins (the reference rule); before its version overwrites the file, the local bytes are
-written atomically (never through a symlink: the store folder's safe layer) as
+The store still wins (docs/sync-semantics.md#conflicts); before its version overwrites the file, the local
+bytes are written atomically (never through a symlink: the store folder's safe layer) as
 ``<name>.conflict-<session>-<UTC time><ext>``, which then syncs like any new file.
 """
 

@@ -1,4 +1,4 @@
-"""The sync rules as pure decisions (reference §5.5 steps 1–5, §5.6, §5.7): plain data in, a plan out.
+"""The sync rules as pure decisions (docs/sync-semantics.md): plain data in, a plan out.
 
 No I/O happens here. The engine gathers the inputs (a local scan, a content-free listing, the saved state),
 asks these functions what to do, carries out the plan, and records what actually succeeded.
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from memsync.agent import messages
+from memsync.api.models import Deletions
 
-Deletions = Literal["enabled", "log_only", "disabled"]
 Trust = Literal["sync", "recover", "leave"]
 RootStatus = Literal["ok", "missing", "replaced", "replaced_empty"]
 
@@ -38,7 +38,7 @@ class Event:
     extra: Mapping[str, object] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Pull:
     rel: str
     id: str
@@ -48,7 +48,7 @@ class Pull:
     conflict: bool = field(default=False, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Upload:
     rel: str
     local_sha: str
@@ -57,20 +57,20 @@ class Upload:
     base_sha: str | None  # the baseline at decision time (used to settle a path conflict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RemoteDelete:
     rel: str
     id: str
     expected_sha: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LocalRemove:
     rel: str
     expected_sha: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Clash:
     """A new local file that cannot be created: the store holds a memory below its path (it is a folder
     there) or at one of its ancestors (a file there). ``at`` is the local path that clashes: the file itself,
@@ -132,7 +132,7 @@ class SyncPlan:
 
 
 def delete_cap(baseline_size: int) -> int:
-    """Per-pass delete cap (reference §5.5 step 5): max(8, min(50, floor(len(baseline)/4)))."""
+    """Per-pass delete cap (docs/sync-semantics.md#deletes): max(8, min(50, floor(len(baseline)/4)))."""
     return max(8, min(50, baseline_size // 4))
 
 
@@ -220,14 +220,16 @@ def _merge_path(inp: SyncInput, plan: SyncPlan, rel: str, candidates: list[str])
             return
         if base is not None and local == base:
             # Deleted remotely, unchanged locally: remove it (the engine re-hashes first).
-            plan.local_removals.append(LocalRemove(rel, base))
+            plan.local_removals.append(LocalRemove(rel=rel, expected_sha=base))
             return
         # An un-pushed local edit (or a new file) whose memory is not in the store.
         if _held_back(inp, plan, rel, local, refused):
             return
         if base is not None:
             plan.events.append(Event(logging.WARNING, messages.RECREATING, rel))
-        plan.uploads.append(Upload(rel, local, None, None, base))
+        plan.uploads.append(
+            Upload(rel=rel, local_sha=local, remote_id=None, expected_sha=None, base_sha=base)
+        )
         return
 
     if base is None and local is not None and local != remote.sha and inp.prior.get(rel) == remote.sha:
@@ -244,7 +246,7 @@ def _merge_path(inp: SyncInput, plan: SyncPlan, rel: str, candidates: list[str])
                 candidates.append(rel)
             return
         plan.events.append(Event(logging.WARNING, messages.RESTORING, rel))
-        plan.pulls.append(Pull(rel, remote.id, remote.sha, None))
+        plan.pulls.append(Pull(rel=rel, id=remote.id, sha=remote.sha, local_sha=None))
         return
     if remote_changed:
         if local == remote.sha:
@@ -254,7 +256,9 @@ def _merge_path(inp: SyncInput, plan: SyncPlan, rel: str, candidates: list[str])
         if locally_edited:
             plan.events.append(Event(logging.WARNING, messages.BOTH_CHANGED, rel))
             plan.conflicts.append(rel)
-        plan.pulls.append(Pull(rel, remote.id, remote.sha, local, conflict=locally_edited))
+        plan.pulls.append(
+            Pull(rel=rel, id=remote.id, sha=remote.sha, local_sha=local, conflict=locally_edited)
+        )
         return
     if local is not None and local != base:
         _push_local_edit(inp, plan, rel, local, remote, refused=refused)
@@ -267,7 +271,11 @@ def _push_local_edit(
 ) -> None:
     """Only the local side changed: upload, conditional on the listed sha (never from a read-only store)."""
     if not _held_back(inp, plan, rel, local, refused):
-        plan.uploads.append(Upload(rel, local, remote.id, remote.sha, remote.sha))
+        plan.uploads.append(
+            Upload(
+                rel=rel, local_sha=local, remote_id=remote.id, expected_sha=remote.sha, base_sha=remote.sha
+            )
+        )
 
 
 def _held_back(inp: SyncInput, plan: SyncPlan, rel: str, local: str, refused: str | None) -> bool:
@@ -327,7 +335,7 @@ def _corroborated_deletes(inp: SyncInput, plan: SyncPlan, candidates: list[str])
             plan.log_only_deletes.append(rel)
             plan.events.append(Event(logging.WARNING, messages.LOG_ONLY_DELETE, rel))
         else:
-            plan.deletes.append(RemoteDelete(rel, inp.remote[rel].id, plan.baseline[rel]))
+            plan.deletes.append(RemoteDelete(rel=rel, id=inp.remote[rel].id, expected_sha=plan.baseline[rel]))
 
 
 def _ancestors(rel: str) -> list[str]:
@@ -383,7 +391,7 @@ def _yield_clashing_creates(inp: SyncInput, plan: SyncPlan) -> None:
         return rel if rel in folders else next((a for a in _ancestors(rel) if a in pulled), None)
 
     def lose(rel: str, sha: str, at: str) -> None:
-        plan.clashes.append(Clash(rel, sha, at))
+        plan.clashes.append(Clash(rel=rel, local_sha=sha, at=at))
         plan.conflicts.append(rel)
         plan.events.append(Event(logging.WARNING, messages.PATH_CLASH, rel))
 
@@ -411,7 +419,8 @@ def plan_flush(
     read_only: bool,
     prior: Mapping[str, str] | None = None,
 ) -> list[Upload]:
-    """The push-only flush (reference §5.7 step 4): upload every file whose content differs from the baseline.
+    """The push-only flush (docs/sync-semantics.md#sync-flush-and-the-final-shutdown): upload every file whose
+    content differs from the baseline.
 
     No listing: an update is conditional on the *baseline* sha, so a remote that changed since is left alone
     (409), and a remote that already holds these bytes answers 200 without a new version (it is adopted).
@@ -431,7 +440,15 @@ def plan_flush(
             continue
         remote_id = remote_ids.get(rel) if base is not None else None
         known = base if base is not None else prior.get(rel)
-        uploads.append(Upload(rel, sha, remote_id, base if remote_id else None, known))
+        uploads.append(
+            Upload(
+                rel=rel,
+                local_sha=sha,
+                remote_id=remote_id,
+                expected_sha=base if remote_id else None,
+                base_sha=known,
+            )
+        )
     return uploads
 
 

@@ -1,22 +1,18 @@
 """Prometheus metrics of the sync agent and its small HTTP endpoint (``/metrics``, ``/readyz``, ``/healthz``).
 
-Each ``Metrics`` has its own registry, so several engines in one test process never collide.
+Each ``Metrics`` has its own registry, so several engines in one test process never collide. ``/metrics`` is
+prometheus_client's own aiohttp handler (content negotiation, OpenMetrics, compression).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from memsync.contracts.health import STATUS_PATH, SyncHealth, encode_health
 from memsync.contracts.runner import FINAL_PATH
@@ -25,6 +21,24 @@ if TYPE_CHECKING:  # aiohttp is imported only when the endpoint starts: mount an
     from aiohttp import web
 
 logger = logging.getLogger("memsync.agent.metrics")
+
+
+class RequestCount(Collector):
+    """``memsync_http_requests_total``: a counter read at scrape time from the count the store client keeps
+    (every HTTP attempt, retries included), so the exported value is never a copy that can lag or be
+    overwritten."""
+
+    NAME = "memsync_http_requests"
+    HELP = "HTTP requests sent to the store API (every attempt, retries included)"
+
+    def __init__(self) -> None:
+        self.source: Callable[[], int] = lambda: 0
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.NAME, self.HELP)
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.NAME, self.HELP, value=self.source())
 
 
 class Metrics:
@@ -80,7 +94,8 @@ class Metrics:
             ["store"],
             registry=r,
         )
-        self.requests = Gauge("memsync_http_requests", "HTTP requests sent to the store API", registry=r)
+        self.requests = RequestCount()
+        r.register(self.requests)
         self.ready: dict[str, bool] = {}
 
     def set_ready(self, store: str, ok: bool) -> None:
@@ -117,9 +132,10 @@ class MetricsServer:
 
     async def start(self) -> int:
         from aiohttp import web  # noqa: PLC0415 (lazy: only sync serves HTTP)
+        from prometheus_client.aiohttp import make_aiohttp_handler  # noqa: PLC0415 (imports aiohttp)
 
         app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/metrics", make_aiohttp_handler(self.metrics.registry))
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/healthz", self._healthz)
         if self.health is not None:
@@ -140,11 +156,6 @@ class MetricsServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        from aiohttp import web  # noqa: PLC0415
-
-        return web.Response(body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _readyz(self, request: web.Request) -> web.Response:
         from aiohttp import web  # noqa: PLC0415

@@ -1,4 +1,4 @@
-"""Local change detection (reference §5.3) without re-reading every file.
+"""Local change detection (docs/sync-semantics.md#detecting-changes) without re-reading every file.
 
 A recursive scan of the store folder through directory descriptors (never following a symlink) yields
 ``{relpath: sha256}`` for regular files. Hashes are cached by (mtime_ns, ctime_ns, size, inode): a file whose

@@ -1,9 +1,10 @@
-"""Per-store sync state (reference §5.2), persisted in ``MEMSYNC_STATE_DIR`` so a restarted sidecar resumes.
+"""Per-store sync state (docs/sync-semantics.md#the-baseline), persisted in ``MEMSYNC_STATE_DIR`` so a
+restarted sidecar resumes.
 
-The reference keeps this state in memory only and loses every unsynced edit when the process is killed;
-memsync writes it atomically (temp file, fsync, rename) after the mount, before a batch of uploads (so
-``sent_shas`` survives a SIGKILL mid-upload) and after every store pass. A per-store lock file (``flock``)
-makes sure ``flush`` and ``sync`` never reconcile the same store at the same time.
+Kept only in memory, it would lose every unsynced edit when the process is killed; memsync writes it
+atomically (temp file, fsync, rename) after the mount, before a batch of uploads (so ``sent_shas`` survives a
+SIGKILL mid-upload) and after every store pass. A per-store lock file (``flock``) makes sure ``flush`` and
+``sync`` never reconcile the same store at the same time.
 """
 
 from __future__ import annotations

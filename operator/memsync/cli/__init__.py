@@ -21,6 +21,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "sync": ("memsync.cli.agent", "sync"),
     "flush": ("memsync.cli.agent", "flush"),
     "store": ("memsync.cli.store", "store"),
+    "status": ("memsync.cli.status", "status"),
     "operator": ("memsync.cli.operator", "operator"),
     "dev": ("memsync.cli.dev", "dev"),
     "session": ("memsync.cli.session", "session"),
@@ -64,3 +65,9 @@ def cli(log_level: str, log_format: Any) -> None:
 
 def main() -> None:
     cli()
+
+
+def kubectl_plugin() -> None:
+    """``kubectl-memsync`` on PATH makes ``kubectl memsync ...`` (e.g. ``kubectl memsync status``) run
+    these same commands."""
+    cli(prog_name="kubectl memsync")

@@ -27,13 +27,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, get_args
 
 import click
 import uvicorn
 
 from memsync.agent.commands import EXIT_OK, AgentFailure, mount, run_sync
 from memsync.agent.config import AgentConfig, ConfigError, load_config
+from memsync.agent.recorder import PassOutcome
 from memsync.agent.state import load_state, lock_file, remove_state
 from memsync.api.constants import MARKER_FILENAME
 from memsync.api.hashing import marker_text, sha256_bytes
@@ -84,7 +85,7 @@ class EmbeddedServer:
 
     def __post_init__(self) -> None:
         self.url = f"http://{self.host}:{self.port}"
-        app = create_app(self.db_path, self.admin_key, self.url)
+        app = create_app(self.db_path, self.admin_key, self.url, access_logs=False)
         self._server = _ThreadServer(uvicorn_config(app, host=self.host, port=self.port))
         self._thread = threading.Thread(target=self._server.run, name="memsync-dev-store", daemon=True)
 
@@ -154,7 +155,9 @@ class _ClearStatusFirst(logging.Filter):
 
 
 @dataclass
-class Counts:
+class DevNumbers:
+    """The numbers of ``memsync dev``'s status line, read from the agent's metrics."""
+
     passes: int = 0
     last_sync: float | None = None
     uploads: int = 0
@@ -163,7 +166,7 @@ class Counts:
     deletes: int = 0
 
 
-def read_counts(agent: Any, store_id: str) -> Counts:
+def read_counts(agent: Any, store_id: str) -> DevNumbers:
     """The running agent's numbers, from its Prometheus registry (passes exclude the mount)."""
     registry = agent.metrics.registry
 
@@ -172,7 +175,7 @@ def read_counts(agent: Any, store_id: str) -> Counts:
 
     passes = sum(int(value("memsync_sync_passes_total", outcome=o)) for o in _OUTCOMES)
     last = value("memsync_last_successful_pass_timestamp_seconds")
-    return Counts(
+    return DevNumbers(
         passes=passes,
         last_sync=last or None,
         uploads=int(value("memsync_uploads_total")),
@@ -182,10 +185,10 @@ def read_counts(agent: Any, store_id: str) -> Counts:
     )
 
 
-_OUTCOMES = ("synced", "recovered", "left", "failed", "skipped")
+_OUTCOMES = get_args(PassOutcome)
 
 
-def format_status(name: str, counts: Counts, now: float, tty: bool) -> str:
+def format_status(name: str, counts: DevNumbers, now: float, tty: bool) -> str:
     if counts.last_sync is None:
         last = "not yet"
     else:

@@ -27,7 +27,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from memsync.controller.handlers import build_memo, build_registry
 from memsync.controller.kube import KubeApi, parse_server_version, version_refusal
-from memsync.controller.settings import ControllerConfig, configure_settings
+from memsync.controller.settings import ControllerConfig, bounded_session, configure_settings
 from memsync.crd import agentenv_schema
 from memsync.crd.models import EnvVarSpec, describe_validation_error, env_problems
 from memsync.crd.schema import render_crd_yaml
@@ -126,8 +126,8 @@ def _run_options(fn: F) -> F:
             default=None,
             help="Extra environment of the memsync containers of every sandbox Pod, as a JSON list of "
             'container env entries (e.g. [{"name":"HTTPS_PROXY","value":"http://proxy:3128"}]); a '
-            "SessionMemory's spec.memsyncEnv replaces an entry of the same name. memsync's own variables "
-            "cannot be set this way.",
+            "SessionMemory's spec.template.spec.memsync.env replaces an entry of the same name. memsync's "
+            "own variables cannot be set this way.",
         ),
     ]
     for option in reversed(options):
@@ -136,7 +136,7 @@ def _run_options(fn: F) -> F:
 
 
 def parse_memsync_env(raw: str | None) -> tuple[EnvVarSpec, ...]:
-    """``--memsync-env``: a JSON list of env entries, validated as ``spec.memsyncEnv`` is."""
+    """``--memsync-env``: a JSON list of env entries, validated as ``spec.template.spec.memsync.env`` is."""
     if raw is None or not raw.strip():
         return ()
     try:
@@ -239,8 +239,12 @@ def _run(
 
     _check_server_version(kube)
 
-    def login(**_: Any) -> kopf.ConnectionInfo:
-        return kube.connection_info()
+    async def login(**_: Any) -> kopf.ConnectionInfo | kopf.AiohttpSession:
+        info = kube.connection_info()
+        if patterns:  # kopf watches every namespace that matches: no bound on the watches it holds
+            return info
+        # One watch of SessionMemories and one of Pods, per namespace served (or cluster-wide).
+        return bounded_session(info, watches=2 * max(len(namespaces), 1))
 
     if metrics_port:
         start_http_server(metrics_port)

@@ -1,8 +1,10 @@
 """``memsync store``: run the self-hosted store server, and administer one over HTTP.
 
-``serve`` runs the server. ``create``, ``list``, ``import``, ``export`` and ``token`` talk to a running
-server with the store client and the admin key. The admin key is never a command-line value (it would show
-in ``ps``): it comes from ``MEMSYNC_ADMIN_KEY`` or a file.
+``serve`` runs the server; ``backup`` and ``restore`` work on its SQLite file. ``create``, ``list``,
+``import``, ``export``, ``token`` and ``admin-key`` (here) and ``show``, ``delete``, ``archive``,
+``memories``, ``history`` and ``redact`` (``memsync.cli.store_inspect``) talk to a running server with the
+store client and the admin key. The admin key is never a command-line value (it would show in ``ps``): it
+comes from ``MEMSYNC_ADMIN_KEY`` or a file.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import os
 import secrets
 import stat
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,9 +31,13 @@ from memsync.api.hashing import content_sha256
 from memsync.api.models import Memory, MemoryStoreResource
 from memsync.api.paths import path_violation
 from memsync.client import StoreClient, errors
-from memsync.server import create_app
+from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, MAX_SESSION_TOKEN_TTL_S
+from memsync.server.backends import is_postgres
+from memsync.server.backup import BackupError, backup_sqlite, restore_sqlite
+from memsync.server.observe import MULTIPROC_ENV
 from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
 from memsync.server.work_items import DEFAULT_LEASE_TTL_S, LEASE_TTL_MAX_S, LEASE_TTL_MIN_S
+from memsync.server.worker import FACTORY, SETTINGS_ENV, ServeSettings, build_app, worker_run_kwargs
 
 logger = logging.getLogger("memsync.store")
 
@@ -89,12 +97,12 @@ def admin_key_from(key_file: Path | None) -> str:
 )
 @click.option(
     "--db",
-    "db_path",
+    "database",
     default="./memsync-store.db",
     show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
     envvar="MEMSYNC_STORE_DB",
-    help="SQLite file (created if missing).",
+    help="An SQLite file (created if missing), or a PostgreSQL URL (postgresql://USER@HOST:PORT/DB; the "
+    "password from PGPASSWORD or a passfile, never the command line).",
 )
 @click.option(
     "--public-url",
@@ -105,7 +113,16 @@ def admin_key_from(key_file: Path | None) -> str:
     "--admin-key-file",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="MEMSYNC_ADMIN_KEY_FILE",
-    help=f"File holding the admin key. Default: ${ADMIN_KEY_ENV}, else a key generated into DB.admin-key.",
+    help=f"File holding the admin key. Default: ${ADMIN_KEY_ENV}, else (SQLite) a key generated into "
+    "DB.admin-key.",
+)
+@click.option(
+    "--admin-key-name",
+    default="default",
+    show_default=True,
+    envvar="MEMSYNC_ADMIN_KEY_NAME",
+    help="Name the configured admin key is entered under (on first start); more keys: 'memsync store "
+    "admin-key'.",
 )
 @click.option(
     "--cursor-ttl",
@@ -124,6 +141,14 @@ def admin_key_from(key_file: Path | None) -> str:
     help="Memories per store (the hosted API allows 10,000; lower it to test the cap).",
 )
 @click.option(
+    "--session-token-ttl",
+    default=DEFAULT_SESSION_TOKEN_TTL_S,
+    show_default=True,
+    type=click.IntRange(1, MAX_SESSION_TOKEN_TTL_S),
+    envvar="MEMSYNC_SESSION_TOKEN_TTL",
+    help="Seconds a minted sessions token stays valid (a mint may ask for another lifetime).",
+)
+@click.option(
     "--lease-ttl",
     default=DEFAULT_LEASE_TTL_S,
     show_default=True,
@@ -139,41 +164,131 @@ def admin_key_from(key_file: Path | None) -> str:
     envvar="MEMSYNC_REQUEST_READ_TIMEOUT",
     help="Seconds a request (headers and body) may take to arrive; slower connections are dropped.",
 )
+@click.option(
+    "--db-pool-size",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 200),
+    envvar="MEMSYNC_DB_POOL_SIZE",
+    help="PostgreSQL connections per server process.",
+)
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    envvar="MEMSYNC_STORE_WORKERS",
+    help="Server processes sharing the port (each with its own connections to the database).",
+)
+@click.option(
+    "--http",
+    "http_impl",
+    default="httptools",
+    show_default=True,
+    type=click.Choice(["httptools", "h11"]),
+    envvar="MEMSYNC_STORE_HTTP",
+    help="HTTP/1.1 parser: httptools (C) or h11 (pure Python).",
+)
+@click.option(
+    "--ssl-certfile",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="MEMSYNC_STORE_SSL_CERTFILE",
+    help="Serve HTTPS with this PEM certificate (chain); or terminate TLS at the ingress.",
+)
+@click.option(
+    "--ssl-keyfile",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="MEMSYNC_STORE_SSL_KEYFILE",
+    help="The certificate's PEM private key.",
+)
+@click.option(
+    "--access-log/--no-access-log",
+    default=True,
+    show_default=True,
+    envvar="MEMSYNC_STORE_ACCESS_LOG",
+    help="One structured INFO line per request (no headers, no query strings).",
+)
+@click.pass_context
 def serve(
+    ctx: click.Context,
     *,
     host: str,
     port: int,
-    db_path: Path,
+    database: str,
     public_url: str | None,
     admin_key_file: Path | None,
+    admin_key_name: str,
     cursor_ttl: int,
     max_memories: int,
     lease_ttl: int,
+    session_token_ttl: int,
     request_read_timeout: float,
+    db_pool_size: int,
+    workers: int,
+    http_impl: str,
+    ssl_certfile: Path | None,
+    ssl_keyfile: Path | None,
+    access_log: bool,
 ) -> None:
-    """Run the store server (FastAPI + uvicorn over one SQLite file)."""
+    """Run the store server (FastAPI + uvicorn over an SQLite file or PostgreSQL)."""
+    if (ssl_certfile is None) != (ssl_keyfile is None):
+        raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
     if admin_key_file is not None:
         admin_key = read_key_file(admin_key_file)
     elif os.environ.get(ADMIN_KEY_ENV, "").strip():
         admin_key = os.environ[ADMIN_KEY_ENV].strip()
+    elif is_postgres(database):
+        raise click.UsageError(f"no admin key: on PostgreSQL set {ADMIN_KEY_ENV} or pass --admin-key-file")
     else:
+        db_path = Path(database)
         key_path = db_path.with_name(db_path.name + ".admin-key")
         admin_key, created = load_or_create_key_file(key_path)
         logger.info(
             "generated a new admin key" if created else "using the admin key file",
             extra={"admin_key_file": str(key_path)},
         )
-    url = public_url or f"http://{host}:{port}"
-    app = create_app(
-        db_path,
-        admin_key,
-        url,
+    scheme = "https" if ssl_certfile is not None else "http"
+    settings = ServeSettings(
+        database=database,
+        public_url=public_url or f"{scheme}://{host}:{port}",
+        admin_key_name=admin_key_name,
         cursor_ttl_s=cursor_ttl,
         max_memories_per_store=max_memories,
+        session_token_ttl_s=session_token_ttl,
         lease_ttl_s=lease_ttl,
+        db_pool_size=db_pool_size,
+        read_timeout_s=request_read_timeout,
+        http=http_impl,
+        access_logs=access_log,
+        log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()),
+        log_format=_root_params(ctx).get("log_format") or "text",
     )
-    logger.info("store server listening", extra={"host": host, "port": port, "db": str(db_path)})
-    uvicorn.Server(uvicorn_config(app, host=host, port=port, read_timeout_s=request_read_timeout)).run()
+    tls: dict[str, Any] = {}
+    if ssl_certfile is not None:
+        tls = {"ssl_certfile": str(ssl_certfile), "ssl_keyfile": str(ssl_keyfile)}
+    try:
+        # Built here even with several workers: the schema is migrated and the admin key entered once,
+        # and a bad setting fails before any worker starts.
+        app = build_app(settings, admin_key)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    logger.info("store server listening", extra={"host": host, "port": port, "workers": workers})
+    if workers == 1:
+        config = uvicorn_config(
+            app, host=host, port=port, read_timeout_s=request_read_timeout, http=http_impl, **tls
+        )
+        uvicorn.Server(config).run()
+        return
+    app.state.service.db.close()  # each worker opens its own
+    os.environ[SETTINGS_ENV] = settings.to_env()
+    # the workers share their metrics through files in a directory of this run (/metrics sums them)
+    os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="memsync-store-metrics-")
+    os.environ[ADMIN_KEY_ENV] = admin_key
+    uvicorn.run(FACTORY, host=host, port=port, **worker_run_kwargs(settings, workers), **tls)
+
+
+def _root_params(ctx: click.Context) -> dict[str, Any]:
+    return dict(ctx.find_root().params)
 
 
 # --- admin commands -------------------------------------------------------------------------------------
@@ -353,13 +468,62 @@ async def import_files(
     return result
 
 
+# --- progress -------------------------------------------------------------------------------------------
+
+PROGRESS_STEP_PERCENT = 10
+
+progress_option = click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Report progress on stderr (default: only when stderr is a terminal; elsewhere as a line per 10%).",
+)
+
+
+def crossed_step(done: int, total: int, step: int = PROGRESS_STEP_PERCENT) -> bool:
+    """True when ``done`` of ``total`` is the first count at or past the next ``step`` percent."""
+    if total <= 0 or done <= 0:
+        return False
+    return done * 100 // total // step > (done - 1) * 100 // total // step
+
+
+@contextmanager
+def progress_of(label: str, total: int, show: bool | None) -> Iterator[Callable[[], None]]:
+    """A step function to call once per item. On a terminal, a redrawn bar with an ETA (click's: no
+    extra dependency for one bar); elsewhere, with ``--progress``, a plain line per 10 % (a log stays
+    readable); by default nothing off a terminal."""
+    tty = sys.stderr.isatty()
+    if not (tty if show is None else show):
+        yield lambda: None
+        return
+    if tty:
+        with click.progressbar(length=total, label=label, file=sys.stderr, show_pos=True) as bar:
+            yield lambda: bar.update(1)
+        return
+    done = 0
+
+    def step() -> None:
+        nonlocal done
+        done += 1
+        if crossed_step(done, total):
+            click.echo(f"{label}: {done}/{total} ({min(100, done * 100 // total)}%)", err=True)
+
+    yield step
+
+
 @store.command("import")
 @click.argument("store_id")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 64))
+@progress_option
 @admin_options
 def import_(
-    *, store_id: str, directory: Path, concurrency: int, url: str, admin_key_file: Path | None
+    *,
+    store_id: str,
+    directory: Path,
+    concurrency: int,
+    progress: bool | None,
+    url: str,
+    admin_key_file: Path | None,
 ) -> None:
     """Upload a directory tree into a store: each UTF-8 file becomes the memory at its relative path."""
     plan = plan_import(directory)
@@ -367,12 +531,8 @@ def import_(
         click.echo(f"skipped {rel}: {why}", err=True)
 
     async def work(client: StoreClient) -> ImportResult:
-        with click.progressbar(
-            length=len(plan.files), label="importing", file=sys.stderr, show_pos=True
-        ) as bar:
-            return await import_files(
-                client, store_id, plan.files, concurrency=concurrency, on_done=lambda: bar.update(1)
-            )
+        with progress_of("importing", len(plan.files), progress) as step:
+            return await import_files(client, store_id, plan.files, concurrency=concurrency, on_done=step)
 
     result = run_with_client(url, admin_key_file, work)
     for path, why in sorted(result.failed):
@@ -424,25 +584,35 @@ def write_below(root_fd: int, segments: list[str], data: bytes) -> None:
 @store.command()
 @click.argument("store_id")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@progress_option
 @admin_options
-def export(*, store_id: str, directory: Path, url: str, admin_key_file: Path | None) -> None:
+def export(
+    *, store_id: str, directory: Path, progress: bool | None, url: str, admin_key_file: Path | None
+) -> None:
     """Write every memory of a store as a file below DIRECTORY (created if missing)."""
     directory.mkdir(parents=True, exist_ok=True)
     root_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     written = 0
     refused: list[tuple[str, str]] = []
+    shown = sys.stderr.isatty() if progress is None else progress
 
     async def work(client: StoreClient) -> None:
         nonlocal written
-        async for item in client.list_memories(store_id, view="full", limit=20):
-            if not isinstance(item, Memory):
-                continue
-            try:
-                segments = export_segments(item.path)
-                write_below(root_fd, segments, (item.content or "").encode("utf-8"))
-                written += 1
-            except (UnsafePathError, OSError) as exc:
-                refused.append((item.path, str(exc)))
+        total = 0
+        if shown:  # one cheap pass of ids and sizes (100 a page) sizes the bar; content comes 20 a page
+            async for item in client.list_memories(store_id, view="basic", limit=100):
+                total += isinstance(item, Memory)
+        with progress_of("exporting", total, shown) as step:
+            async for item in client.list_memories(store_id, view="full", limit=20):
+                if not isinstance(item, Memory):
+                    continue
+                try:
+                    segments = export_segments(item.path)
+                    write_below(root_fd, segments, (item.content or "").encode("utf-8"))
+                    written += 1
+                except (UnsafePathError, OSError) as exc:
+                    refused.append((item.path, str(exc)))
+                step()
 
     try:
         run_with_client(url, admin_key_file, work)
@@ -469,26 +639,44 @@ def parse_store_spec(spec: str) -> tuple[str, str]:
     return store_id, access
 
 
-@store.command()
+@store.group(invoke_without_command=True)
 @click.option("--session", "session_id", default=None, help="Session id (sesn_...); generated when omitted.")
 @click.option(
     "--store",
     "stores",
     multiple=True,
-    required=True,
-    help="memstore_...[:read_only]; repeat for more stores (at most 8).",
+    help="memstore_...[:read_only]; repeat for more stores (at most 8). Required to mint.",
+)
+@click.option(
+    "--ttl",
+    type=click.IntRange(1, MAX_SESSION_TOKEN_TTL_S),
+    default=None,
+    help="Seconds the sessions token stays valid (default: the server's --session-token-ttl).",
 )
 @admin_options
-def token(*, session_id: str | None, stores: tuple[str, ...], url: str, admin_key_file: Path | None) -> None:
+@click.pass_context
+def token(
+    ctx: click.Context,
+    *,
+    session_id: str | None,
+    stores: tuple[str, ...],
+    ttl: int | None,
+    url: str,
+    admin_key_file: Path | None,
+) -> None:
     """Mint a session with the given stores attached; print its work-item secret (and nothing else) on
-    stdout."""
+    stdout. ``token revoke SESSION_ID`` deletes a session, revoking its token."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not stores:
+        raise click.UsageError("Missing option '--store' (at least one store to attach)")
     specs = [parse_store_spec(s) for s in stores]
 
     async def work(client: StoreClient) -> str:
         resources = [
             MemoryStoreResource.model_validate({"memory_store_id": sid, "access": acc}) for sid, acc in specs
         ]
-        session, secret = await client.mint_session(resources, session_id=session_id)
+        session, secret = await client.mint_session(resources, session_id=session_id, token_ttl_seconds=ttl)
         click.echo(f"minted session {session.id}", err=True)
         for res in session.resources:
             click.echo(f"  {res.memory_store_id} at {res.mount_path} ({res.access})", err=True)
@@ -496,3 +684,97 @@ def token(*, session_id: str | None, stores: tuple[str, ...], url: str, admin_ke
 
     secret = run_with_client(url, admin_key_file, work)
     click.echo(secret)
+
+
+@token.command("revoke")
+@click.argument("session_id")
+@admin_options
+def token_revoke(*, session_id: str, url: str, admin_key_file: Path | None) -> None:
+    """Delete a session: its sessions token stops working at once (on every replica within seconds)."""
+
+    async def work(client: StoreClient) -> None:
+        await client.delete_session(session_id)
+
+    run_with_client(url, admin_key_file, work)
+    click.echo(f"revoked the sessions token of {session_id}", err=True)
+
+
+# --- admin keys -----------------------------------------------------------------------------------------
+
+
+@store.group("admin-key")
+def admin_key() -> None:
+    """Named admin keys: several may be current at once, so a key can be rotated (create the new key,
+    move the clients to it, revoke the old one)."""
+
+
+@admin_key.command("create")
+@click.argument("name")
+@admin_options
+def admin_key_create(*, name: str, url: str, admin_key_file: Path | None) -> None:
+    """Create an admin key; print the key (shown only this once) on stdout, its id on stderr."""
+    made = run_with_client(url, admin_key_file, lambda c: c.admin_keys("POST", body={"name": name}))
+    click.echo(f"created admin key {made['id']} ({made['name']})", err=True)
+    click.echo(made["key"])
+
+
+@admin_key.command("list")
+@admin_options
+def admin_key_list(*, url: str, admin_key_file: Path | None) -> None:
+    """List admin keys (ids and names; never the keys)."""
+    listed = run_with_client(url, admin_key_file, lambda c: c.admin_keys("GET"))
+    for row in listed["data"]:
+        state = f"revoked {row['revoked_at']}" if row["revoked_at"] else "current"
+        click.echo(f"{row['id']}\t{row['name']}\t{row['created_at']}\t{state}")
+
+
+@admin_key.command("revoke")
+@click.argument("key_id")
+@admin_options
+def admin_key_revoke(*, key_id: str, url: str, admin_key_file: Path | None) -> None:
+    """Revoke an admin key by id (apikey_...); the last current key cannot be revoked."""
+    run_with_client(url, admin_key_file, lambda c: c.admin_keys("POST", f"/{key_id}/revoke"))
+    click.echo(f"revoked admin key {key_id}", err=True)
+
+
+# --- backup and restore ---------------------------------------------------------------------------------
+
+PG_BACKUP_GUIDANCE = (
+    "PostgreSQL: back up with pg_dump (pg_dump --format=custom --file=store.dump URL) and restore with "
+    "pg_restore into an empty database (pg_restore --dbname=URL store.dump); see docs/store-server.md"
+)
+
+
+@store.command()
+@click.argument("destination", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--db", "database", default="./memsync-store.db", show_default=True, envvar="MEMSYNC_STORE_DB")
+def backup(*, destination: Path, database: str) -> None:
+    """Copy the SQLite database to DESTINATION while the server keeps running (SQLite's online backup)."""
+    if is_postgres(database):
+        raise click.UsageError(PG_BACKUP_GUIDANCE)
+    try:
+        pages = backup_sqlite(Path(database), destination)
+    except BackupError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"backed up {database} to {destination} ({pages} pages)", err=True)
+
+
+@store.command()
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--db", "database", default="./memsync-store.db", show_default=True, envvar="MEMSYNC_STORE_DB")
+@click.option("--force", is_flag=True, help="Replace an existing database file.")
+def restore(*, source: Path, database: str, force: bool) -> None:
+    """Put a backup in place of the SQLite database (stop the server first)."""
+    if is_postgres(database):
+        raise click.UsageError(PG_BACKUP_GUIDANCE)
+    try:
+        restore_sqlite(source, Path(database), force=force)
+    except BackupError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"restored {source} to {database}", err=True)
+
+
+# --- show, delete, archive, memories, history, redact ---------------------------------------------------
+
+# They add themselves to the ``store`` group; importing either module first gives the whole group.
+import memsync.cli.store_inspect  # noqa: E402, F401

@@ -8,7 +8,8 @@ world, decides with pure functions, and converges; running it twice changes noth
    the session is over: a session runs once and never gets a second Pod.
 2. Before any Pod, refusals, each a ``Failed`` phase whose ``Ready`` condition names the problem:
    an invalid spec (``InvalidSpec``), an older SessionMemory with the same ``sessionId`` in the namespace
-   (``DuplicateSession``; ordered by creationTimestamp, then name), a missing Secret or key
+   (``DuplicateSession``; ordered by creationTimestamp, then name; kopf keeps an index of sessions from
+   its watch, so this check reads nothing from the API), a missing Secret or key
    (``SecretNotFound`` / ``SecretKeyNotFound``), a Secret the API forbids the operator to read
    (``SecretForbidden``): never start a session without its memory. Refusals are re-evaluated by a timer
    (and on spec updates), so a session starts once the Secret appears or the older duplicate is gone.
@@ -53,7 +54,7 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
@@ -64,10 +65,12 @@ from memsync.controller import status as st
 from memsync.controller.environment import daemon as environment_daemon
 from memsync.controller.health import health_url, read_health
 from memsync.controller.kube import (
+    CALL_THREADS,
     KubeAlreadyExists,
     KubeApi,
     KubeApiError,
     KubeConflict,
+    KubeNotFound,
     is_refusal,
     refusal_message,
 )
@@ -90,12 +93,18 @@ from memsync.crd.models import (
 logger = logging.getLogger(__name__)
 
 STATUS_WRITE_ATTEMPTS: Final = 8
+#: Handler steps that run at once. kopf starts a handler for every object at once: a burst of 1,000 new
+#: SessionMemories would otherwise hold 1,000 objects, Pod manifests and responses while they all queue
+#: for the API client's threads (which serve ``CALL_THREADS`` calls at a time anyway).
+HANDLER_SLOTS: Final = 2 * CALL_THREADS
 RECONCILE_ERROR_DELAY: Final = 10.0
 
 Status = dict[str, Any]
 #: memoryStoreId -> effective mount path (None when the spec is invalid), in the spec's order.
 StorePaths = dict[str, str | None]
 Compute = Callable[[Mapping[str, Any], Status], Status | None]
+#: The claims on one session in a namespace (``session_claim`` values), from the operator's index.
+Claims = Callable[[str, str], list[Mapping[str, Any]]]
 LoginFn = Callable[..., Any]
 
 
@@ -125,6 +134,12 @@ class Runtime:
     known_pods: set[str] = field(default_factory=set)
     # The last Pod state the watcher saw, per SessionMemory (namespace, name).
     seen_pods: dict[tuple[str, str], SeenPod] = field(default_factory=dict)
+    # The SessionMemory as this process last read or wrote it, per (namespace, name): a status write
+    # starts from it instead of a read (its resourceVersion precondition catches any newer change).
+    objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # The store paths of each SessionMemory's spec (uid -> generation, paths).
+    paths: dict[str, tuple[int | None, StorePaths]] = field(default_factory=dict)
+    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(HANDLER_SLOTS))
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self.locks.setdefault((namespace, name), asyncio.Lock())
@@ -136,7 +151,26 @@ class Runtime:
             return None
         return seen
 
+    async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The SessionMemory as the API serves it now (remembered for the next status write)."""
+        obj = await self.kube.get_session_memory(namespace, name)
+        if obj is None:
+            self.objects.pop((namespace, name), None)
+        else:
+            self.objects[(namespace, name)] = lean(obj)
+        return obj
+
+    def known(self, namespace: str, name: str, uid: str | None) -> dict[str, Any] | None:
+        """The remembered SessionMemory, if it is the one with ``uid`` (any one when None)."""
+        obj = self.objects.get((namespace, name))
+        if obj is None or (uid is not None and meta_of(obj).uid != uid):
+            return None
+        return obj
+
     def forget(self, namespace: str, name: str) -> None:
+        known = self.objects.pop((namespace, name), None)
+        if known is not None:
+            self.paths.pop(str(meta_of(known).uid), None)
         self.locks.pop((namespace, name), None)
         self.gone_since.pop((namespace, name), None)
         self.seen_pods.pop((namespace, name), None)
@@ -155,6 +189,19 @@ def plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
     return value
+
+
+def lean(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` without the metadata the controller never reads (managedFields, annotations), to keep.
+
+    The Pod watcher and the status writes remember one Pod and one SessionMemory per session; those two
+    fields (the field managers' trees, kopf's and kubectl's last configurations) are most of their size.
+    """
+    out = dict(obj)
+    meta = obj.get("metadata")
+    if isinstance(meta, Mapping):
+        out["metadata"] = {k: v for k, v in meta.items() if k not in ("managedFields", "annotations")}
+    return out
 
 
 def _runtime(memo: Any) -> Runtime:
@@ -214,7 +261,7 @@ def _sort_key(obj: Mapping[str, Any]) -> tuple[str, str]:
     return (str(meta.creation_timestamp or ""), str(meta.name or ""))
 
 
-def senior_duplicate(me: Mapping[str, Any], others: list[dict[str, Any]]) -> dict[str, Any] | None:
+def senior_duplicate(me: Mapping[str, Any], others: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The SessionMemory that holds ``me``'s sessionId in the namespace, when it is not ``me``.
 
     All SessionMemories with the same ``spec.sessionId`` (including those being deleted, whose Pods may
@@ -226,10 +273,25 @@ def senior_duplicate(me: Mapping[str, Any], others: list[dict[str, Any]]) -> dic
         return None
     same = [o for o in others if (o.get("spec") or {}).get("sessionId") == session_id]
     if not any(meta_of(o).uid == my_uid for o in same):
-        same.append(dict(me))
+        same.append(me)
     same.sort(key=_sort_key)
     first = same[0]
     return None if meta_of(first).uid == my_uid else first
+
+
+def session_claim(obj: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, Any]] | None:
+    """The SessionMemory's entry in the operator's index of sessions: (namespace, sessionId) -> a claim.
+
+    The claim keeps only what ``senior_duplicate`` orders by (name, uid, creationTimestamp), so the index
+    costs a few hundred bytes per object, and the duplicate check reads no listing from the API.
+    """
+    meta = meta_of(obj)
+    session_id = (obj.get("spec") or {}).get("sessionId")
+    if not isinstance(session_id, str) or not session_id or not meta.namespace:
+        return None
+    keep = ("name", "namespace", "uid", "creationTimestamp")
+    claim = {"metadata": {k: v for k, v in meta.raw.items() if k in keep}, "spec": {"sessionId": session_id}}
+    return {(meta.namespace, session_id): claim}
 
 
 def needs_recheck(status: Mapping[str, Any]) -> bool:
@@ -273,16 +335,23 @@ def _post_event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -
         pass
 
 
-async def write_status(runtime: Runtime, namespace: str, name: str, compute: Compute) -> Status | None:
-    """Read the SessionMemory, compute its new status, patch it if it changed; announce phase changes.
+async def write_status(
+    runtime: Runtime, namespace: str, name: str, compute: Compute, *, uid: str | None = None
+) -> Status | None:
+    """Compute the SessionMemory's new status, patch it if it changed; announce phase changes.
 
-    ``compute(obj, previous_status)`` is pure and returns the complete new status (None: leave it).
-    The patch carries the resourceVersion that was read, so a concurrent writer makes it fail with a
-    conflict instead of being overwritten; it is then recomputed from the fresh object.
+    ``compute(obj, previous_status)`` is pure and returns the complete new status (None: leave it). The
+    first attempt starts from the object as this process last read or wrote it (``Runtime.known``, when
+    it is the one with ``uid``): only this operator writes the status, under this lock, so its status is
+    current. The patch carries that object's resourceVersion, so any newer change (a concurrent writer, a
+    spec update, kopf's own annotations) makes it fail with a conflict instead of being overwritten; the
+    status is then recomputed from a fresh read.
     """
     async with runtime.lock(namespace, name):
         for attempt in range(STATUS_WRITE_ATTEMPTS):
-            obj = await runtime.kube.get_session_memory(namespace, name)
+            obj = runtime.known(namespace, name, uid) if attempt == 0 else None
+            if obj is None:
+                obj = await runtime.read(namespace, name)
             if obj is None:
                 return None
             previous: Status = dict(obj.get("status") or {})
@@ -292,10 +361,14 @@ async def write_status(runtime: Runtime, namespace: str, name: str, compute: Com
             patch = st.status_changes(previous, new)
             rv = meta_of(obj).resource_version
             try:
-                await runtime.kube.patch_session_memory_status(namespace, name, patch, resource_version=rv)
-            except KubeConflict:
-                await asyncio.sleep(min(0.05 * 2**attempt, 1.0))
+                written = await runtime.kube.patch_session_memory_status(
+                    namespace, name, patch, resource_version=rv
+                )
+            except (KubeConflict, KubeNotFound):
+                runtime.objects.pop((namespace, name), None)
+                await asyncio.sleep(min(0.05 * 2**attempt, 1.0) if attempt else 0)
                 continue
+            runtime.objects[(namespace, name)] = lean(written)
             announcement = _announcement(previous, new)
             if announcement is not None:
                 type_, reason, message = announcement
@@ -329,9 +402,17 @@ def _generation(obj: Mapping[str, Any]) -> int | None:
     return meta_of(obj).generation
 
 
-def _paths(obj: Mapping[str, Any], known: StorePaths | None) -> StorePaths:
-    """The store paths the caller already has from its one validation, else those of ``obj``'s spec."""
-    return known if known is not None else store_paths(obj.get("spec") or {})
+def _paths(runtime: Runtime, obj: Mapping[str, Any], known: StorePaths | None) -> StorePaths:
+    """The store paths the caller already has from its one validation, else those of ``obj``'s spec
+    (validated once per object and generation: every Pod event of a session needs them)."""
+    if known is not None:
+        return known
+    meta = meta_of(obj)
+    generation, paths = runtime.paths.get(str(meta.uid), (None, None))
+    if paths is None or generation != meta.generation:
+        paths = store_paths(obj.get("spec") or {})
+        runtime.paths[str(meta.uid)] = (meta.generation, paths)
+    return paths
 
 
 async def _refuse(
@@ -352,7 +433,7 @@ async def _refuse(
             previous,
             reason=reason,
             message=message,
-            stores=_paths(obj, stores),
+            stores=_paths(runtime, obj, stores),
             generation=_generation(obj),
             now=now,
         )
@@ -379,13 +460,13 @@ async def _record_pod(
         return st.derive_status(
             previous,
             pod,
-            stores=_paths(obj, stores),
+            stores=_paths(runtime, obj, stores),
             generation=_generation(obj),
             now=now,
             pod_gone=pod_gone,
         )
 
-    return await write_status(runtime, namespace, name, compute)
+    return await write_status(runtime, namespace, name, compute, uid=uid)
 
 
 async def _record_gone_pod(
@@ -418,14 +499,14 @@ async def _record_lost_pod(
         return st.lost_pod_status(
             previous,
             pod_name=pod_name,
-            stores=_paths(obj, stores),
+            stores=_paths(runtime, obj, stores),
             generation=_generation(obj),
             now=now,
             reason=reason,
             why=why,
         )
 
-    await write_status(runtime, namespace, name, compute)
+    await write_status(runtime, namespace, name, compute, uid=uid)
 
 
 async def _adopt_or_refuse(
@@ -469,17 +550,18 @@ async def _adopt_or_refuse(
     await _record_pod(runtime, namespace, name, uid, pod, stores=stores)
 
 
-async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
+async def reconcile(runtime: Runtime, event_body: Mapping[str, Any], claims: Claims | None = None) -> None:
     """Converge one SessionMemory (see the module docstring). Idempotent.
 
     The decision is taken on the object as the API serves it now, not on the (possibly older) body of the
     event that triggered it: a status that already names a Pod must never be missed, or a session whose
-    Pod vanished could get a second one.
+    Pod vanished could get a second one. ``claims``: the operator's index of sessions (the handlers pass
+    it); without it the namespace's SessionMemories are listed.
     """
     meta = meta_of(event_body)
     namespace, name, uid = str(meta.namespace), str(meta.name), str(meta.uid)
     kube = runtime.kube
-    body = await kube.get_session_memory(namespace, name)
+    body = await runtime.read(namespace, name)
     if body is None or meta_of(body).uid != uid:
         return  # deleted meanwhile (or replaced by a new object of the same name, handled on its own)
     if meta_of(body).deletion_timestamp:
@@ -512,7 +594,12 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
         return
     spec = valid
 
-    senior = senior_duplicate(body, await kube.list_session_memories(namespace))
+    peers = (
+        claims(namespace, spec.session_id)
+        if claims is not None
+        else await kube.list_session_memories(namespace)
+    )
+    senior = senior_duplicate(body, peers)
     if senior is not None:
         senior_name = meta_of(senior).name
         await _refuse(
@@ -602,9 +689,11 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any]) -> None:
 
 
 async def _guarded(runtime: Runtime, body: Mapping[str, Any], step: Callable[[], Awaitable[None]]) -> None:
-    """Run a handler step; API errors become kopf retries with a delay (never a tight loop)."""
+    """Run a handler step (in one of the ``HANDLER_SLOTS``); API errors become kopf retries with a delay
+    (never a tight loop)."""
     try:
-        await step()
+        async with runtime.slots:
+            await step()
     except KubeApiError as exc:
         metrics.API_ERRORS.labels(status=str(exc.status)).inc()
         meta = meta_of(body)
@@ -638,7 +727,7 @@ async def finalize(runtime: Runtime, body: Mapping[str, Any], elapsed: float) ->
     namespace, name, uid = str(meta.namespace), str(meta.name), str(meta.uid)
     config = runtime.config
     kube = runtime.kube
-    current = await kube.get_session_memory(namespace, name)
+    current = await runtime.read(namespace, name)
     if current is None or meta_of(current).uid != uid:
         runtime.forget(namespace, name)
         return
@@ -728,19 +817,19 @@ async def observe_pod(runtime: Runtime, event_type: str | None, pod: Mapping[str
     pod_gone = event_type == "DELETED"
     key = (str(namespace), name)
     # Remembered before the write: if the write fails, the re-check and the delete handler still know.
-    runtime.seen_pods[key] = SeenPod(owner_uid=uid, pod=pod, gone=pod_gone)
+    runtime.seen_pods[key] = SeenPod(owner_uid=uid, pod=lean(pod), gone=pod_gone)
     if await _record_pod(runtime, str(namespace), name, uid, pod, pod_gone=pod_gone) is None:
         runtime.seen_pods.pop(key, None)  # the SessionMemory is gone: nothing to remember it for
 
 
-async def note_spec_change(runtime: Runtime, body: Mapping[str, Any]) -> None:
+async def note_spec_change(runtime: Runtime, body: Mapping[str, Any], claims: Claims | None = None) -> None:
     """A spec update: before any Pod it is reconciled; once a Pod exists it cannot reach the Pod."""
     meta = meta_of(body)
     status: Mapping[str, Any] = body.get("status") or {}
     if meta.deletion_timestamp:
         return
     if not status.get("podName") or st.is_refusal(status):
-        await reconcile(runtime, body)
+        await reconcile(runtime, body, claims)
         return
     namespace, name = str(meta.namespace), str(meta.name)
     generation = _generation(body)
@@ -755,6 +844,7 @@ async def note_spec_change(runtime: Runtime, body: Mapping[str, Any]) -> None:
     def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
         return st.with_generation(previous, _generation(obj))
 
+    runtime.objects.pop((namespace, name), None)  # the new generation is read, never assumed
     await write_status(runtime, namespace, name, compute)
 
 
@@ -795,7 +885,7 @@ async def poll_health(runtime: Runtime, body: Mapping[str, Any]) -> None:
         before.update(st.condition(previous, st.SYNCED) or {})
         return st.health_status(previous, health, error=error, generation=_generation(obj), now=now)
 
-    new = await write_status(runtime, namespace, name, compute)
+    new = await write_status(runtime, namespace, name, compute, uid=uid)
     after = st.condition(new or {}, st.SYNCED) or {}
     if after.get("status") != before.get("status") and after.get("status") in ("True", "False"):
         failing = after["status"] == "False"
@@ -813,6 +903,21 @@ async def poll_health(runtime: Runtime, body: Mapping[str, Any]) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+SESSIONS_INDEX: Final = "sessions"
+
+
+SessionIndex = kopf.Index[tuple[str, str], Mapping[str, Any]]
+
+
+def claims_of(index: SessionIndex) -> Claims:
+    """The claims on (namespace, sessionId) that kopf's index of sessions holds."""
+
+    def claims(namespace: str, session_id: str) -> list[Mapping[str, Any]]:
+        return list(index.get((namespace, session_id), ()))
+
+    return claims
+
+
 def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) -> kopf.OperatorRegistry:
     """A fresh kopf registry with memsync's handlers (one per operator run; tests make their own).
 
@@ -823,25 +928,33 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
     registry = kopf.OperatorRegistry()
     kopf.on.login(registry=registry, id="login")(login or kopf.login_via_client)
 
-    async def on_create_or_resume(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    async def index_session(body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict[str, Any]] | None:
+        return session_claim(body)
+
+    # kopf keeps this index from its own watch of SessionMemories; handlers receive it as ``sessions``.
+    kopf.index(GROUP, VERSION, PLURAL, registry=registry, id=SESSIONS_INDEX)(index_session)
+
+    async def on_create_or_resume(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
         runtime, obj = _runtime(memo), plain(body)
-        await _guarded(runtime, obj, lambda: reconcile(runtime, obj))
+        await _guarded(runtime, obj, lambda: reconcile(runtime, obj, claims_of(kwargs[SESSIONS_INDEX])))
 
     kopf.on.resume(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")(on_create_or_resume)
     kopf.on.create(GROUP, VERSION, PLURAL, registry=registry, id="reconcile")(on_create_or_resume)
 
-    async def on_update(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    async def on_update(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
         runtime, obj = _runtime(memo), plain(body)
-        await _guarded(runtime, obj, lambda: note_spec_change(runtime, obj))
+        await _guarded(
+            runtime, obj, lambda: note_spec_change(runtime, obj, claims_of(kwargs[SESSIONS_INDEX]))
+        )
 
     kopf.on.update(GROUP, VERSION, PLURAL, field="spec", registry=registry, id="spec-change")(on_update)
 
-    async def recheck(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    async def recheck(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
         obj = plain(body)
         if not needs_recheck(obj.get("status") or {}):
             return
         runtime = _runtime(memo)
-        await _guarded(runtime, obj, lambda: reconcile(runtime, obj))
+        await _guarded(runtime, obj, lambda: reconcile(runtime, obj, claims_of(kwargs[SESSIONS_INDEX])))
 
     def unsettled(status: kopf.Status, **_: Any) -> bool:
         return needs_recheck(plain(status))
@@ -886,7 +999,8 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
     async def on_pod(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         runtime, pod = _runtime(memo), plain(body)
         try:
-            await observe_pod(runtime, type, pod)
+            async with runtime.slots:
+                await observe_pod(runtime, type, pod)
         except (KubeApiError, kopf.TemporaryError) as exc:
             # Event handlers are not retried; the next event of this Pod derives the status again.
             logger.warning(

@@ -1,8 +1,10 @@
 """The controller's few calls to the Kubernetes API, through the official ``kubernetes`` client.
 
-The client is synchronous; every call runs in a worker thread (``asyncio.to_thread``) so kopf's event
-loop never blocks. Objects go in and come out as plain camelCase dicts (the wire format), the same shape
-kopf hands to handlers, so the pure functions of ``status.py`` and ``pod.py`` see one representation.
+The client is synchronous; every call runs in a worker thread of the client's own pool (``CALL_THREADS``
+threads, as many pooled connections) so kopf's event loop never blocks and calls to a slow API server
+overlap (more threads only make them contend with the event loop for the interpreter).
+Objects go in and come out as plain camelCase dicts (the wire format), the same shape kopf hands to
+handlers, so the pure functions of ``status.py`` and ``pod.py`` see one representation.
 
 ``KubeApi`` is the seam: ``from_environment()`` uses the same credentials kopf does (in-cluster service
 account, else the kubeconfig), and ``for_host(url)`` points it at any API server, e.g. an emulator in
@@ -16,19 +18,23 @@ import asyncio
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-import kopf
 import kubernetes.client
 import kubernetes.config
 from kubernetes.client.exceptions import ApiException
 
 from memsync.crd.models import GROUP, PLURAL, VERSION
 
+if TYPE_CHECKING:
+    import kopf  # imported when used: ``memsync status`` uses this client without the operator
+
 T = TypeVar("T")
 
 MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT = 30.0
+CALL_THREADS: Final = 8
 
 
 class KubeApiError(Exception):
@@ -147,10 +153,17 @@ def _decode(response: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def _items(listing: Mapping[str, Any]) -> list[dict[str, Any]]:
+    items = listing.get("items")
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
 class KubeApi:
     """Pods, Secrets (keys only) and SessionMemories, as plain dicts."""
 
     def __init__(self, configuration: kubernetes.client.Configuration) -> None:
+        configuration.connection_pool_maxsize = CALL_THREADS
+        self._executor = ThreadPoolExecutor(max_workers=CALL_THREADS, thread_name_prefix="kube-api")
         self._client = kubernetes.client.ApiClient(configuration)
         self._core = kubernetes.client.CoreV1Api(self._client)
         self._custom = kubernetes.client.CustomObjectsApi(self._client)
@@ -182,6 +195,8 @@ class KubeApi:
         Reading the token through the configuration runs the client's refresh hook, so a rotated
         service-account token (or an exec plugin's new token) reaches kopf too.
         """
+        import kopf  # noqa: PLC0415 (see the TYPE_CHECKING import)
+
         c = self._client.configuration
         header = c.get_api_key_with_prefix("BearerToken") or c.get_api_key_with_prefix("authorization")
         scheme: str | None = None
@@ -203,6 +218,7 @@ class KubeApi:
 
     def close(self) -> None:
         self._client.close()  # type: ignore[no-untyped-call]
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         def run() -> dict[str, Any]:
@@ -212,7 +228,7 @@ class KubeApi:
                 raise _error(exc) from None
             return _decode(response)
 
-        return await asyncio.to_thread(run)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, run)
 
     async def server_version(self) -> dict[str, Any]:
         """The API server's ``/version`` answer (major, minor, gitVersion, ...)."""
@@ -284,8 +300,17 @@ class KubeApi:
         listing = await self._call(
             self._custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
         )
-        items = listing.get("items")
-        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+        return _items(listing)
+
+    async def list_all_session_memories(self) -> list[dict[str, Any]]:
+        """Every SessionMemory of every namespace (needs cluster-wide list permission)."""
+        listing = await self._call(self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+        return _items(listing)
+
+    async def list_events(self, namespace: str, *, involved_name: str | None = None) -> list[dict[str, Any]]:
+        """The core/v1 Events of a namespace, only those about objects named ``involved_name`` if given."""
+        selector = {"field_selector": f"involvedObject.name={involved_name}"} if involved_name else {}
+        return _items(await self._call(self._core.list_namespaced_event, namespace, **selector))
 
     async def patch_session_memory_status(
         self, namespace: str, name: str, status: Mapping[str, Any], *, resource_version: str | None = None

@@ -11,14 +11,17 @@ Shape (docs/design.md#the-sandbox-pod; the environment is the sync agent's contr
 * init container ``memsync-mount`` (``memsync mount``), then the native sidecar ``memsync-sync``
   (``restartPolicy: Always``, ``memsync sync``, startup and readiness probes on ``/readyz`` :9477,
   ``preStop: memsync flush``): the kubelet starts the sandbox only once the startupProbe passed;
-* container ``sandbox`` from ``spec.sandbox``, with ``/mnt/memory`` mounted and a restricted security context
-  merged into the user's.
+* container ``sandbox`` from ``spec.template.spec.containers[0]``, with ``/mnt/memory`` mounted before the
+  template's own mounts and a restricted security context merged into the user's; the template's volumes
+  after memsync's two; the template's labels and annotations, and its scheduling fields
+  (:data:`TEMPLATE_POD_FIELDS`), as they are.
 
 Choices made here:
 
 * ``ANTHROPIC_WORK_SECRET`` (from ``secretKeyRef`` only) goes to the two memsync containers, **not** to the
   sandbox: the sessions token lets its holder write the stores directly, past the sync agent's safety rails,
-  so the agent gets it only when the user adds it to ``spec.sandbox.env`` themselves (as a ``secretKeyRef``).
+  so the agent gets it only when the user adds it to the sandbox container's ``env`` themselves (as a
+  ``secretKeyRef``).
 * ``terminationGracePeriodSeconds`` = max(sandbox shutdown allowance, F) + 2 x F + margin, where F is
   ``sync.finalFlushSeconds``, the allowance is 30 s and the margin 10 s. Why: the sidecar's ``preStop`` flush
   (bounded by F) runs at the start of termination, alongside the sandbox's own shutdown; SIGTERM reaches the
@@ -39,12 +42,16 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from pydantic.alias_generators import to_snake
+
 from memsync.api.constants import MOUNT_ROOT
 from memsync.contracts import env
 from memsync.contracts.env import StoreEntry, encode_stores
+from memsync.crd import guards
+from memsync.crd.guards import ALLOWED_ADDED_CAPABILITIES, SANDBOX_CONTAINER_NAME, SANDBOX_UID
 from memsync.crd.models import (
-    ALLOWED_ADDED_CAPABILITIES,
     API_VERSION,
+    DEFAULT_CONTAINER_ANNOTATION,
     KIND,
     LABEL_APP_COMPONENT,
     LABEL_APP_NAME,
@@ -52,19 +59,16 @@ from memsync.crd.models import (
     LABEL_SESSION_ID,
     LABEL_SESSIONMEMORY,
     MANAGED_BY,
-    SANDBOX_CONTAINER_NAME,
-    SANDBOX_UID,
     EnvVarSpec,
+    MemsyncContainersSpec,
     SessionMemorySpec,
-    sandbox_problems,
-    sandbox_security_problems,
 )
 
 MOUNT_CONTAINER: Final = "memsync-mount"
 SYNC_CONTAINER: Final = "memsync-sync"
 SANDBOX_CONTAINER: Final = SANDBOX_CONTAINER_NAME
-MEMORY_VOLUME: Final = "memory"
-STATE_VOLUME: Final = "memsync-state"
+MEMORY_VOLUME: Final = guards.MEMORY_VOLUME
+STATE_VOLUME: Final = guards.STATE_VOLUME
 STATE_DIR: Final = "/var/lib/memsync"
 METRICS_PORT: Final = 9477
 TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
@@ -119,9 +123,28 @@ def owner_label_value(smem_name: str) -> str:
     return f"{smem_name[:room].rstrip('-.')}-{_short_hash(smem_name)}"
 
 
+#: The template's Pod spec fields copied into the Pod as they are (the operator owns every other one).
+TEMPLATE_POD_FIELDS: Final = (
+    "runtimeClassName",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "serviceAccountName",
+    "imagePullSecrets",
+    "priorityClassName",
+    "activeDeadlineSeconds",
+)
+
+
+_TEMPLATE_ATTRS: Final = {to_snake(f) for f in TEMPLATE_POD_FIELDS}
+
+
 def pod_labels(smem_name: str, spec: SessionMemorySpec) -> dict[str, str]:
-    """Labels of the sandbox Pod; the controller watches Pods by ``app.kubernetes.io/managed-by=memsync``."""
+    """Labels of the sandbox Pod: the template's, then the operator's (the model refuses a template that sets
+    one of those); the controller watches Pods by ``app.kubernetes.io/managed-by=memsync``."""
+    meta = spec.template.metadata
     return {
+        **((meta.labels if meta else None) or {}),
         LABEL_APP_NAME: "memsync-sandbox",
         LABEL_APP_COMPONENT: "sandbox",
         LABEL_MANAGED_BY: MANAGED_BY,
@@ -207,9 +230,9 @@ def sandbox_security_context(user: Mapping[str, Any] | None) -> dict[str, Any]:
     Raises ValueError naming the field when the user's asks for something restricted forbids (the model
     refuses those first; this keeps the builder safe for a spec built without validation).
     """
-    problems = sandbox_security_problems(user)
+    problems = guards.security_context_problems(user or {}, "securityContext")
     if problems:
-        raise ValueError("spec.sandbox: " + "; ".join(problems))
+        raise ValueError("; ".join("spec.template.spec.containers[0]." + p for p in problems))
     merged: dict[str, Any] = copy.deepcopy(dict(user or {}))
     merged["allowPrivilegeEscalation"] = False
     merged["privileged"] = False
@@ -225,12 +248,22 @@ def sandbox_security_context(user: Mapping[str, Any] | None) -> dict[str, Any]:
     return merged
 
 
+def _memsync_spec(spec: SessionMemorySpec) -> MemsyncContainersSpec:
+    return spec.template.spec.memsync or MemsyncContainersSpec()
+
+
 def extra_env(spec: SessionMemorySpec, defaults: Sequence[EnvVarSpec] = ()) -> list[dict[str, Any]]:
-    """The extra environment of the memsync containers: the operator's defaults, then the spec's
-    ``memsyncEnv`` (an entry of the spec replaces a default of the same name)."""
-    own = {e.name for e in spec.memsync_env or []}
-    merged = [e for e in defaults if e.name not in own] + list(spec.memsync_env or [])
+    """The extra environment of the memsync containers: the operator's defaults, then the template's
+    ``spec.memsync.env`` (an entry of the template replaces a default of the same name)."""
+    entries = _memsync_spec(spec).env or []
+    own = {e.name for e in entries}
+    merged = [e for e in defaults if e.name not in own] + list(entries)
     return [e.manifest() for e in merged]
+
+
+def memsync_resources(spec: SessionMemorySpec) -> dict[str, Any]:
+    """The memsync containers' resources: the template's ``spec.memsync.resources``, else the default."""
+    return copy.deepcopy(_memsync_spec(spec).resources or MEMSYNC_RESOURCES)
 
 
 def _memsync_container(
@@ -252,7 +285,7 @@ def _memsync_container(
             {"name": MEMORY_VOLUME, "mountPath": MOUNT_ROOT},
             {"name": STATE_VOLUME, "mountPath": STATE_DIR},
         ],
-        "resources": copy.deepcopy(MEMSYNC_RESOURCES),
+        "resources": memsync_resources(spec),
         "securityContext": memsync_security_context(),
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -271,9 +304,10 @@ def build_sandbox_pod(
 ) -> dict[str, Any]:
     """The sandbox Pod manifest of SessionMemory ``namespace/name`` (uid ``uid``); ``memsync_env_defaults``
     is the operator's extra environment for the memsync containers."""
-    problems = sandbox_problems(spec.sandbox)
+    template = spec.template.spec
+    problems = guards.pod_spec_problems(template.model_dump(by_alias=True, exclude_none=True), "")
     if problems:
-        raise ValueError("spec.sandbox: " + "; ".join(problems))
+        raise ValueError("; ".join("spec.template.spec" + p for p in problems))
 
     container = functools.partial(
         _memsync_container,
@@ -304,10 +338,19 @@ def build_sandbox_pod(
     }
     sync["lifecycle"] = {"preStop": {"exec": {"command": ["memsync", "flush"]}}}
 
-    sandbox: dict[str, Any] = copy.deepcopy(spec.sandbox)
+    sandbox: dict[str, Any] = copy.deepcopy(template.sandbox)
     sandbox["name"] = SANDBOX_CONTAINER
-    sandbox["volumeMounts"] = [{"name": MEMORY_VOLUME, "mountPath": MOUNT_ROOT}]
-    sandbox["securityContext"] = sandbox_security_context(spec.sandbox.get("securityContext"))
+    sandbox["volumeMounts"] = [
+        {"name": MEMORY_VOLUME, "mountPath": MOUNT_ROOT},
+        *(sandbox.get("volumeMounts") or []),
+    ]
+    sandbox["securityContext"] = sandbox_security_context(template.sandbox.get("securityContext"))
+    meta = spec.template.metadata
+    annotations = {
+        **((meta.annotations if meta else None) or {}),
+        DEFAULT_CONTAINER_ANNOTATION: SANDBOX_CONTAINER,
+    }
+    scheduling = template.model_dump(by_alias=True, exclude_none=True, include=_TEMPLATE_ATTRS)
 
     return {
         "apiVersion": "v1",
@@ -316,7 +359,7 @@ def build_sandbox_pod(
             "name": pod_name_for(name),
             "namespace": namespace,
             "labels": pod_labels(name, spec),
-            "annotations": {"kubectl.kubernetes.io/default-container": SANDBOX_CONTAINER},
+            "annotations": annotations,
             "ownerReferences": [
                 {
                     "apiVersion": API_VERSION,
@@ -329,6 +372,7 @@ def build_sandbox_pod(
             ],
         },
         "spec": {
+            **copy.deepcopy(scheduling),
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": grace_period_seconds(spec.sync.final_flush_seconds),
             "automountServiceAccountToken": False,
@@ -337,6 +381,7 @@ def build_sandbox_pod(
             "volumes": [
                 {"name": MEMORY_VOLUME, "emptyDir": {}},
                 {"name": STATE_VOLUME, "emptyDir": {}},
+                *copy.deepcopy(template.volumes or []),
             ],
             "initContainers": [mount, sync],
             "containers": [sandbox],

@@ -8,7 +8,14 @@
   for kopf's progress and diff-base records, so they are recognisably ours and never collide with another
   kopf operator's; progress lives in annotations only (nothing under ``status.kopf``).
 - Pods are watched with a server-side label selector: the operator never lists every Pod of the cluster.
-- Events: Normal and Warning events are posted (``posting.level`` INFO).
+- Events: Normal and Warning events are posted (``posting.level`` INFO); kopf's own log lines are not
+  (``posting.loggers`` stays off).
+- kopf's own requests (finalizers, its progress annotations, Events) go through a connection pool of
+  ``KOPF_REQUESTS`` connections plus one per watch (``bounded_session``): kopf's built-in one is unlimited,
+  and a burst of 1,000 new SessionMemories then sent hundreds of patches at once, which the API server's
+  priority and fairness answered with 429 (kopf retries them, seconds later).
+- No ``queueing.worker_limit``: kopf's object workers wait until every object of an indexed resource is
+  indexed; with a bounded pool, a burst of 1,000 new SessionMemories stalled the operator for good.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import aiohttp
 import kopf
 
 from memsync.crd.models import ANNOTATION_PREFIX, FINALIZER, LABEL_MANAGED_BY, MANAGED_BY, EnvVarSpec
@@ -26,6 +34,7 @@ from memsync.crd.models import ANNOTATION_PREFIX, FINALIZER, LABEL_MANAGED_BY, M
 POD_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 DEFAULT_AGENT_IMAGE: Final = "ghcr.io/memsync/memsync:latest"
 EVENT_COMPONENT: Final = "memsync-operator"
+KOPF_REQUESTS: Final = 32
 
 
 @dataclass(frozen=True)
@@ -47,7 +56,7 @@ class ControllerConfig:
     - ``health_address``: the URL of a Pod's ``/status`` (default: the Pod IP and the sidecar's metrics
       port); a test that runs Pods on one machine with remapped ports passes its own.
     - ``memsync_env``: extra environment for the memsync containers of every Pod (a proxy, a CA bundle);
-      a SessionMemory's ``spec.memsyncEnv`` entries of the same name replace these.
+      a SessionMemory's ``spec.template.spec.memsync.env`` entries of the same name replace these.
     """
 
     agent_image: str = DEFAULT_AGENT_IMAGE
@@ -110,3 +119,21 @@ def configure_settings(
         settings.posting.reporting_instance = reporting_instance
     settings.scanning.disabled = not namespace_patterns
     return settings
+
+
+def bounded_session(info: kopf.ConnectionInfo, *, watches: int) -> kopf.AiohttpSession:
+    """kopf's API session for ``info``'s server and credentials, with at most ``KOPF_REQUESTS`` requests in
+    flight besides its ``watches`` (each holds a connection for as long as it runs). Call it in the event
+    loop (kopf's login handlers are)."""
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=KOPF_REQUESTS + watches, ssl=info.as_ssl_context()),
+        headers=info.as_http_headers(),
+        proxy=info.proxy_url,
+        trust_env=info.trust_env,
+    )
+    return kopf.AiohttpSession(
+        server=info.server,
+        default_namespace=info.default_namespace,
+        priority=info.priority,
+        aiohttp_session=session,
+    )

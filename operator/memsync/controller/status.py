@@ -595,6 +595,11 @@ def _put_counts(entry: dict[str, Any], counts: StoreCounts, *, unsent: bool) -> 
             entry.pop(key, None)
 
 
+def counts_of(entry: Mapping[str, Any]) -> StoreCounts:
+    """The counts a ``status.stores`` entry holds, read back (what is absent or malformed reads as 0)."""
+    return StoreCounts(**{name: entry[key] for key, name in _STORE_COUNT_KEYS if key in entry})
+
+
 def _assemble(
     previous: Mapping[str, Any],
     outcome: Outcome,
@@ -649,6 +654,9 @@ def _advance_last_sync(status: Status, when: str | None) -> None:
 # --------------------------------------------------------------------------------------------------
 
 
+_FAILING_PART_SEPARATOR: Final = "; "
+
+
 def synced_condition(health: SyncHealth | None, error: str | None = None) -> Cond:
     """The ``Synced`` condition from the sidecar's health document (None: it could not be read, ``error``
     says why). False while any store's last pass failed, naming each failing store and its last error."""
@@ -661,10 +669,19 @@ def synced_condition(health: SyncHealth | None, error: str | None = None) -> Con
             + (f", last error: {h.last_error}" if h.last_error else "")
             for sid, h in sorted(failing.items())
         ]
-        return Cond(SYNCED, "False", SYNC_FAILING, "; ".join(parts))
+        return Cond(SYNCED, "False", SYNC_FAILING, _FAILING_PART_SEPARATOR.join(parts))
     if not health.stores or any(h.outcome == "pending" for h in health.stores.values()):
         return Cond(SYNCED, "Unknown", FIRST_SYNC_PENDING, "the first sync of every store has not finished")
     return Cond(SYNCED, "True", IN_SYNC, f"every store synced ({_plural(len(health.stores), 'store')})")
+
+
+def named_as_failing(synced: Mapping[str, Any], store_id: str) -> bool:
+    """True when a ``Synced`` condition (as written by ``synced_condition``) says ``store_id`` is failing."""
+    if synced.get("status") != "False" or synced.get("reason") != SYNC_FAILING:
+        return False
+    message = str(synced.get("message") or "")
+    head = f"{store_id}: "
+    return message.startswith(head) or f"{_FAILING_PART_SEPARATOR}{head}" in message
 
 
 def health_status(

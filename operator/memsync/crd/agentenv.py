@@ -1,9 +1,10 @@
 """The AgentEnvironment custom resource: one self-hosted environment whose work queue the operator serves.
 
 For every ``session`` work item it claims, the operator creates a Secret (the item's secret) and a
-SessionMemory owned by the AgentEnvironment, built from this spec: the same sandbox container type and the
-same sync settings a SessionMemory has. The bounds below are shared with the CRD schema
-(:mod:`memsync.crd.agentenv_schema`); ``tests/unit/test_agentenv_crd.py`` proves the two agree.
+SessionMemory owned by the AgentEnvironment, built from this spec: the same sandbox Pod template type
+(``models.SandboxTemplate``) and the same sync settings a SessionMemory has. The bounds below are shared
+with the CRD schema (:mod:`memsync.crd.agentenv_schema`); ``tests/unit/test_agentenv_crd.py`` proves the
+two agree.
 """
 
 from __future__ import annotations
@@ -19,18 +20,14 @@ from memsync.crd.models import (
     API_BASE_URL_MAX,
     API_BASE_URL_PATTERN,
     GROUP,
-    MEMSYNC_ENV_MAX,
-    VERSION,
-    EnvVarSpec,
     InvalidSpecError,
-    SandboxSpec,
+    SandboxTemplate,
     SecretKeyRef,
     SyncSpec,
     _matched,
     _plain,
     _SpecModel,
     describe_validation_error,
-    env_problems,
 )
 
 KIND: Final = "AgentEnvironment"
@@ -39,6 +36,8 @@ PLURAL: Final = "agentenvironments"
 SINGULAR: Final = "agentenvironment"
 SHORT_NAMES: Final = ("aenv",)
 CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+# Its own version: the AgentEnvironment is younger than the SessionMemory (which is at models.VERSION).
+VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 
 #: Labels on what the operator creates for a work item.
@@ -76,7 +75,7 @@ class AgentEnvironmentSpec(_SpecModel):
     environment_id: str
     environment_key_secret_ref: SecretKeyRef
     api_base_url: str = DEFAULT_BASE_URL
-    sandbox: SandboxSpec
+    template: SandboxTemplate
     sync: SyncSpec = Field(default_factory=SyncSpec)
     max_concurrent_sessions: Annotated[int, Field(ge=MAX_CONCURRENT_MIN, le=MAX_CONCURRENT_MAX)] = (
         MAX_CONCURRENT_DEFAULT
@@ -84,7 +83,6 @@ class AgentEnvironmentSpec(_SpecModel):
     finished_retention_seconds: Annotated[int, Field(ge=RETENTION_MIN, le=RETENTION_MAX)] = RETENTION_DEFAULT
     # None: the operator uses "<namespace>.<name>" (stable across restarts, so a restart is the same worker).
     worker_id: str | None = None
-    memsync_env: Annotated[list[EnvVarSpec], Field(max_length=MEMSYNC_ENV_MAX)] | None = None
 
     @field_validator("environment_id")
     @classmethod
@@ -118,14 +116,6 @@ class AgentEnvironmentSpec(_SpecModel):
             "must be letters, digits, '.', '_' or '-', starting with a letter or digit, "
             f"at most {WORKER_ID_MAX} characters",
         )
-
-    @field_validator("memsync_env")
-    @classmethod
-    def _check_memsync_env(cls, entries: list[EnvVarSpec] | None) -> list[EnvVarSpec] | None:
-        problems = env_problems(entries or [])
-        if problems:
-            raise ValueError("; ".join(problems))
-        return entries
 
 
 def validate_environment_spec(raw: Mapping[str, Any]) -> AgentEnvironmentSpec:

@@ -1,7 +1,7 @@
 """The AgentEnvironment CustomResourceDefinition, built from the constants of :mod:`memsync.crd.agentenv`.
 
-The sandbox container, the sync settings, the Secret reference and the memsync environment reuse the
-SessionMemory CRD's schema pieces, so both resources accept exactly the same values there.
+The sandbox Pod template, the sync settings and the Secret reference reuse the SessionMemory CRD's schema
+pieces, so both resources accept exactly the same values there.
 Regenerate the checked-in file with
 ``memsync operator crd --resource agentenvironments > crds/agentenvironments.agents.memsync.dev.yaml``
 (or ``make crds``).
@@ -23,9 +23,8 @@ from memsync.crd.schema import (
     _rule,
     _string,
     condition_schema,
-    memsync_env_schema,
-    sandbox_schema,
     sync_schema,
+    template_schema,
 )
 
 
@@ -46,7 +45,7 @@ def spec_schema() -> dict[str, Any]:
         "type": "object",
         "description": "The environment whose work queue the operator polls, and how each session's sandbox "
         "Pod and memory are set up.",
-        "required": ["environmentId", "environmentKeySecretRef", "sandbox"],
+        "required": ["environmentId", "environmentKeySecretRef", "template"],
         "properties": {
             "environmentId": _string(
                 "The self-hosted environment (env_...); immutable.",
@@ -68,7 +67,7 @@ def spec_schema() -> dict[str, Any]:
                 maxLength=m.API_BASE_URL_MAX,
                 default=DEFAULT_BASE_URL,
             ),
-            "sandbox": sandbox_schema(),
+            "template": template_schema(),
             "sync": sync_schema(),
             "maxConcurrentSessions": {
                 "type": "integer",
@@ -90,7 +89,6 @@ def spec_schema() -> dict[str, Any]:
                 pattern=a.WORKER_ID_PATTERN,
                 maxLength=a.WORKER_ID_MAX,
             ),
-            "memsyncEnv": memsync_env_schema(),
         },
     }
 
@@ -173,7 +171,7 @@ def build_crd() -> dict[str, Any]:
             },
             "versions": [
                 {
-                    "name": m.VERSION,
+                    "name": a.VERSION,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},

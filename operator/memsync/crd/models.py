@@ -23,16 +23,12 @@ Choices made here (each enforced identically by the CRD and by these models):
   explicit paths only (CEL cannot compute the slug within the API server's cost budget); this model checks
   the effective paths, so such a collision surfaces as ``Failed`` with this model's message.
 * ``sync.intervalSeconds`` is 5..3600 (default 15); ``sync.finalFlushSeconds`` is 5..300 (default 30).
-* ``sandbox`` is a Kubernetes container spec that must name an ``image``. The operator owns the container's
-  ``name`` (always ``sandbox``; ``name: sandbox`` is tolerated), its volumes (``volumeMounts`` and
-  ``volumeDevices`` are refused: the Pod has no volumes for them, and the sync agent's state must stay out of
-  the agent's reach) and ``restartPolicy``. A ``securityContext`` that would break the restricted Pod Security
-  Standard is refused up front (privileged, privilege escalation, root, added capabilities other than
-  ``NET_BIND_SERVICE``, an ``Unconfined`` seccomp or AppArmor profile, an SELinux type other than
-  ``container_t``, ``container_init_t`` or ``container_kvm_t`` or an SELinux user or role, a ``hostPort``,
-  an unmasked ``/proc``, Windows host processes), so
-  the session fails with a clear message instead of a Pod the namespace's admission rejects. ``runAsUser``,
-  if set, must be 65532: the sync agent keeps the store files private to that uid.
+* ``template`` is the sandbox Pod's template (:class:`SandboxTemplate`): labels and annotations, and a Pod
+  spec subset whose Kubernetes types (the sandbox container, volumes, affinity, tolerations, ...) are the
+  pinned release's core/v1 schema, generated into ``core_v1.json`` (``memsync.crd.core``); unknown fields are
+  refused. The isolation guards on top (``memsync.crd.guards``) refuse host namespaces, hostPath volumes,
+  host ports, mounts at or around ``/mnt/memory``, and any ``securityContext`` outside the restricted Pod
+  Security Standard, so the session fails with a clear message instead of a Pod admission rejects.
 """
 
 from __future__ import annotations
@@ -43,12 +39,13 @@ from enum import StrEnum
 from typing import Annotated, Any, Final, get_args
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic.alias_generators import to_camel
 
@@ -56,11 +53,15 @@ from memsync.api.constants import DEFAULT_BASE_URL, MAX_STORES_PER_SESSION, MOUN
 from memsync.api.models import Access, Deletions
 from memsync.api.paths import default_mount_path, is_ancestor
 from memsync.contracts.env import CONFLICT_POLICIES, RESERVED_PREFIXES, ConflictPolicy, is_reserved
+from memsync.crd import core
+from memsync.crd.core import schema_problems
+from memsync.crd.guards import SANDBOX_CONTAINER_NAME, pod_spec_problems
 
 # --- names -------------------------------------------------------------------------------------------------
 
 GROUP: Final = "agents.memsync.dev"
-VERSION: Final = "v1alpha1"
+#: The one served and stored version (docs/upgrade.md says how versions move).
+VERSION: Final = "v1alpha2"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 PLURAL: Final = "sessionmemories"
 SINGULAR: Final = "sessionmemory"
@@ -111,29 +112,14 @@ ACCESS_VALUES: Final = get_args(Access)
 DELETIONS_VALUES: Final = get_args(Deletions)
 CONFLICT_POLICY_VALUES: Final = CONFLICT_POLICIES
 
-SANDBOX_CONTAINER_NAME: Final = "sandbox"
-#: The uid and gid every container of the sandbox Pod runs as. The sync agent writes the store files under
-#: /mnt/memory private to its user (0600 files, 0700 folders), so the sandbox must run as the same uid.
-SANDBOX_UID: Final = 65532
-#: Container fields of ``spec.sandbox`` the operator owns (``name`` may only repeat ``sandbox``).
-SANDBOX_FORBIDDEN_FIELDS: Final = ("volumeMounts", "volumeDevices", "restartPolicy")
-#: The only capability the restricted Pod Security Standard lets a container add.
-ALLOWED_ADDED_CAPABILITIES: Final = ("NET_BIND_SERVICE",)
-ALLOWED_SECCOMP_TYPES: Final = ("RuntimeDefault", "Localhost")
-#: The SELinux types the Pod Security Standards (baseline, so restricted too) let a container run as.
-ALLOWED_SELINUX_TYPES: Final = ("", "container_t", "container_init_t", "container_kvm_t")
-#: The AppArmor profile type the Pod Security Standards forbid.
-APPARMOR_UNCONFINED: Final = "Unconfined"
-CAPABILITIES_MAX: Final = 64
 #: An environment variable name, as Kubernetes accepts it.
 ENV_NAME_PATTERN: Final = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 ENV_NAME_MAX: Final = 256
 MEMSYNC_ENV_MAX: Final = 32
 #: The sources an extra memsync variable may take its value from (never the Pod's fields).
 ENV_VALUE_SOURCES: Final = ("secretKeyRef", "configMapKeyRef")
-#: Bounds of what the CRD's CEL rules walk, so the API server's cost estimate stays within its budget.
-PORTS_MAX: Final = 64
-SECURITY_STRING_MAX: Final = 256
+#: Keys of the Pod's metadata the operator sets (a template may not set them).
+DEFAULT_CONTAINER_ANNOTATION: Final = "kubectl.kubernetes.io/default-container"
 
 
 class Phase(StrEnum):
@@ -248,7 +234,7 @@ class EnvVarSpec(_SpecModel):
     def _check_value_from(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None and (len(value) != 1 or next(iter(value)) not in ENV_VALUE_SOURCES):
             raise ValueError(f"must name exactly one of {', '.join(ENV_VALUE_SOURCES)}")
-        return value
+        return _checked(value, core.env_var_schema(ENV_VALUE_SOURCES)["properties"]["valueFrom"])  # type: ignore[no-any-return]
 
     def manifest(self) -> dict[str, Any]:
         """The container ``env`` entry."""
@@ -296,186 +282,123 @@ class SecretKeyRef(_SpecModel):
         )
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def sandbox_security_problems(security_context: Any) -> list[str]:
-    """What in a sandbox container's ``securityContext`` breaks the restricted Pod Security Standard.
-
-    Each entry names the field (relative to the container) and what is allowed. An empty list means the
-    operator can merge it with its restricted defaults. The fields the CRD declares are type-checked the way
-    the CRD's schema checks them, so the two agree on every object.
-    """
-    if security_context is None:
-        return []
-    if not isinstance(security_context, Mapping):
-        return ["securityContext must be an object"]
-    sc = security_context
-    problems: list[str] = []
-
-    def boolean(field: str, forbidden: bool, why: str) -> None:
-        if field not in sc:
-            return
-        if not isinstance(sc[field], bool):
-            problems.append(f"securityContext.{field} must be a boolean")
-        elif sc[field] is forbidden:
-            problems.append(f"securityContext.{field} must not be {str(forbidden).lower()}: {why}")
-
-    boolean("privileged", True, "the restricted Pod Security Standard forbids privileged containers")
-    boolean("allowPrivilegeEscalation", True, "the operator sets it to false")
-    boolean("runAsNonRoot", False, "the sandbox runs as a non-root user")
-    if "runAsUser" in sc:
-        if not _is_int(sc["runAsUser"]):
-            problems.append("securityContext.runAsUser must be an integer")
-        elif sc["runAsUser"] != SANDBOX_UID:
-            problems.append(
-                f"securityContext.runAsUser must be {SANDBOX_UID} or unset: the memory files under "
-                f"{MOUNT_ROOT} belong to uid {SANDBOX_UID} and are private to it"
-            )
-    if "procMount" in sc and sc["procMount"] != "Default":
-        problems.append("securityContext.procMount must be Default")
-    if "capabilities" in sc:
-        caps = sc["capabilities"]
-        if not isinstance(caps, Mapping):
-            problems.append("securityContext.capabilities must be an object")
-        else:
-            if "add" in caps:
-                added = caps["add"]
-                allowed = ", ".join(ALLOWED_ADDED_CAPABILITIES)
-                if not isinstance(added, list):
-                    problems.append("securityContext.capabilities.add must be a list")
-                elif len(added) > CAPABILITIES_MAX:
-                    problems.append(
-                        f"securityContext.capabilities.add may list at most {CAPABILITIES_MAX} entries"
-                    )
-                elif any(c not in ALLOWED_ADDED_CAPABILITIES for c in added):
-                    bad = ", ".join(str(c) for c in added if c not in ALLOWED_ADDED_CAPABILITIES)
-                    problems.append(
-                        f"securityContext.capabilities.add may only contain {allowed} (got {bad}); "
-                        "every other capability is dropped"
-                    )
-            if "drop" in caps:
-                drop = caps["drop"]
-                if not isinstance(drop, list) or not all(isinstance(c, str) for c in drop):
-                    problems.append("securityContext.capabilities.drop must be a list of strings")
-    if "seccompProfile" in sc:
-        seccomp = sc["seccompProfile"]
-        if not isinstance(seccomp, Mapping):
-            problems.append("securityContext.seccompProfile must be an object")
-        elif "type" in seccomp and seccomp["type"] not in ALLOWED_SECCOMP_TYPES:
-            problems.append(
-                "securityContext.seccompProfile.type must be RuntimeDefault or Localhost "
-                f"(got {seccomp['type']!r})"
-            )
-    problems.extend(_selinux_problems(sc))
-    if "appArmorProfile" in sc:
-        apparmor = sc["appArmorProfile"]
-        if not isinstance(apparmor, Mapping):
-            problems.append("securityContext.appArmorProfile must be an object")
-        elif "type" in apparmor:
-            if not isinstance(apparmor["type"], str) or len(apparmor["type"]) > SECURITY_STRING_MAX:
-                problems.append(
-                    f"securityContext.appArmorProfile.type must be a string of at most {SECURITY_STRING_MAX} "
-                    "characters"
-                )
-            elif apparmor["type"] == APPARMOR_UNCONFINED:
-                problems.append(
-                    "securityContext.appArmorProfile.type must not be Unconfined: the Pod Security Standards "
-                    "allow RuntimeDefault or Localhost"
-                )
-    if "windowsOptions" in sc:
-        windows = sc["windowsOptions"]
-        if not isinstance(windows, Mapping):
-            problems.append("securityContext.windowsOptions must be an object")
-        elif "hostProcess" in windows:
-            if not isinstance(windows["hostProcess"], bool):
-                problems.append("securityContext.windowsOptions.hostProcess must be a boolean")
-            elif windows["hostProcess"]:
-                problems.append("securityContext.windowsOptions.hostProcess must not be true")
-    return problems
-
-
-def _selinux_problems(sc: Mapping[str, Any]) -> list[str]:
-    if "seLinuxOptions" not in sc:
-        return []
-    selinux = sc["seLinuxOptions"]
-    if not isinstance(selinux, Mapping):
-        return ["securityContext.seLinuxOptions must be an object"]
-    problems: list[str] = []
-    for field in ("type", "user", "role"):
-        if field in selinux and (
-            not isinstance(selinux[field], str) or len(selinux[field]) > SECURITY_STRING_MAX
-        ):
-            problems.append(
-                f"securityContext.seLinuxOptions.{field} must be a string of at most {SECURITY_STRING_MAX} "
-                "characters"
-            )
-        elif field == "type" and field in selinux and selinux[field] not in ALLOWED_SELINUX_TYPES:
-            allowed = ", ".join(t for t in ALLOWED_SELINUX_TYPES if t)
-            problems.append(
-                f"securityContext.seLinuxOptions.type must be unset, empty, or one of {allowed} "
-                f"(got {selinux[field]!r}): the Pod Security Standards forbid every other type"
-            )
-        elif field != "type" and selinux.get(field):
-            problems.append(
-                f"securityContext.seLinuxOptions.{field} must not be set: the Pod Security Standards "
-                "forbid it"
-            )
-    return problems
-
-
-def _ports_problems(ports: Any) -> list[str]:
-    if not isinstance(ports, list):
-        return ["ports must be a list"]
-    if len(ports) > PORTS_MAX:
-        return [f"ports may list at most {PORTS_MAX} entries"]
-    problems: list[str] = []
-    for i, port in enumerate(ports):
-        if not isinstance(port, Mapping):
-            problems.append(f"ports[{i}] must be an object")
-        elif "hostPort" in port and not _is_int(port["hostPort"]):
-            problems.append(f"ports[{i}].hostPort must be an integer")
-        elif port.get("hostPort"):
-            problems.append(
-                f"ports[{i}].hostPort must not be set: the Pod Security Standards forbid host ports"
-            )
-    return problems
-
-
-def sandbox_problems(sandbox: Mapping[str, Any]) -> list[str]:
-    """Why ``spec.sandbox`` cannot become the Pod's ``sandbox`` container; empty when it can."""
-    problems: list[str] = []
-    image = sandbox.get("image")
-    if not isinstance(image, str) or not image:
-        problems.append("image is required: the sandbox container's image (a non-empty string)")
-    if "name" in sandbox and sandbox["name"] != SANDBOX_CONTAINER_NAME:
-        problems.append(
-            f"name is set by the operator (the container is always named {SANDBOX_CONTAINER_NAME!r}): omit it"
-        )
-    for field in SANDBOX_FORBIDDEN_FIELDS:
-        if field in sandbox:
-            owner = (
-                f"the operator mounts {MOUNT_ROOT} itself and the Pod has no other volumes"
-                if field != "restartPolicy"
-                else "the Pod ends when the sandbox container ends"
-            )
-            problems.append(f"{field} must not be set: {owner}")
-    if "ports" in sandbox:
-        problems.extend(_ports_problems(sandbox["ports"]))
-    problems.extend(sandbox_security_problems(sandbox.get("securityContext")))
-    return problems
-
-
-def _checked_sandbox(sandbox: dict[str, Any]) -> dict[str, Any]:
-    problems = sandbox_problems(sandbox)
+def _checked(value: Any, schema: Mapping[str, Any]) -> Any:
+    """``value`` when it fits ``schema`` (structurally, strict about unknown fields); else a ValueError whose
+    lines name each offending path relative to the field (see :func:`describe_validation_error`)."""
+    problems = schema_problems(schema, value, "")
     if problems:
-        raise ValueError("; ".join(problems))
-    return sandbox
+        raise ValueError("\n".join(problems))
+    return value
 
 
-#: The sandbox container a session's Pod runs (``spec.sandbox``; an AgentEnvironment embeds the same type).
-SandboxSpec = Annotated[dict[str, Any], AfterValidator(_checked_sandbox)]
+def reserved_label_keys() -> tuple[str, ...]:
+    """The Pod labels the operator sets (it finds and reports on its Pods by them)."""
+    return (LABEL_APP_NAME, LABEL_APP_COMPONENT, LABEL_MANAGED_BY, LABEL_SESSION_ID, LABEL_SESSIONMEMORY)
+
+
+class TemplateMetadata(_SpecModel):
+    """Labels and annotations added to the sandbox Pod's own."""
+
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+
+    @field_validator("labels", "annotations")
+    @classmethod
+    def _check_size(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is not None and len(value) > core.METADATA_ENTRIES_MAX:
+            raise ValueError(f"may hold at most {core.METADATA_ENTRIES_MAX} entries")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _check_labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        taken = [k for k in value or {} if k in reserved_label_keys()]
+        if taken:
+            raise ValueError(
+                f"{', '.join(taken)}: set by the operator (a template may not set "
+                f"{', '.join(reserved_label_keys())})"
+            )
+        return value
+
+    @field_validator("annotations")
+    @classmethod
+    def _check_annotations(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if DEFAULT_CONTAINER_ANNOTATION in (value or {}):
+            raise ValueError(f"{DEFAULT_CONTAINER_ANNOTATION}: set by the operator (always sandbox)")
+        return value
+
+
+class MemsyncContainersSpec(_SpecModel):
+    """The memsync containers of the Pod (the mount init container and the sync sidecar)."""
+
+    # Extra environment (e.g. HTTPS_PROXY, NO_PROXY, SSL_CERT_FILE); an entry replaces the operator's default
+    # of the same name. None: none.
+    env: Annotated[list[EnvVarSpec], Field(max_length=MEMSYNC_ENV_MAX)] | None = None
+    # Replaces the operator's default requests and limits when set.
+    resources: dict[str, Any] | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _check_env(cls, entries: list[EnvVarSpec] | None) -> list[EnvVarSpec] | None:
+        problems = env_problems(entries or [])
+        if problems:
+            raise ValueError("; ".join(problems))
+        return entries
+
+    @field_validator("resources")
+    @classmethod
+    def _check_resources(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _checked(value, core.resource_requirements_schema())  # type: ignore[no-any-return]
+
+
+class SandboxPodSpec(_SpecModel):
+    """The Pod spec subset a template may set; the operator owns every other field."""
+
+    containers: list[dict[str, Any]]
+    volumes: list[dict[str, Any]] | None = None
+    runtime_class_name: str | None = None
+    node_selector: dict[str, str] | None = None
+    affinity: dict[str, Any] | None = None
+    tolerations: list[dict[str, Any]] | None = None
+    service_account_name: str | None = None
+    image_pull_secrets: list[dict[str, Any]] | None = None
+    priority_class_name: str | None = None
+    active_deadline_seconds: Annotated[int, Field(ge=1)] | None = None
+    host_network: bool | None = Field(default=None, alias="hostNetwork")
+    host_pid: bool | None = Field(default=None, alias="hostPID")
+    host_ipc: bool | None = Field(default=None, alias="hostIPC")
+    memsync: MemsyncContainersSpec | None = None
+
+    @field_validator("containers", "volumes", "affinity", "tolerations", "image_pull_secrets")
+    @classmethod
+    def _check_shape(cls, value: Any, info: ValidationInfo) -> Any:
+        return _checked(value, core.pod_field(to_camel(info.field_name or "")))
+
+    @model_validator(mode="after")
+    def _check_guards(self) -> SandboxPodSpec:
+        problems = pod_spec_problems(self.model_dump(by_alias=True, exclude_none=True), "")
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    @property
+    def sandbox(self) -> dict[str, Any]:
+        """The sandbox container (the template's one container)."""
+        return self.containers[0]
+
+
+class SandboxTemplate(_SpecModel):
+    """The sandbox Pod's template: extra metadata, and the Pod spec fields a user may set. Reused by every
+    resource that starts sandboxes."""
+
+    metadata: TemplateMetadata | None = None
+    spec: SandboxPodSpec
+
+
+def sandbox_template(container: Mapping[str, Any], **pod_spec: Any) -> dict[str, Any]:
+    """A ``spec.template`` as plain data: ``container`` as the sandbox container (named ``sandbox``) and
+    ``pod_spec`` as further Pod spec fields (``runtimeClassName=...``)."""
+    return {"spec": {"containers": [{**container, "name": SANDBOX_CONTAINER_NAME}], **pod_spec}}
 
 
 class SessionMemorySpec(_SpecModel):
@@ -486,18 +409,7 @@ class SessionMemorySpec(_SpecModel):
     api_base_url: str = DEFAULT_BASE_URL
     stores: Annotated[list[StoreSpec], Field(min_length=STORES_MIN, max_length=STORES_MAX)]
     sync: SyncSpec = Field(default_factory=SyncSpec)
-    sandbox: SandboxSpec
-    # Extra environment of the memsync containers (init and sidecar), e.g. HTTPS_PROXY, NO_PROXY,
-    # SSL_CERT_FILE; it replaces the operator's defaults of the same name. None: none.
-    memsync_env: Annotated[list[EnvVarSpec], Field(max_length=MEMSYNC_ENV_MAX)] | None = None
-
-    @field_validator("memsync_env")
-    @classmethod
-    def _check_memsync_env(cls, entries: list[EnvVarSpec] | None) -> list[EnvVarSpec] | None:
-        problems = env_problems(entries or [])
-        if problems:
-            raise ValueError("; ".join(problems))
-        return entries
+    template: SandboxTemplate
 
     @field_validator("session_id")
     @classmethod
@@ -589,8 +501,10 @@ def describe_validation_error(exc: ValidationError, *, prefix: str = "") -> str:
     """One line per problem, ``<field path>: <what is wrong and what is allowed>``, joined by ``; ``.
 
     ``prefix`` is prepended to every path (``"spec"`` when ``exc`` came from :class:`SessionMemorySpec`).
-    The offending value is echoed only when it is a short scalar outside ``sandbox`` (whose ``env`` may hold
-    literal values the user did not mean to publish in a status message).
+    A validator's message may hold several lines, each starting with a path relative to the field
+    (``.image: is required``, ``[0].name: ...``). The offending value is echoed only when it is a short
+    scalar outside ``template`` (whose ``env`` may hold literal values the user did not mean to publish in a
+    status message).
     """
     lines: list[str] = []
     for err in exc.errors(include_url=False):
@@ -598,17 +512,20 @@ def describe_validation_error(exc: ValidationError, *, prefix: str = "") -> str:
         path = _format_loc(loc, prefix)
         kind = err.get("type", "")
         msg = str(err.get("msg", "invalid"))
+        if kind == "value_error":
+            for line in msg.removeprefix("Value error, ").split("\n"):
+                relative = line[:1] in (".", "[", ":")
+                lines.append(f"{path}{line}" if relative else f"{path}: {line}")
+            continue
         if kind == "missing":
             text = "is required"
         elif kind == "extra_forbidden":
             text = "is not a field of the SessionMemory schema (check the spelling and the nesting)"
-        elif kind == "value_error":
-            text = msg.removeprefix("Value error, ")
         else:
             text = msg[:1].lower() + msg[1:]
             value = err.get("input")
             if (
-                "sandbox" not in loc
+                "template" not in loc
                 and isinstance(value, _SCALARS)
                 and not (isinstance(value, str) and len(value) > 80)
             ):

@@ -15,7 +15,10 @@ CEL rules (``x-kubernetes-validations``) cover what spans fields:
 * ``mountPath``: a clean absolute path under ``/mnt/memory/`` (``matches``).
 * ``sessionId`` and ``stores`` are immutable (transition rules ``self == oldSelf``): the Pod's mounts and its
   session are fixed when it starts.
-* ``sandbox``: the operator-owned container fields, and a ``securityContext`` within the restricted profile.
+* ``template``: the isolation guards of ``memsync.crd.guards`` (no host namespaces, hostPath volumes or host
+  ports, nothing mounted at or around ``/mnt/memory``, a ``securityContext`` within the restricted profile,
+  the operator-owned container fields). Its Kubernetes types come from ``memsync.crd.core`` (generated from
+  the pinned release's OpenAPI document), with no ``x-kubernetes-preserve-unknown-fields`` anywhere.
 
 Rules use only operations whose cost the API server can bound (``all``, ``exists_one``, ``has``, ``size``,
 ``matches`` with a constant pattern, ``startsWith``, comparisons), and every list and string they walk has
@@ -32,6 +35,8 @@ from pydantic.alias_generators import to_camel
 
 from memsync.api.constants import DEFAULT_BASE_URL, MOUNT_ROOT, STORE_NAME_MAX
 from memsync.contracts.report import CUMULATIVE, SAMPLE_MAX, count_fields
+from memsync.crd import core
+from memsync.crd import guards as g
 from memsync.crd import models as m
 
 SYNC_WAVE_ANNOTATION: Final = "argocd.argoproj.io/sync-wave"
@@ -189,226 +194,233 @@ def sync_schema() -> dict[str, Any]:
     }
 
 
-def sandbox_schema() -> dict[str, Any]:
-    caps = ", ".join(m.ALLOWED_ADDED_CAPABILITIES)
-    security_context = _open_object(
-        "Merged with the restricted profile: no privilege, no escalation, non-root, all capabilities "
-        "dropped.",
-        properties={
-            "privileged": {"type": "boolean"},
-            "allowPrivilegeEscalation": {"type": "boolean"},
-            "runAsNonRoot": {"type": "boolean"},
-            "runAsUser": {"type": "integer", "format": "int64"},
-            "procMount": {"type": "string", "maxLength": 64},
-            "capabilities": _open_object(
-                "Only NET_BIND_SERVICE may be added; ALL is always dropped.",
-                properties={
-                    "add": {
-                        "type": "array",
-                        "maxItems": m.CAPABILITIES_MAX,
-                        "items": {"type": "string", "maxLength": 64},
-                    },
-                    "drop": {"type": "array", "items": {"type": "string"}},
-                },
-                **{
-                    "x-kubernetes-validations": [
-                        _rule(
-                            "!has(self.add) || self.add.all(c, c == 'NET_BIND_SERVICE')",
-                            f"sandbox.securityContext.capabilities.add may only contain {caps}",
-                            reason="FieldValueForbidden",
-                            field_path=".add",
-                        )
-                    ]
-                },
-            ),
-            "seccompProfile": _open_object(
-                "RuntimeDefault (the Pod's default) or Localhost.",
-                properties={"type": {"type": "string", "maxLength": 64}},
-                **{
-                    "x-kubernetes-validations": [
-                        _rule(
-                            "!has(self.type) || self.type in ['RuntimeDefault', 'Localhost']",
-                            "sandbox.securityContext.seccompProfile.type must be RuntimeDefault or Localhost",
-                            reason="FieldValueForbidden",
-                            field_path=".type",
-                        )
-                    ]
-                },
-            ),
-            "seLinuxOptions": _open_object(
-                "SELinux type: unset, empty, container_t, container_init_t or container_kvm_t; no user or "
-                "role.",
-                properties={
-                    field: {"type": "string", "maxLength": m.SECURITY_STRING_MAX}
-                    for field in ("type", "user", "role")
-                },
-                **{
-                    "x-kubernetes-validations": [
-                        _rule(
-                            f"!has(self.type) || self.type in {list(m.ALLOWED_SELINUX_TYPES)!r}",
-                            "sandbox.securityContext.seLinuxOptions.type must be unset, empty, or one of "
-                            + ", ".join(t for t in m.ALLOWED_SELINUX_TYPES if t),
-                            reason="FieldValueForbidden",
-                            field_path=".type",
-                        ),
-                        _rule(
-                            "!has(self.user) || self.user == ''",
-                            "sandbox.securityContext.seLinuxOptions.user must not be set",
-                            reason="FieldValueForbidden",
-                            field_path=".user",
-                        ),
-                        _rule(
-                            "!has(self.role) || self.role == ''",
-                            "sandbox.securityContext.seLinuxOptions.role must not be set",
-                            reason="FieldValueForbidden",
-                            field_path=".role",
-                        ),
-                    ]
-                },
-            ),
-            "appArmorProfile": _open_object(
-                "RuntimeDefault or Localhost; Unconfined is not allowed.",
-                properties={"type": {"type": "string", "maxLength": m.SECURITY_STRING_MAX}},
-                **{
-                    "x-kubernetes-validations": [
-                        _rule(
-                            f"!has(self.type) || self.type != '{m.APPARMOR_UNCONFINED}'",
-                            "sandbox.securityContext.appArmorProfile.type must not be Unconfined",
-                            reason="FieldValueForbidden",
-                            field_path=".type",
-                        )
-                    ]
-                },
-            ),
-            "windowsOptions": _open_object(
-                "Windows options; hostProcess is not allowed.",
-                properties={"hostProcess": {"type": "boolean"}},
-                **{
-                    "x-kubernetes-validations": [
-                        _rule(
-                            "!has(self.hostProcess) || !self.hostProcess",
-                            "sandbox.securityContext.windowsOptions.hostProcess must not be true",
-                            reason="FieldValueForbidden",
-                            field_path=".hostProcess",
-                        )
-                    ]
-                },
-            ),
-        },
-        **{
-            "x-kubernetes-validations": [
-                _rule(
-                    "!has(self.privileged) || !self.privileged",
-                    "sandbox.securityContext.privileged must not be true",
-                    reason="FieldValueForbidden",
-                    field_path=".privileged",
-                ),
-                _rule(
-                    "!has(self.allowPrivilegeEscalation) || !self.allowPrivilegeEscalation",
-                    "sandbox.securityContext.allowPrivilegeEscalation must not be true",
-                    reason="FieldValueForbidden",
-                    field_path=".allowPrivilegeEscalation",
-                ),
-                _rule(
-                    "!has(self.runAsNonRoot) || self.runAsNonRoot",
-                    "sandbox.securityContext.runAsNonRoot must not be false: the sandbox runs as non-root",
-                    reason="FieldValueForbidden",
-                    field_path=".runAsNonRoot",
-                ),
-                _rule(
-                    f"!has(self.runAsUser) || self.runAsUser == {m.SANDBOX_UID}",
-                    f"sandbox.securityContext.runAsUser must be {m.SANDBOX_UID} or unset: the memory files "
-                    f"under {MOUNT_ROOT} belong to uid {m.SANDBOX_UID} and are private to it",
-                    reason="FieldValueForbidden",
-                    field_path=".runAsUser",
-                ),
-                _rule(
-                    "!has(self.procMount) || self.procMount == 'Default'",
-                    "sandbox.securityContext.procMount must be Default",
-                    reason="FieldValueForbidden",
-                    field_path=".procMount",
-                ),
-            ]
-        },
+def _validations(node: dict[str, Any], *rules: Any) -> None:
+    node.setdefault("x-kubernetes-validations", []).extend(rules)
+
+
+def _forbidden(rule: str, message: str, field: str | None = None) -> Any:
+    return _rule(rule, message, reason="FieldValueForbidden", field_path=f".{field}" if field else None)
+
+
+def security_context_rules(sc: dict[str, Any]) -> None:
+    """The restricted Pod Security Standard over a container's ``securityContext`` (mirrors
+    ``guards.security_context_problems``)."""
+    props = sc["properties"]
+    caps = ", ".join(g.ALLOWED_ADDED_CAPABILITIES)
+    allowed_caps = ", ".join(f"'{c}'" for c in g.ALLOWED_ADDED_CAPABILITIES)
+    _validations(
+        props["capabilities"],
+        _forbidden(
+            f"!has(self.add) || self.add.all(c, c in [{allowed_caps}])",
+            f"capabilities.add may only contain {caps}; every other capability is dropped",
+            "add",
+        ),
     )
-    owned = "set by the operator"
-    return _open_object(
-        "The agent's container (a Kubernetes container spec: image, command, args, env, resources, ...). "
-        f"The operator names it 'sandbox' and mounts {MOUNT_ROOT}; volumeMounts, volumeDevices and "
-        "restartPolicy are refused.",
-        required=["image"],
-        properties={
-            "name": _string(
-                f"Optional; only '{m.SANDBOX_CONTAINER_NAME}' is accepted ({owned}).", maxLength=63
-            ),
-            "image": _string("The sandbox container's image.", minLength=1),
-            "volumeMounts": {
-                "type": "array",
-                "description": f"Refused: the operator mounts {MOUNT_ROOT}.",
-                "items": _open_object("A volume mount."),
-            },
-            "volumeDevices": {
-                "type": "array",
-                "description": "Refused: the Pod has no block volumes.",
-                "items": _open_object("A volume device."),
-            },
-            "restartPolicy": _string("Refused: the Pod ends when the sandbox ends.", maxLength=64),
-            "ports": {
-                "type": "array",
-                "description": f"Container ports (at most {m.PORTS_MAX}); hostPort is not allowed.",
-                "maxItems": m.PORTS_MAX,
-                "items": _open_object(
-                    "A container port.", properties={"hostPort": {"type": "integer", "format": "int32"}}
-                ),
-                "x-kubernetes-validations": [
-                    _rule(
-                        "self.all(p, !has(p.hostPort) || p.hostPort == 0)",
-                        "sandbox.ports[].hostPort must not be set: the Pod Security Standards forbid host "
-                        "ports",
-                        reason="FieldValueForbidden",
-                    )
-                ],
-            },
-            "securityContext": security_context,
-        },
-        **{
-            "x-kubernetes-validations": [
-                _rule(
-                    f"!has(self.name) || self.name == '{m.SANDBOX_CONTAINER_NAME}'",
-                    f"sandbox.name is {owned}: omit it (the container is always named "
-                    f"'{m.SANDBOX_CONTAINER_NAME}')",
-                    reason="FieldValueForbidden",
-                    field_path=".name",
-                ),
-                _rule(
-                    "!has(self.volumeMounts)",
-                    f"sandbox.volumeMounts must not be set: the operator mounts {MOUNT_ROOT} itself and the "
-                    "Pod has no other volumes",
-                    reason="FieldValueForbidden",
-                    field_path=".volumeMounts",
-                ),
-                _rule(
-                    "!has(self.volumeDevices)",
-                    "sandbox.volumeDevices must not be set: the Pod has no block volumes",
-                    reason="FieldValueForbidden",
-                    field_path=".volumeDevices",
-                ),
-                _rule(
-                    "!has(self.restartPolicy)",
-                    "sandbox.restartPolicy must not be set: the Pod ends when the sandbox container ends",
-                    reason="FieldValueForbidden",
-                    field_path=".restartPolicy",
-                ),
-            ]
-        },
+    _validations(
+        props["seccompProfile"],
+        _forbidden(
+            f"!has(self.type) || self.type in {list(g.ALLOWED_SECCOMP_TYPES)!r}",
+            "seccompProfile.type must be RuntimeDefault or Localhost",
+            "type",
+        ),
     )
+    _validations(
+        props["seLinuxOptions"],
+        _forbidden(
+            f"!has(self.type) || self.type in {list(g.ALLOWED_SELINUX_TYPES)!r}",
+            "seLinuxOptions.type must be unset, empty, or one of "
+            + ", ".join(t for t in g.ALLOWED_SELINUX_TYPES if t),
+            "type",
+        ),
+        _forbidden("!has(self.user) || self.user == ''", "seLinuxOptions.user must not be set", "user"),
+        _forbidden("!has(self.role) || self.role == ''", "seLinuxOptions.role must not be set", "role"),
+    )
+    _validations(
+        props["appArmorProfile"],
+        _forbidden(
+            f"!has(self.type) || self.type != '{g.APPARMOR_UNCONFINED}'",
+            "appArmorProfile.type must not be Unconfined (RuntimeDefault or Localhost)",
+            "type",
+        ),
+    )
+    _validations(
+        props["windowsOptions"],
+        _forbidden(
+            "!has(self.hostProcess) || !self.hostProcess",
+            "windowsOptions.hostProcess must not be true",
+            "hostProcess",
+        ),
+    )
+    _validations(
+        sc,
+        _forbidden(
+            "!has(self.privileged) || !self.privileged",
+            "securityContext.privileged must not be true: privileged containers are forbidden",
+            "privileged",
+        ),
+        _forbidden(
+            "!has(self.allowPrivilegeEscalation) || !self.allowPrivilegeEscalation",
+            "securityContext.allowPrivilegeEscalation must not be true",
+            "allowPrivilegeEscalation",
+        ),
+        _forbidden(
+            "!has(self.runAsNonRoot) || self.runAsNonRoot",
+            "securityContext.runAsNonRoot must not be false: the sandbox runs as non-root",
+            "runAsNonRoot",
+        ),
+        _forbidden(
+            f"!has(self.runAsUser) || self.runAsUser == {g.SANDBOX_UID}",
+            f"securityContext.runAsUser must be {g.SANDBOX_UID} or unset: the memory files under "
+            f"{MOUNT_ROOT} belong to uid {g.SANDBOX_UID} and are private to it",
+            "runAsUser",
+        ),
+        _forbidden(
+            "!has(self.procMount) || self.procMount == 'Default'",
+            "securityContext.procMount must be Default",
+            "procMount",
+        ),
+    )
+
+
+def container_schema(container: dict[str, Any]) -> dict[str, Any]:
+    """The sandbox container: core/v1 Container, with the guards of ``guards.container_problems``."""
+    props = container["properties"]
+    reserved = list(g.RESERVED_VOLUMES)
+    _validations(
+        props["ports"],
+        _forbidden(
+            "self.all(p, !has(p.hostPort) || p.hostPort == 0)",
+            "ports[].hostPort must not be set: host ports are forbidden",
+        ),
+    )
+    _validations(
+        props["volumeMounts"]["items"],
+        _forbidden(
+            f"!(self.name in {reserved!r})",
+            f"volumeMounts[].name must not name memsync's own volumes {', '.join(reserved)}",
+            "name",
+        ),
+        _rule(
+            f"self.mountPath.matches('{g.CLEAN_PATH_PATTERN}')",
+            "volumeMounts[].mountPath must be a clean absolute path (no empty, '.' or '..' segment, no "
+            "trailing '/')",
+            field_path=".mountPath",
+        ),
+        _forbidden(
+            f"!(self.mountPath in {g.mount_root_ancestors()!r}) "
+            f"&& !self.mountPath.startsWith('{MOUNT_ROOT}/')",
+            f"volumeMounts[].mountPath must not be at, above or below {MOUNT_ROOT}: only memsync's own "
+            "volume is mounted there",
+            "mountPath",
+        ),
+    )
+    security_context_rules(props["securityContext"])
+    _validations(
+        container,
+        _forbidden(
+            f"self.name == '{g.SANDBOX_CONTAINER_NAME}'",
+            f"name must be '{g.SANDBOX_CONTAINER_NAME}': the operator adds its own containers beside it",
+            "name",
+        ),
+        *(
+            _forbidden(f"!has(self.{field})", f"{field} must not be set: the operator owns it", field)
+            for field in g.OWNED_CONTAINER_FIELDS
+        ),
+    )
+    return container
+
+
+def pod_spec_schema() -> dict[str, Any]:
+    """The template's Pod spec: the generated core/v1 subset, the guards, and the memsync containers."""
+    spec = core.pod_spec_schema()
+    props = spec["properties"]
+    container_schema(props["containers"]["items"])
+    props["containers"]["description"] = (
+        f"The sandbox container: exactly one, named '{g.SANDBOX_CONTAINER_NAME}'. The operator mounts "
+        f"{MOUNT_ROOT} in it and runs memsync's containers beside it. "
+    ) + props["containers"]["description"]
+    volume = props["volumes"]["items"]
+    _validations(
+        volume,
+        _forbidden(
+            "!has(self.hostPath)",
+            "hostPath volumes are not allowed (configMap, csi, downwardAPI, emptyDir, ephemeral, "
+            "persistentVolumeClaim, projected or secret are)",
+            "hostPath",
+        ),
+        _forbidden(
+            f"!(self.name in {list(g.RESERVED_VOLUMES)!r})",
+            f"volume names {', '.join(g.RESERVED_VOLUMES)} are memsync's own",
+            "name",
+        ),
+    )
+    _validations(
+        spec,
+        *(
+            _forbidden(
+                f"!has(self.{field}) || !self.{field}",
+                f"{field} must not be true: the sandbox never shares the node's namespaces",
+                field,
+            )
+            for field in g.HOST_NAMESPACES
+        ),
+    )
+    props["memsync"] = {
+        "type": "object",
+        "description": "The memsync containers of the Pod (the mount init container and the sync sidecar, "
+        "never the sandbox).",
+        "properties": {
+            "env": memsync_env_schema(),
+            "resources": {
+                **core.resource_requirements_schema(),
+                "description": "Their compute resources; when set, replaces the operator's default (requests "
+                "50m CPU and 128Mi memory, limits 1 CPU and 512Mi memory) for both containers.",
+            },
+        },
+    }
+    spec["description"] = (
+        "A subset of the Pod spec (Kubernetes "
+        + core.source().split("@", 1)[1].split("/", 1)[0]
+        + "): the sandbox container, its extra volumes and scheduling. The operator owns the rest: "
+        "restartPolicy, securityContext of the Pod, the service-account token (not mounted), memsync's "
+        "containers and volumes."
+    )
+    spec["required"] = ["containers"]
+    return spec
+
+
+def template_schema() -> dict[str, Any]:
+    """``spec.template``: the sandbox Pod's template (``models.SandboxTemplate``)."""
+    meta = core.object_meta_schema()
+    meta["description"] = "Labels and annotations added to the sandbox Pod's own."
+    reserved = ", ".join(f"'{k}'" for k in m.reserved_label_keys())
+    _validations(
+        meta["properties"]["labels"],
+        _forbidden(
+            f"[{reserved}].all(k, !(k in self))",
+            "labels must not set " + ", ".join(m.reserved_label_keys()) + ": the operator sets them",
+        ),
+    )
+    _validations(
+        meta["properties"]["annotations"],
+        _forbidden(
+            f"!('{m.DEFAULT_CONTAINER_ANNOTATION}' in self)",
+            f"annotations must not set {m.DEFAULT_CONTAINER_ANNOTATION}: the operator sets it",
+        ),
+    )
+    return {
+        "type": "object",
+        "description": "The sandbox Pod's template: metadata, and the Pod spec fields a SessionMemory sets.",
+        "required": ["spec"],
+        "properties": {"metadata": meta, "spec": pod_spec_schema()},
+    }
 
 
 def spec_schema() -> dict[str, Any]:
     return {
         "type": "object",
         "description": "One agent session's memory stores, sync settings, work-item secret and sandbox.",
-        "required": ["sessionId", "workItemSecretRef", "stores", "sandbox"],
+        "required": ["sessionId", "workItemSecretRef", "stores", "template"],
         "properties": {
             "sessionId": _string(
                 "The agent session (sesn_...); immutable.",
@@ -442,31 +454,23 @@ def spec_schema() -> dict[str, Any]:
             ),
             "stores": stores_schema(),
             "sync": sync_schema(),
-            "sandbox": sandbox_schema(),
-            "memsyncEnv": memsync_env_schema(),
+            "template": template_schema(),
         },
     }
 
 
 def memsync_env_schema() -> dict[str, Any]:
+    item = core.env_var_schema(m.ENV_VALUE_SOURCES)
+    item["properties"]["name"].update(pattern=m.ENV_NAME_PATTERN, maxLength=m.ENV_NAME_MAX)
+    item["properties"]["value"]["maxLength"] = 32768
     return {
         "type": "array",
-        "description": "Extra environment of the memsync containers (the mount init container and the sync "
-        "sidecar, never the sandbox), e.g. HTTPS_PROXY, NO_PROXY or SSL_CERT_FILE; an entry replaces the "
-        "operator's default of the same name. Names starting with MEMSYNC_ or ANTHROPIC_ are memsync's own "
-        "and are refused.",
+        "description": "Extra environment of the memsync containers, e.g. HTTPS_PROXY, NO_PROXY or "
+        "SSL_CERT_FILE; an entry replaces the operator's default of the same name. Names starting with "
+        "MEMSYNC_ or ANTHROPIC_ are memsync's own and are refused; valueFrom may name a secretKeyRef or a "
+        "configMapKeyRef (in this namespace).",
         "maxItems": m.MEMSYNC_ENV_MAX,
-        "items": {
-            "type": "object",
-            "required": ["name"],
-            "properties": {
-                "name": _string("Variable name.", pattern=m.ENV_NAME_PATTERN, maxLength=m.ENV_NAME_MAX),
-                "value": _string("Its value.", maxLength=32768),
-                "valueFrom": _open_object(
-                    "Where its value comes from: secretKeyRef or configMapKeyRef (in this namespace)."
-                ),
-            },
-        },
+        "items": item,
     }
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import anthropic
 import httpx
 
-from memsync.agent.commands import Agent, mount, run_sync
+from memsync.agent.commands import SyncAgent, mount, run_sync
 from memsync.agent.config import load_config
 from memsync.agent.metrics import MetricsServer
 from memsync.api.paths import slugify
@@ -31,7 +31,7 @@ from memsync.contracts import runner
 from memsync.contracts.env import StoreEntry
 from memsync.controller.environment import decisions as d
 from memsync.controller.environment.loop import EnvironmentLoop
-from memsync.crd.models import validate_spec
+from memsync.crd.models import sandbox_template, validate_spec
 from memsync.devtools.objects import MemoryObjects
 from memsync.session.runner import RunnerConfig, run_session
 
@@ -118,7 +118,7 @@ def _environment(environment_id: str, url: str, flush_timeout: float) -> dict[st
             "apiBaseUrl": url,
             "finishedRetentionSeconds": 0,
             "sync": {"intervalSeconds": 3600, "finalFlushSeconds": max(5, min(300, int(flush_timeout)))},
-            "sandbox": {"image": "memsync", "command": ["memsync", "session", "run"]},
+            "template": sandbox_template({"image": "memsync", "command": ["memsync", "session", "run"]}),
         },
     }
 
@@ -127,7 +127,7 @@ async def _run_pod(objects: MemoryObjects, name: str, url: str, root: Path, say:
     """The SessionMemory's Pod, in this process: mount, the sync sidecar, and the session runner."""
     spec = validate_spec(objects.smems[name]["spec"])
     secret = objects.secrets[spec.work_item_secret_ref.name][spec.work_item_secret_ref.key]
-    env = {e["name"]: e.get("value") for e in spec.sandbox.get("env") or []}
+    env = {e["name"]: e.get("value") for e in spec.template.spec.sandbox.get("env") or []}
     entries = [
         {"memory_store_id": s.memory_store_id, "name": s.name, "access": s.access,
          "mount_path": str(root / "mnt" / "memory" / Path(s.effective_mount_path).name)}
@@ -150,7 +150,7 @@ async def _run_pod(objects: MemoryObjects, name: str, url: str, root: Path, say:
         say(f"mounted {', '.join(e['mount_path'] for e in entries)}")
         ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
-        def on_ready(_agent: Agent, server: MetricsServer | None) -> None:
+        def on_ready(_agent: SyncAgent, server: MetricsServer | None) -> None:
             assert server is not None
             ready.set_result(server.port)
 

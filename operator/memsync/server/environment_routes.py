@@ -8,20 +8,22 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from memsync.server.access import AccessService, MintSessionRequest, Principal
+from memsync.server.db import Tx
 from memsync.server.environments import Caller, EnvironmentService
 from memsync.server.errors import invalid, not_found
 from memsync.server.rules import parse_json_object
-from memsync.server.service import MintSessionRequest, Principal, StoreService
 from memsync.server.session_events import SessionEvents, check_posted
 from memsync.server.work_items import WorkItems
 
 PING_EVERY_S = 15.0
+RECHECK_S = 1.0  # a stream re-reads its session this often (another replica may have appended events)
 
 
 def install(
     app: FastAPI,
     *,
-    store: StoreService,
+    access: AccessService,
     envs: EnvironmentService,
     work: WorkItems,
     events: SessionEvents,
@@ -29,18 +31,18 @@ def install(
 ) -> None:
     """Adds the environment, work and session-event routes to the store server's app."""
 
-    def on_mint(conn: Any, session_id: str, req: MintSessionRequest, secret: str) -> dict[str, Any]:
+    def on_mint(tx: Tx, session_id: str, req: MintSessionRequest, secret: str) -> dict[str, Any]:
         extra: dict[str, Any] = {}
         if req.script is not None:
-            events.start_script(conn, session_id, req.script)
+            events.start_script(tx, session_id, req.script)
         if req.environment_id is not None:
-            extra["work_id"] = work.enqueue_session(conn, req.environment_id, session_id, secret)
+            extra["work_id"] = work.enqueue_session(tx, req.environment_id, session_id, secret)
             work.queue_changed()  # a poller that wakes now waits for this transaction's commit
         return extra
 
-    store.on_mint = on_mint
+    access.on_mint = on_mint
 
-    async def caller(
+    def caller(
         x_api_key: Annotated[str | None, Header(alias="x-api-key")] = None,
         authorization: Annotated[str | None, Header(alias="authorization")] = None,
     ) -> Caller:
@@ -128,7 +130,7 @@ def install(
     def session_for(c: Caller, session_id: str) -> dict[str, Any]:
         if not envs.may_read_session(c, session_id):
             raise not_found(f"session {session_id!r} not found")
-        view = store.get_session(Principal("api_actor", store.admin_key_id), session_id)
+        view = access.get_session(Principal("api_actor", access.admin_key_id), session_id)
         view["status"] = events.status(session_id)
         view.setdefault("agent", {"skills": []})
         return view
@@ -162,6 +164,7 @@ async def _frames(events: SessionEvents, session_id: str, after_seq: int) -> Asy
     frames; a ``ping`` frame when nothing happened for a while."""
     entry = events.notifier.subscribe(session_id)
     _, woken = entry
+    quiet = 0.0
     try:
         while True:
             woken.clear()
@@ -169,8 +172,12 @@ async def _frames(events: SessionEvents, session_id: str, after_seq: int) -> Asy
                 after_seq = seq
                 yield f"event: {body['type']}\ndata: {json.dumps(body)}\n\n".encode()
             try:
-                await asyncio.wait_for(woken.wait(), PING_EVERY_S)
+                await asyncio.wait_for(woken.wait(), RECHECK_S)
+                quiet = 0.0
             except TimeoutError:
-                yield b'event: ping\ndata: {"type": "ping"}\n\n'
+                quiet += RECHECK_S
+                if quiet >= PING_EVERY_S:
+                    quiet = 0.0
+                    yield b'event: ping\ndata: {"type": "ping"}\n\n'
     finally:
         events.notifier.unsubscribe(session_id, entry)

@@ -1,59 +1,22 @@
 """Self-hosted environments on the store server: environments, their keys, and who may call what.
 
-Callers are the admin key, an environment's key (kept as a hash, answered once when issued) or one
+Callers are an admin key, an environment's key (kept as a hash, answered once when issued) or one
 session's token. The work queue of an environment is :mod:`memsync.server.work_items`.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from memsync.server import rules
-from memsync.server.db import Database
+from memsync.server.access import AccessService, parse_bearer
+from memsync.server.db import Database, Tx
+from memsync.server.env_queries import EnvironmentRow
 from memsync.server.errors import forbidden, invalid, not_found, unauthenticated
 from memsync.server.ids import new_id, now_ts, token_hash
-from memsync.server.service import Principal, StoreService
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS environments (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    name TEXT NOT NULL,
-    description TEXT,
-    metadata TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    updated_at TEXT NOT NULL,
-    archived_at TEXT
-);
-CREATE TABLE IF NOT EXISTS environment_keys (
-    id TEXT PRIMARY KEY,
-    environment_id TEXT NOT NULL,
-    key_hash TEXT NOT NULL UNIQUE,
-    created_at TEXT NOT NULL,
-    revoked_at TEXT
-);
-"""
-
-WORK_SCHEMA = """
-CREATE TABLE IF NOT EXISTS work_items (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    environment_id TEXT NOT NULL,
-    session_id TEXT NOT NULL,
-    secret TEXT,
-    metadata TEXT NOT NULL,
-    created_at TEXT NOT NULL,
-    worker_id TEXT,
-    lease TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS work_items_by_environment ON work_items (environment_id, seq);
-CREATE INDEX IF NOT EXISTS work_items_by_session ON work_items (session_id);
-"""
 
 ENVIRONMENT_PREFIX = "env_"
 KEY_ID_PREFIX = "envkey_"
@@ -72,56 +35,56 @@ class CreateEnvironmentRequest(BaseModel):
 
 @dataclass(frozen=True)
 class Caller:
-    """Who calls an environment endpoint: the admin key, an environment key, or one session's token."""
+    """Who calls an environment endpoint: an admin key, an environment key, or one session's token."""
 
     kind: Literal["admin", "environment", "session"]
     environment_id: str | None = None
     session_id: str | None = None
 
 
-def environment_json(row: sqlite3.Row) -> dict[str, Any]:
+def environment_json(row: EnvironmentRow) -> dict[str, Any]:
     return {
         "type": "environment",
-        "id": row["id"],
-        "name": row["name"],
-        "description": row["description"],
-        "metadata": json.loads(row["metadata"]),
+        "id": row.id,
+        "name": row.name,
+        "description": row.description,
+        "metadata": dict(row.metadata),
         "config": {"type": "self_hosted"},
         "scope": "organization",
-        "created_at": row["created_at"],
-        "updated_at": row["updated_at"],
-        "archived_at": row["archived_at"],
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+        "archived_at": row.archived_at,
     }
+
+
+def environment_row(tx: Tx, env_id: str) -> EnvironmentRow:
+    row = tx.get_environment(env_id)
+    if row is None:
+        raise not_found(f"environment {env_id!r} not found")
+    return row
 
 
 class EnvironmentService:
     """The environment endpoints' semantics over the server's database (synchronous, like StoreService)."""
 
-    def __init__(self, db: Database, store: StoreService) -> None:
+    def __init__(self, db: Database, access: AccessService) -> None:
         self.db = db
-        self.store = store
-        db.conn().executescript(SCHEMA)
-        db.conn().executescript(WORK_SCHEMA)  # may_read_session reads the queue's table
+        self.access = access
 
     # --- callers --------------------------------------------------------------------------------------------
 
     def authenticate(self, x_api_key: str | None, authorization: str | None) -> Caller:
         if x_api_key is None and authorization is not None:
-            scheme, _, token = authorization.strip().partition(" ")
-            if scheme.lower() == "bearer" and token.strip().startswith(ENVIRONMENT_KEY_PREFIX):
-                row = (
-                    self.db.conn()
-                    .execute(
-                        "SELECT environment_id FROM environment_keys "
-                        "WHERE key_hash = ? AND revoked_at IS NULL",
-                        (token_hash(token.strip()),),
-                    )
-                    .fetchone()
-                )
-                if row is None:
+            token = parse_bearer(authorization)
+            if token is not None and token.startswith(ENVIRONMENT_KEY_PREFIX):
+                with self.db.read_one() as tx:
+                    env_id = tx.environment_of_key(token_hash(token))
+                if env_id is None:
                     raise unauthenticated("invalid environment key: unknown or revoked")
-                return Caller("environment", environment_id=row["environment_id"])
-        principal: Principal = self.store.authenticate(x_api_key, authorization)
+                return Caller("environment", environment_id=env_id)
+        principal = self.access.cached(x_api_key, authorization) or self.access.authenticate(
+            x_api_key, authorization
+        )
         if principal.session is None:
             return Caller("admin")
         return Caller("session", session_id=principal.session.id)
@@ -129,26 +92,22 @@ class EnvironmentService:
     @staticmethod
     def require_admin(c: Caller, action: str) -> None:
         if c.kind != "admin":
-            raise forbidden(f"only the admin key can {action}")
+            raise forbidden(f"only an admin key can {action}")
 
     @staticmethod
     def require_environment(c: Caller, environment_id: str) -> None:
         if c.kind == "admin" or (c.kind == "environment" and c.environment_id == environment_id):
             return
-        raise forbidden(f"this call needs the environment key of {environment_id} (or the admin key)")
+        raise forbidden(f"this call needs the environment key of {environment_id} (or an admin key)")
 
     def may_read_session(self, c: Caller, session_id: str) -> bool:
+        """An admin key, the session's own token, or the key of an environment the session was queued in."""
         if c.kind == "admin" or (c.kind == "session" and c.session_id == session_id):
             return True
-        row = (
-            self.db.conn()
-            .execute(
-                "SELECT 1 FROM work_items WHERE session_id = ? AND environment_id = ?",
-                (session_id, c.environment_id),
-            )
-            .fetchone()
-        )
-        return c.kind == "environment" and row is not None
+        if c.kind != "environment" or c.environment_id is None:
+            return False
+        with self.db.read_one() as tx:
+            return tx.session_in_environment(session_id, c.environment_id)
 
     # --- environments and keys ------------------------------------------------------------------------------
 
@@ -157,54 +116,39 @@ class EnvironmentService:
         req = rules.parse_body(CreateEnvironmentRequest, raw)
         if req.config is not None and req.config.get("type") != "self_hosted":
             raise invalid("config.type: this server runs only self_hosted environments")
-        env_id, now = new_id(ENVIRONMENT_PREFIX), now_ts()
-        with self.db.write() as conn:
-            conn.execute(
-                "INSERT INTO environments (id, name, description, metadata, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (env_id, req.name, req.description, json.dumps(req.metadata), now, now),
-            )
-        return self.get_environment(c, env_id)
-
-    def environment_row(self, conn: sqlite3.Connection, env_id: str) -> sqlite3.Row:
-        row: sqlite3.Row | None = conn.execute(
-            "SELECT * FROM environments WHERE id = ?", (env_id,)
-        ).fetchone()
-        if row is None:
-            raise not_found(f"environment {env_id!r} not found")
-        return row
+        env_id = new_id(ENVIRONMENT_PREFIX)
+        with self.db.write() as tx:
+            tx.insert_environment(env_id, req.name, req.description, req.metadata, now_ts())
+            row = environment_row(tx, env_id)
+        return environment_json(row)
 
     def get_environment(self, c: Caller, env_id: str) -> dict[str, Any]:
         self.require_environment(c, env_id)
-        return environment_json(self.environment_row(self.db.conn(), env_id))
+        with self.db.read() as tx:
+            return environment_json(environment_row(tx, env_id))
 
     def list_environments(self, c: Caller) -> dict[str, Any]:
         self.require_admin(c, "list environments")
-        rows = self.db.conn().execute("SELECT * FROM environments ORDER BY seq").fetchall()
+        with self.db.read() as tx:
+            rows = tx.list_environments()
         return {"data": [environment_json(r) for r in rows], "next_page": None}
 
     def archive_environment(self, c: Caller, env_id: str) -> dict[str, Any]:
         self.require_admin(c, "archive environments")
-        with self.db.write() as conn:
-            self.environment_row(conn, env_id)
-            now = now_ts()
-            conn.execute(
-                "UPDATE environments SET archived_at = COALESCE(archived_at, ?), updated_at = ? WHERE id = ?",
-                (now, now, env_id),
-            )
-        return self.get_environment(c, env_id)
+        with self.db.write() as tx:
+            environment_row(tx, env_id)
+            tx.archive_environment(env_id, now_ts())
+            row = environment_row(tx, env_id)
+        return environment_json(row)
 
     def create_key(self, c: Caller, env_id: str) -> dict[str, Any]:
         """memsync extension: a new environment key. The key is answered once and kept only as a hash."""
         self.require_admin(c, "create environment keys")
         key = ENVIRONMENT_KEY_PREFIX + new_id("")
         key_id, now = new_id(KEY_ID_PREFIX), now_ts()
-        with self.db.write() as conn:
-            self.environment_row(conn, env_id)
-            conn.execute(
-                "INSERT INTO environment_keys (id, environment_id, key_hash, created_at) VALUES (?, ?, ?, ?)",
-                (key_id, env_id, token_hash(key), now),
-            )
+        with self.db.write() as tx:
+            environment_row(tx, env_id)
+            tx.insert_environment_key(key_id, env_id, token_hash(key), now)
         return {
             "type": "environment_key",
             "id": key_id,
@@ -215,12 +159,8 @@ class EnvironmentService:
 
     def revoke_key(self, c: Caller, env_id: str, key_id: str) -> dict[str, Any]:
         self.require_admin(c, "revoke environment keys")
-        with self.db.write() as conn:
-            done = conn.execute(
-                "UPDATE environment_keys SET revoked_at = COALESCE(revoked_at, ?) "
-                "WHERE id = ? AND environment_id = ?",
-                (now_ts(), key_id, env_id),
-            ).rowcount
+        with self.db.write() as tx:
+            done = tx.revoke_environment_key(env_id, key_id, now_ts())
         if not done:
             raise not_found(f"environment key {key_id!r} of {env_id} not found")
         return {"type": "environment_key", "id": key_id, "environment_id": env_id, "revoked": True}

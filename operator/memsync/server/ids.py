@@ -47,3 +47,15 @@ def format_ts(moment: datetime) -> str:
 
 def now_ts() -> str:
     return format_ts(datetime.now(UTC))
+
+
+def parse_ts(text: str) -> datetime:
+    """A timestamp this server wrote (``format_ts``) back to an aware datetime."""
+    return datetime.strptime(text, _TS_FORMAT).replace(tzinfo=UTC)
+
+
+ADMIN_KEY_PREFIX = "sk-memsync-admin-"  # a public prefix, not a secret
+
+
+def new_admin_key() -> str:
+    return ADMIN_KEY_PREFIX + secrets.token_urlsafe(32)

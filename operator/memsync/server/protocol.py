@@ -1,4 +1,4 @@
-"""The store server's HTTP/1.1 connections: uvicorn's h11 protocol plus a request-read deadline.
+"""The store server's HTTP/1.1 connections: uvicorn's httptools (or h11) protocol, with a read deadline.
 
 uvicorn closes idle keep-alive connections, but nothing bounds how long a request may take to *arrive*: a
 client that connects and sends nothing, or half its headers, or half its body, holds a connection (and,
@@ -17,6 +17,7 @@ from typing import Any
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 logger = logging.getLogger("memsync.server")
 
@@ -24,30 +25,35 @@ DEFAULT_READ_TIMEOUT_S = 15.0
 _READING = (h11.IDLE, h11.SEND_BODY)  # the client's side of a request that has not fully arrived
 
 
-class ReadDeadlineProtocol(H11Protocol):
-    """``H11Protocol`` that drops a connection whose current request does not arrive within the deadline."""
+class _ReadDeadline:
+    """The deadline logic shared by both HTTP/1.1 implementations; ``_reading()`` says whether the client's
+    current request has not fully arrived."""
 
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    _read_deadline: asyncio.TimerHandle | None = None
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    client: tuple[str, int] | None
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._read_deadline: asyncio.TimerHandle | None = None
+    def _reading(self) -> bool:
+        raise NotImplementedError
+
+    def _what_arrived(self) -> str:
+        raise NotImplementedError
+
+    # the protocol's own hooks, wrapped (cooperatively: ``super()`` is the uvicorn protocol class)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)  # type: ignore[arg-type]
+        super().connection_made(transport)  # type: ignore[misc]
         self._arm()
 
     def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self.conn.their_state in _READING and not self.transport.is_closing():
-            if self._read_deadline is None:
-                self._arm()
-        else:
-            self._disarm()
+        super().data_received(data)  # type: ignore[misc]
+        self._follow()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        super().connection_lost(exc)
+        super().connection_lost(exc)  # type: ignore[misc]
 
     def _arm(self) -> None:
         self._read_deadline = self.loop.call_later(self.read_timeout_s, self._on_deadline)
@@ -57,40 +63,100 @@ class ReadDeadlineProtocol(H11Protocol):
             self._read_deadline.cancel()
             self._read_deadline = None
 
+    def _follow(self) -> None:
+        """After bytes arrived: keep (or start) the clock while a request is incomplete, else stop it."""
+        if self._reading() and not self.transport.is_closing():
+            if self._read_deadline is None:
+                self._arm()
+        else:
+            self._disarm()
+
     def _on_deadline(self) -> None:
         self._read_deadline = None
-        state = self.conn.their_state
-        if state not in _READING or self.transport.is_closing():
+        if not self._reading() or self.transport.is_closing():
             return
         logger.info(
             "dropped a connection: its request did not arrive in time",
             extra={
                 "client": f"{self.client[0]}:{self.client[1]}" if self.client else None,
-                "received": "headers" if state is h11.SEND_BODY else "part of the headers or nothing",
+                "received": self._what_arrived(),
                 "read_timeout_s": self.read_timeout_s,
             },
         )
         self.transport.close()
 
 
-def protocol_with_read_timeout(read_timeout_s: float) -> type[ReadDeadlineProtocol]:
+class ReadDeadlineProtocol(_ReadDeadline, H11Protocol):
+    """``H11Protocol`` (pure Python) that drops a connection whose request does not arrive within the
+    deadline."""
+
+    def _reading(self) -> bool:
+        return self.conn.their_state in _READING
+
+    def _what_arrived(self) -> str:
+        return "headers" if self.conn.their_state is h11.SEND_BODY else "part of the headers or nothing"
+
+
+class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
+    """The same deadline on uvicorn's httptools (C parser) protocol: a request is incomplete from the
+    connection opening, or from its first byte, until the parser reports the message complete."""
+
+    _incomplete = True
+    _headers_done = False
+
+    def on_message_begin(self) -> None:
+        self._incomplete, self._headers_done = True, False
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self._headers_done = True
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._incomplete = False
+        super().on_message_complete()
+
+    def _reading(self) -> bool:
+        return self._incomplete
+
+    def _what_arrived(self) -> str:
+        return "headers" if self._headers_done else "part of the headers or nothing"
+
+
+HTTP_IMPLEMENTATIONS: dict[str, type[_ReadDeadline]] = {
+    "h11": ReadDeadlineProtocol,
+    "httptools": HttpToolsReadDeadlineProtocol,
+}
+
+
+def protocol_with_read_timeout(read_timeout_s: float, http: str = "httptools") -> type[_ReadDeadline]:
     """A protocol class for ``uvicorn.Config(http=...)`` with this deadline (uvicorn instantiates it)."""
     if read_timeout_s <= 0:
         raise ValueError("the request read timeout must be positive")
-    return type("ReadDeadlineProtocol", (ReadDeadlineProtocol,), {"read_timeout_s": read_timeout_s})
+    base = HTTP_IMPLEMENTATIONS[http]
+    return type(base.__name__, (base,), {"read_timeout_s": read_timeout_s})
 
 
 def uvicorn_config(
-    app: Any, *, host: str, port: int, read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    http: str = "httptools",
+    loop: str = "uvloop",
+    **more: Any,
 ) -> uvicorn.Config:
-    """How every memsync command serves the store app: our logging (no uvicorn config, no access log), h11
-    with the request-read deadline."""
+    """How every memsync command serves the store app: our logging (no uvicorn config, no access log),
+    ``http`` (httptools' C parser, or h11) with the request-read deadline, on ``loop`` (uvloop or asyncio)."""
     return uvicorn.Config(
         app,
         host=host,
         port=port,
-        http=protocol_with_read_timeout(read_timeout_s),
+        http=protocol_with_read_timeout(read_timeout_s, http),  # type: ignore[arg-type]
+        loop=loop,
         log_config=None,
         access_log=False,
         log_level="warning",
+        **more,
     )

@@ -7,6 +7,7 @@ data) or returns a value; none touches the database or the network.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -184,8 +185,30 @@ def validate_store_name(name: str) -> str:
     return name
 
 
+def validate_stored_text(value: str, what: str) -> bytes:
+    """A free-text field as UTF-8; U+0000 is refused (no backend's text columns can hold it)."""
+    data = utf8_bytes(value, what)
+    if "\x00" in value:
+        raise invalid(f"{what} must not contain U+0000 (NUL)")
+    return data
+
+
+KEY_NAME_MAX = 64
+
+
+def validate_key_name(name: str) -> str:
+    """An admin key's name: 1-64 ASCII letters, digits, '.', '_' or '-'."""
+    if not 1 <= len(name) <= KEY_NAME_MAX or not all(
+        ch.isascii() and (ch.isalnum() or ch in "._-") for ch in name
+    ):
+        raise invalid(
+            f"admin key name must be 1 to {KEY_NAME_MAX} ASCII letters, digits, '.', '_' or '-', got {name!r}"
+        )
+    return name
+
+
 def validate_description(description: str) -> str:
-    utf8_bytes(description, "description")
+    validate_stored_text(description, "description")
     if len(description) > STORE_DESCRIPTION_MAX:
         raise invalid(
             f"description must be at most {STORE_DESCRIPTION_MAX} characters, got {len(description)}"
@@ -197,8 +220,8 @@ def validate_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
     if len(metadata) > METADATA_MAX_PAIRS:
         raise invalid(f"metadata must have at most {METADATA_MAX_PAIRS} keys, got {len(metadata)}")
     for key, value in metadata.items():
-        utf8_bytes(key, "metadata key")
-        utf8_bytes(value, f"metadata[{key!r}]")
+        validate_stored_text(key, "metadata key")
+        validate_stored_text(value, f"metadata[{key!r}]")
         if not 1 <= len(key) <= METADATA_KEY_MAX:
             raise invalid(f"metadata key {key!r} must be 1 to {METADATA_KEY_MAX} characters")
         if len(value) > METADATA_VALUE_MAX:
@@ -446,3 +469,40 @@ def validate_session_id(session_id: str) -> str:
     if len(session_id) > 128 or not all(ch.isascii() and (ch.isalnum() or ch in "_-") for ch in session_id):
         raise invalid("session_id may hold only ASCII letters, digits, '_' and '-' (at most 128 characters)")
     return session_id
+
+
+# --- conditional listing (memsync extension) ------------------------------------------------------------
+
+
+def listing_etag(
+    store_id: str,
+    change_id: str,
+    change_seq: int,
+    *,
+    query: Mapping[str, object],
+    limit: int,
+    position: object,
+) -> str:
+    """The ETag of one memory-listing page: it changes whenever any memory of the store changes (the store's
+    change counter and the id of its latest memory write, bumped in the write's transaction) and differs
+    between queries, page sizes and positions. The change id is random, so a database restored to an older
+    state and written again never repeats an ETag it handed out before."""
+    canonical = json.dumps(
+        [store_id, change_id, change_seq, dict(query), limit, position], sort_keys=True, default=str
+    )
+    return '"' + hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32] + '"'
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """RFC 9110 weak comparison of an ``If-None-Match`` list (or ``*``) against ``etag``."""
+    if if_none_match is None:
+        return False
+    for candidate in if_none_match.split(","):
+        tag = candidate.strip()
+        if tag == "*":
+            return True
+        if tag.startswith("W/"):
+            tag = tag[2:]
+        if tag == etag:
+            return True
+    return False

@@ -11,30 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memsync.server.db import Database
+from memsync.server.db import Database, Tx
 from memsync.server.errors import invalid
 from memsync.server.ids import new_id, now_ts
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS session_events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    session_id TEXT NOT NULL,
-    id TEXT NOT NULL,
-    type TEXT NOT NULL,
-    body TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS session_events_by_session ON session_events (session_id, seq);
-CREATE TABLE IF NOT EXISTS session_scripts (
-    session_id TEXT PRIMARY KEY,
-    script TEXT NOT NULL,
-    position INTEGER NOT NULL
-);
-"""
 
 EVENT_PREFIX = "sevt_"
 TOOL_USE_TYPES = ("agent.tool_use", "agent.custom_tool_use")
@@ -140,70 +123,53 @@ class Notifier:
 # --- storage ------------------------------------------------------------------------------------------------
 
 
+def _bodies(rows: Sequence[Mapping[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    return [(int(row["seq"]), json.loads(row["body"])) for row in rows]
+
+
 class SessionEvents:
     def __init__(self, db: Database) -> None:
         self.db = db
         self.notifier = Notifier()
-        db.conn().executescript(SCHEMA)
 
     @staticmethod
-    def _history(
-        conn: sqlite3.Connection, session_id: str, after_seq: int = 0
-    ) -> list[tuple[int, dict[str, Any]]]:
-        rows = conn.execute(
-            "SELECT seq, body FROM session_events WHERE session_id = ? AND seq > ? ORDER BY seq",
-            (session_id, after_seq),
-        ).fetchall()
-        return [(row["seq"], json.loads(row["body"])) for row in rows]
-
-    @staticmethod
-    def _append(
-        conn: sqlite3.Connection, session_id: str, events: Sequence[Mapping[str, Any]]
-    ) -> list[dict[str, Any]]:
+    def _append(tx: Tx, session_id: str, events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         stored: list[dict[str, Any]] = []
         for event in events:
             body = {**event, "processed_at": now_ts()}
             if not isinstance(body.get("id"), str) or not body["id"]:
                 body["id"] = new_id(EVENT_PREFIX)
-            conn.execute(
-                "INSERT INTO session_events (session_id, id, type, body) VALUES (?, ?, ?, ?)",
-                (session_id, body["id"], body["type"], json.dumps(body)),
-            )
+            tx.insert_event(session_id, body["id"], body["type"], json.dumps(body))
             stored.append(body)
         return stored
 
-    def _advance(self, conn: sqlite3.Connection, session_id: str) -> None:
-        row = conn.execute(
-            "SELECT script, position FROM session_scripts WHERE session_id = ?", (session_id,)
-        ).fetchone()
-        if row is None:
+    def _advance(self, tx: Tx, session_id: str, script_row: Mapping[str, Any] | None) -> None:
+        if script_row is None:
             return
-        script: list[dict[str, Any]] = json.loads(row["script"])
-        position = int(row["position"])
+        script: list[dict[str, Any]] = json.loads(script_row["script"])
+        position = int(script_row["position"])
+        start = position
         while True:
-            history = [body for _, body in self._history(conn, session_id)]
+            history = [body for _, body in _bodies(tx.events_after(session_id, 0))]
             due = script_due(history, script, position)
             if due == 0:
                 break
-            self._append(conn, session_id, script[position : position + due])
+            self._append(tx, session_id, script[position : position + due])
             position += due
-        conn.execute("UPDATE session_scripts SET position = ? WHERE session_id = ?", (position, session_id))
+        if position != start:
+            tx.set_script_position(session_id, position)
 
-    def start_script(
-        self, conn: sqlite3.Connection, session_id: str, script: Sequence[Mapping[str, Any]]
-    ) -> None:
+    def start_script(self, tx: Tx, session_id: str, script: Sequence[Mapping[str, Any]]) -> None:
         """Inside the transaction that mints the session: store the script and emit its first events."""
         check_posted(list(script), agent_side=True)
-        conn.execute(
-            "INSERT INTO session_scripts (session_id, script, position) VALUES (?, ?, 0)",
-            (session_id, json.dumps(list(script))),
-        )
-        self._advance(conn, session_id)
+        tx.insert_script(session_id, json.dumps(list(script)))
+        self._advance(tx, session_id, tx.lock_script(session_id))
 
     def post(self, session_id: str, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        with self.db.write() as conn:
-            stored = self._append(conn, session_id, events)
-            self._advance(conn, session_id)
+        with self.db.write() as tx:
+            script_row = tx.lock_script(session_id)  # one poster of this session at a time
+            stored = self._append(tx, session_id, events)
+            self._advance(tx, session_id, script_row)
         self.notifier.notify(session_id)
         return stored
 
@@ -216,21 +182,19 @@ class SessionEvents:
             if not page.isdigit():
                 raise invalid("page is not a cursor this server issued")
             after = int(page)
-        rows = self._history(self.db.conn(), session_id, after)
+        with self.db.read() as tx:
+            rows = _bodies(tx.events_after(session_id, after, size + 1))
         chunk = rows[:size]
         next_page = str(chunk[-1][0]) if len(rows) > size else None
         return {"data": [body for _, body in chunk], "next_page": next_page}
 
     def since(self, session_id: str, after_seq: int) -> list[tuple[int, dict[str, Any]]]:
-        return self._history(self.db.conn(), session_id, after_seq)
+        with self.db.read() as tx:
+            return _bodies(tx.events_after(session_id, after_seq))
 
     def last_seq(self, session_id: str) -> int:
-        row = (
-            self.db.conn()
-            .execute("SELECT MAX(seq) AS seq FROM session_events WHERE session_id = ?", (session_id,))
-            .fetchone()
-        )
-        return int(row["seq"] or 0)
+        with self.db.read_one() as tx:
+            return tx.last_event_seq(session_id)
 
     def status(self, session_id: str) -> str:
-        return session_status([body for _, body in self._history(self.db.conn(), session_id)])
+        return session_status([body for _, body in self.since(session_id, 0)])

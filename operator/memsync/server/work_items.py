@@ -5,21 +5,25 @@ secret. Workers poll the queue with an environment key, acknowledge what they cl
 heartbeats (the sessions token or the environment key) and stop the item when done. The lease rules are in
 :mod:`memsync.server.work_lease`; this module stores them and answers the work API's wire shapes. The secret
 stays with the item until it stops (a reclaimed item is handed out with it again) and only a poll answers it.
+
+Every lease change is a compare-and-set on the lease that was read (``Tx.save_work``), so replicas sharing
+one database never hand out one item twice and never lose a heartbeat to a concurrent stop.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from memsync.server import work_lease as wl
-from memsync.server.db import Database
-from memsync.server.environments import Caller, EnvironmentService
+from memsync.server.db import Database, Tx
+from memsync.server.env_queries import WorkRecord
+from memsync.server.environments import Caller, EnvironmentService, environment_row
 from memsync.server.errors import ApiError, conflict, invalid, not_found
 from memsync.server.ids import format_ts, new_id, now_ts
 
@@ -28,52 +32,55 @@ DEFAULT_LEASE_TTL_S = 300
 LEASE_TTL_MIN_S = 2
 LEASE_TTL_MAX_S = 3600
 LIST_LIMIT_MAX = 100
+POLL_RECHECK_S = 0.25  # a long poll re-reads the queue this often (another replica may have queued work)
+CAS_ATTEMPTS = 20  # re-reads of an item whose lease another transaction changed first
 
 
 @dataclass(frozen=True)
 class WorkRow:
-    id: str
-    environment_id: str
-    session_id: str
-    secret: str | None
-    metadata: dict[str, str]
-    created_at: str
+    """A work item with its lease parsed."""
+
+    record: WorkRecord
     lease: wl.Lease
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def session_id(self) -> str:
+        return self.record.session_id
 
 
 def _ts(epoch: float | None) -> str | None:
     return None if epoch is None else format_ts(datetime.fromtimestamp(epoch, UTC))
 
 
+def _lease_text(lease: wl.Lease) -> str:
+    return json.dumps(asdict(lease), sort_keys=True)
+
+
+def _parsed(record: WorkRecord) -> WorkRow:
+    return WorkRow(record, wl.Lease(**json.loads(record.lease)))
+
+
 def work_json(row: WorkRow, *, with_secret: bool = False) -> dict[str, Any]:
-    lease = row.lease
+    lease, rec = row.lease, row.record
     return {
         "type": "work",
-        "id": row.id,
-        "environment_id": row.environment_id,
+        "id": rec.id,
+        "environment_id": rec.environment_id,
         "state": lease.state,
-        "data": {"type": "session", "id": row.session_id},
-        "metadata": dict(row.metadata),
-        "secret": row.secret if with_secret else None,
-        "created_at": row.created_at,
+        "data": {"type": "session", "id": rec.session_id},
+        "metadata": dict(rec.metadata),
+        "secret": rec.secret if with_secret else None,
+        "created_at": rec.created_at,
         "acknowledged_at": _ts(lease.acknowledged_at),
         "started_at": _ts(lease.started_at),
         "latest_heartbeat_at": _ts(lease.latest_heartbeat_at),
         "stop_requested_at": _ts(lease.stop_requested_at),
         "stopped_at": _ts(lease.stopped_at),
     }
-
-
-def _work(row: sqlite3.Row) -> WorkRow:
-    return WorkRow(
-        id=row["id"],
-        environment_id=row["environment_id"],
-        session_id=row["session_id"],
-        secret=row["secret"],
-        metadata=json.loads(row["metadata"]),
-        created_at=row["created_at"],
-        lease=wl.Lease(**json.loads(row["lease"])),
-    )
 
 
 def _refused(exc: wl.LeaseRefused, lease: wl.Lease) -> ApiError:
@@ -95,6 +102,29 @@ def _refused(exc: wl.LeaseRefused, lease: wl.Lease) -> ApiError:
     return conflict(exc.message)
 
 
+def _save(tx: Tx, work: WorkRow, lease: wl.Lease, worker_id: str | None = None) -> WorkRow | None:
+    """``work`` with ``lease`` written, or None when another transaction changed the item first. The secret
+    is dropped once the item stops."""
+    secret = None if lease.state == "stopped" else work.record.secret
+    text = _lease_text(lease)
+    if not tx.save_work(work.record, state=lease.state, lease=text, secret=secret, worker_id=worker_id):
+        return None
+    record = replace(
+        work.record,
+        state=lease.state,
+        lease=text,
+        secret=secret,
+        worker_id=worker_id or work.record.worker_id,
+    )
+    return WorkRow(record, lease)
+
+
+def _expired(tx: Tx, work: WorkRow, now: float) -> WorkRow | None:
+    """The item with its lease expired as of ``now`` (written when that changed it); None: raced."""
+    lease = wl.expire(work.lease, now)
+    return work if lease == work.lease else _save(tx, work, lease)
+
+
 class WorkItems:
     """The work endpoints' semantics (synchronous, like StoreService); callers are checked by ``envs``."""
 
@@ -107,22 +137,19 @@ class WorkItems:
         self._queue_changed = threading.Condition()
 
     def require_item(self, c: Caller, environment_id: str, work: WorkRow) -> None:
-        """The admin, the item's environment key, or the token of the item's session."""
+        """An admin key, the item's environment key, or the token of the item's session."""
         if c.kind == "session" and c.session_id == work.session_id:
             return
         self.envs.require_environment(c, environment_id)
 
-    def enqueue_session(self, conn: sqlite3.Connection, env_id: str, session_id: str, secret: str) -> str:
+    def enqueue_session(self, tx: Tx, env_id: str, session_id: str, secret: str) -> str:
         """Inside the transaction that mints the session: queue its work item; returns the work id."""
-        env = self.envs.environment_row(conn, env_id)
-        if env["archived_at"] is not None:
+        if environment_row(tx, env_id).archived_at is not None:
             raise conflict(f"environment {env_id} is archived and takes no new sessions")
         work_id = new_id(WORK_PREFIX)
         lease = wl.Lease(state="queued", ttl_seconds=self.lease_ttl_s)
-        conn.execute(
-            "INSERT INTO work_items (id, environment_id, session_id, secret, metadata, created_at, lease) "
-            "VALUES (?, ?, ?, ?, '{}', ?, ?)",
-            (work_id, env_id, session_id, secret, now_ts(), json.dumps(asdict(lease))),
+        tx.insert_work(
+            work_id, env_id, session_id, secret, now=now_ts(), state=lease.state, lease=_lease_text(lease)
         )
         return work_id
 
@@ -130,44 +157,26 @@ class WorkItems:
         with self._queue_changed:
             self._queue_changed.notify_all()
 
-    @staticmethod
-    def _save(
-        conn: sqlite3.Connection, work: WorkRow, lease: wl.Lease, worker_id: str | None = None
-    ) -> WorkRow:
-        secret = None if lease.state == "stopped" else work.secret
-        conn.execute(
-            "UPDATE work_items SET lease = ?, secret = ?, worker_id = COALESCE(?, worker_id) WHERE id = ?",
-            (json.dumps(asdict(lease)), secret, worker_id, work.id),
-        )
-        return WorkRow(
-            work.id, work.environment_id, work.session_id, secret, work.metadata, work.created_at, lease
-        )
-
-    def _item(self, conn: sqlite3.Connection, env_id: str, work_id: str, now: float) -> WorkRow:
-        row = conn.execute(
-            "SELECT * FROM work_items WHERE id = ? AND environment_id = ?", (work_id, env_id)
-        ).fetchone()
-        if row is None:
-            raise not_found(f"work item {work_id!r} not found in environment {env_id}")
-        work = _work(row)
-        expired = wl.expire(work.lease, now)
-        return work if expired == work.lease else self._save(conn, work, expired)
+    def _item(self, tx: Tx, env_id: str, work_id: str, now: float) -> WorkRow:
+        for _ in range(CAS_ATTEMPTS):
+            record = tx.get_work(env_id, work_id)
+            if record is None:
+                raise not_found(f"work item {work_id!r} not found in environment {env_id}")
+            work = _expired(tx, _parsed(record), now)
+            if work is not None:
+                return work
+        raise conflict(f"work item {work_id} keeps changing; try again")
 
     def _try_claim(self, env_id: str, reclaim_ms: int, worker_id: str | None) -> WorkRow | None:
         now = time.time()
-        with self.db.write() as conn:
-            rows = conn.execute(
-                "SELECT * FROM work_items "
-                "WHERE environment_id = ? AND json_extract(lease, '$.state') != 'stopped' ORDER BY seq",
-                (env_id,),
-            ).fetchall()
-            for row in rows:
-                work = _work(row)
-                lease = wl.expire(work.lease, now)
-                if lease != work.lease:
-                    work = self._save(conn, work, lease)
-                if wl.pollable(lease, now, reclaim_ms):
-                    return self._save(conn, work, wl.on_poll(lease, now), worker_id)
+        with self.db.write() as tx:
+            for record in tx.open_work(env_id):
+                work = _expired(tx, _parsed(record), now)
+                if work is None or not wl.pollable(work.lease, now, reclaim_ms):
+                    continue  # changed by another transaction (claimed, stopped): not this poll's
+                claimed = _save(tx, work, wl.on_poll(work.lease, now), worker_id)
+                if claimed is not None:
+                    return claimed
         return None
 
     def poll(
@@ -178,9 +187,9 @@ class WorkItems:
             raise invalid(f"block_ms must be between 1 and {wl.BLOCK_MS_MAX}, got {block_ms}")
         if reclaim_ms is not None and reclaim_ms < 0:
             raise invalid(f"reclaim_older_than_ms must not be negative, got {reclaim_ms}")
-        env = self.envs.environment_row(self.db.conn(), env_id)
-        if env["archived_at"] is not None:
-            raise conflict(f"environment {env_id} is archived")
+        with self.db.read_one() as tx:
+            if environment_row(tx, env_id).archived_at is not None:
+                raise conflict(f"environment {env_id} is archived")
         reclaim = wl.DEFAULT_RECLAIM_MS if reclaim_ms is None else reclaim_ms
         deadline = time.monotonic() + (block_ms or 0) / 1000
         while True:
@@ -191,18 +200,24 @@ class WorkItems:
             if left <= 0:
                 return None
             with self._queue_changed:
-                self._queue_changed.wait(timeout=min(left, 0.25))
+                self._queue_changed.wait(timeout=min(left, POLL_RECHECK_S))
 
-    def _transition(self, c: Caller, env_id: str, work_id: str, change: Any) -> WorkRow:
+    def _transition(
+        self, c: Caller, env_id: str, work_id: str, change: Callable[[wl.Lease, float], wl.Lease]
+    ) -> WorkRow:
         now = time.time()
-        with self.db.write() as conn:
-            work = self._item(conn, env_id, work_id, now)
-            self.require_item(c, env_id, work)
-            try:
-                lease = change(work.lease, now)
-            except wl.LeaseRefused as exc:
-                raise _refused(exc, work.lease) from None
-            return self._save(conn, work, lease)
+        with self.db.write() as tx:
+            for _ in range(CAS_ATTEMPTS):
+                work = self._item(tx, env_id, work_id, now)
+                self.require_item(c, env_id, work)
+                try:
+                    lease = change(work.lease, now)
+                except wl.LeaseRefused as exc:
+                    raise _refused(exc, work.lease) from None
+                saved = _save(tx, work, lease)
+                if saved is not None:
+                    return saved
+        raise conflict(f"work item {work_id} keeps changing; try again")
 
     def ack(self, c: Caller, env_id: str, work_id: str) -> dict[str, Any]:
         self.envs.require_environment(c, env_id)
@@ -237,8 +252,8 @@ class WorkItems:
         }
 
     def retrieve(self, c: Caller, env_id: str, work_id: str) -> dict[str, Any]:
-        with self.db.write() as conn:
-            work = self._item(conn, env_id, work_id, time.time())
+        with self.db.write() as tx:
+            work = self._item(tx, env_id, work_id, time.time())
         self.require_item(c, env_id, work)
         return work_json(work)
 
@@ -250,28 +265,22 @@ class WorkItems:
         if page is not None and not page.isdigit():
             raise invalid("page is not a cursor this server issued")
         now = time.time()
-        with self.db.write() as conn:
-            seqs = conn.execute(
-                "SELECT seq, id FROM work_items WHERE environment_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-                (env_id, int(page or 0), size + 1),
-            ).fetchall()
-            items = [self._item(conn, env_id, r["id"], now) for r in seqs[:size]]
-        next_page = str(seqs[size - 1]["seq"]) if len(seqs) > size else None
+        with self.db.write() as tx:
+            records = tx.work_page(env_id, int(page or 0), size + 1)
+            items = [self._item(tx, env_id, r.id, now) for r in records[:size]]
+        next_page = str(records[size - 1].seq) if len(records) > size else None
         return {"data": [work_json(w) for w in items], "next_page": next_page}
 
     def stats(self, c: Caller, env_id: str) -> dict[str, Any]:
         self.envs.require_environment(c, env_id)
-        rows = (
-            self.db.conn()
-            .execute("SELECT * FROM work_items WHERE environment_id = ? ORDER BY seq", (env_id,))
-            .fetchall()
-        )
-        queued = [w for w in map(_work, rows) if w.lease.state == "queued"]
+        with self.db.read() as tx:
+            records = tx.open_work(env_id)
+        queued = [w for w in map(_parsed, records) if w.lease.state == "queued"]
         pending = [w for w in queued if w.lease.polled_at is not None]
         return {
             "type": "work_queue_stats",
             "depth": len(queued) - len(pending),
             "pending": len(pending),
-            "oldest_queued_at": queued[0].created_at if queued else None,
+            "oldest_queued_at": queued[0].record.created_at if queued else None,
             "workers_polling": None,
         }

@@ -10,7 +10,7 @@ import kopf
 from memsync.controller.environment.loop import EnvironmentLoop
 from memsync.controller.environment.objects import KubeObjects
 from memsync.crd import agentenv as a
-from memsync.crd.models import GROUP, VERSION
+from memsync.crd.models import GROUP
 
 
 def register(registry: kopf.OperatorRegistry) -> None:
@@ -19,4 +19,4 @@ def register(registry: kopf.OperatorRegistry) -> None:
         assert namespace is not None  # the resource is namespaced
         await EnvironmentLoop(KubeObjects(runtime.kube), namespace, name).run(asyncio.Event())
 
-    kopf.daemon(GROUP, VERSION, a.PLURAL, registry=registry, id="poll-loop")(serve)
+    kopf.daemon(GROUP, a.VERSION, a.PLURAL, registry=registry, id="poll-loop")(serve)

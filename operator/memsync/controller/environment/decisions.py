@@ -184,7 +184,7 @@ def stores_disagreement(
 def _owner(env: Mapping[str, Any]) -> dict[str, Any]:
     meta = meta_of(env)
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": a.API_VERSION,
         "kind": a.KIND,
         "name": meta.name,
         "uid": meta.uid,
@@ -254,22 +254,23 @@ def runner_env(item: WorkItem, base_url: str, stores: Sequence[Mapping[str, Any]
 def session_memory_manifest(
     env: Mapping[str, Any], spec: a.AgentEnvironmentSpec, item: WorkItem, stores: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
-    """The SessionMemory of a claimed session: the environment's sandbox (with the runner's environment
-    added; the runner's names replace the user's), sync settings and memsync env; the session's stores."""
-    sandbox = dict(spec.sandbox)
+    """The SessionMemory of a claimed session: the environment's sandbox Pod template (with the runner's
+    environment added to the sandbox container; the runner's names replace the user's) and sync settings;
+    the session's stores."""
+    template = spec.template.model_dump(by_alias=True, exclude_none=True)
+    sandbox = dict(template["spec"]["containers"][0])
     ours = runner_env(item, spec.api_base_url, stores)
     names = {e["name"] for e in ours}
     sandbox["env"] = [e for e in sandbox.get("env") or [] if e.get("name") not in names] + ours
+    template["spec"]["containers"] = [sandbox]
     body: dict[str, Any] = {
         "sessionId": item.session_id,
         "workItemSecretRef": {"name": secret_name(item.session_id), "key": runner.SECRET_KEY},
         "apiBaseUrl": spec.api_base_url,
         "stores": [dict(s) for s in stores],
         "sync": spec.sync.model_dump(by_alias=True, exclude_none=True),
-        "sandbox": sandbox,
+        "template": template,
     }
-    if spec.memsync_env:
-        body["memsyncEnv"] = [e.manifest() for e in spec.memsync_env]
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,

@@ -47,7 +47,7 @@ class KubeObjects:
     async def get_environment(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             return await self.kube._call(
-                self.kube._custom.get_namespaced_custom_object, GROUP, VERSION, namespace, a.PLURAL, name
+                self.kube._custom.get_namespaced_custom_object, GROUP, a.VERSION, namespace, a.PLURAL, name
             )
         except KubeNotFound:
             return None
@@ -56,7 +56,7 @@ class KubeObjects:
         await self.kube._call(
             self.kube._custom.patch_namespaced_custom_object_status,
             GROUP,
-            VERSION,
+            a.VERSION,
             namespace,
             a.PLURAL,
             name,

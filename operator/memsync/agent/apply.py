@@ -1,0 +1,356 @@
+"""The only place the saved sync state changes: outcome records in, a new state out.
+
+Listing and transfer never touch the state. They return (or journal, as each transfer finishes) records of
+what actually happened: a memory written locally, an upload the store saved, a send whose answer was lost, a
+refusal, a delete that went out... ``apply_outcomes`` is a pure function from (state, records) to the next
+state, and ``check_invariants`` names what must hold of every state before it is saved. The baseline rules
+of docs/sync-semantics.md#the-baseline live here, beside the pure plans of ``merge``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from memsync.agent.localfs import RootId
+from memsync.agent.merge import SyncPlan
+from memsync.agent.recorder import Problems
+from memsync.agent.state import StoreState
+from memsync.contracts.report import StoreCounts
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mounted:
+    """The store was materialised into its new folder (the root and the directory it was mounted into)."""
+
+    root: RootId | None
+    parent: RootId | None
+    at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class RootSeen:
+    """The folder's identity, first recorded by a pass (a state saved before identities were)."""
+
+    root: RootId | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recovering:
+    """The folder was re-created for a recovery: what was agreed moves to the prior baseline, the rest is
+    forgotten (docs/sync-semantics.md#the-trust-check)."""
+
+    root: RootId | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Planned:
+    """A sync plan was made: the merged baseline, ids, refusals, pending deletes and prior baseline."""
+
+    baseline: Mapping[str, str]
+    remote_ids: Mapping[str, str]
+    refused: Mapping[str, str]
+    pending: Mapping[str, float]
+    sent: Mapping[str, str]
+    prior: Mapping[str, str]
+
+    @classmethod
+    def of(cls, plan: SyncPlan) -> Planned:
+        return cls(
+            baseline=plan.baseline,
+            remote_ids=plan.remote_ids,
+            refused=plan.refused,
+            pending=plan.pending,
+            sent=plan.sent,
+            prior=plan.prior,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Listed:
+    """A full listing: the store paths that can never become a local file (remote path -> why)."""
+
+    unmappable: Mapping[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Written:
+    """A memory's content was written into the folder (mount, recovery or pull)."""
+
+    rel: str
+    sha: str
+    memory_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sending:
+    """These bytes are about to be sent; until an answer settles it, the outcome is unknown."""
+
+    rel: str
+    sha: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Uploaded:
+    """The store holds these bytes for this path (uploaded, or adopted as already there)."""
+
+    rel: str
+    sha: str
+    memory_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Refused:
+    """The server (or a local check) refused this content for good; tried again once the file changes."""
+
+    rel: str
+    sha: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SendSettled:
+    """A send got a definite answer that saved nothing (lost to a remote change, path taken, 4xx)."""
+
+    rel: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gone:
+    """The path is gone on both sides: its delete went out (or it was already gone from the store), or the
+    local file of a memory deleted in the store was removed."""
+
+    rel: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeleteDropped:
+    """A pending local deletion is over: the file came back, or the store changed it (the store wins)."""
+
+    rel: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Counted:
+    """Counts since the last save, added to the session's running totals."""
+
+    delta: StoreCounts
+
+
+@dataclass(frozen=True, kw_only=True)
+class Noted:
+    """What is not synced now (refused, unreadable, held deletes), as the session's totals show it."""
+
+    problems: Problems
+
+
+@dataclass(frozen=True, kw_only=True)
+class PassEnded:
+    """A pass ended at ``at``; ``clean`` when it synced (or recovered) with no failed transfer."""
+
+    at: float
+    clean: bool
+
+
+Record = (
+    Mounted
+    | RootSeen
+    | Recovering
+    | Planned
+    | Listed
+    | Written
+    | Sending
+    | Uploaded
+    | Refused
+    | SendSettled
+    | Gone
+    | DeleteDropped
+    | Counted
+    | Noted
+    | PassEnded
+)
+
+
+class Journal:
+    """The records of the current pass not yet applied, in the order they happened. Transfers add to it as
+    each item finishes; the pass applies it (``apply_outcomes``) when it saves, so a pass cut off midway
+    still saves what was done."""
+
+    def __init__(self) -> None:
+        self._records: list[Record] = []
+
+    def add(self, *records: Record) -> None:
+        self._records.extend(records)
+
+    def take(self) -> list[Record]:
+        records, self._records = self._records, []
+        return records
+
+    def baseline(self, state: StoreState, rel: str) -> str | None:
+        """``rel``'s baseline once the records so far are applied to ``state``."""
+        for o in reversed(self._records):
+            if isinstance(o, Written | Uploaded) and o.rel == rel:
+                return o.sha
+            if (isinstance(o, Gone) and o.rel == rel) or isinstance(o, Recovering):
+                return None
+            if isinstance(o, Planned):
+                return o.baseline.get(rel)
+        return state.baseline.get(rel)
+
+
+_MAPS = ("baseline", "remote_ids", "refused_shas", "pending_deletes", "sent_shas", "prior_baseline")
+
+
+@dataclass
+class _Draft:
+    """A shallow copy of the state whose maps are copied the first time they change (the input is never
+    touched: ``apply_outcomes`` is pure, and a no-change pass copies nothing large)."""
+
+    state: StoreState
+    copied: set[str] = field(default_factory=set)
+    totals_copied: bool = False
+
+    def map(self, name: str) -> dict[str, object]:
+        if name not in self.copied:
+            setattr(self.state, name, dict(getattr(self.state, name)))
+            self.copied.add(name)
+        out: dict[str, object] = getattr(self.state, name)
+        return out
+
+    def totals(self) -> StoreCounts:
+        if not self.totals_copied:
+            self.state.totals = self.state.totals.copy()
+            self.totals_copied = True
+        return self.state.totals
+
+
+def apply_outcomes(state: StoreState, outcomes: Iterable[Record]) -> StoreState:
+    """The state after ``outcomes``, in order. ``state`` itself is left as it was."""
+    draft = _Draft(state.model_copy())
+    for outcome in outcomes:
+        _apply(draft, outcome)
+    return draft.state
+
+
+def _apply(d: _Draft, o: Record) -> None:
+    s = d.state
+    if isinstance(o, Written | Uploaded):
+        d.map("baseline")[o.rel] = o.sha
+        d.map("remote_ids")[o.rel] = o.memory_id
+        if isinstance(o, Uploaded):
+            d.map("refused_shas").pop(o.rel, None)
+            d.map("sent_shas").pop(o.rel, None)
+    elif isinstance(o, Sending):
+        d.map("sent_shas")[o.rel] = o.sha
+    elif isinstance(o, Refused):
+        d.map("refused_shas")[o.rel] = o.sha
+        d.map("sent_shas").pop(o.rel, None)
+    elif isinstance(o, SendSettled):
+        d.map("sent_shas").pop(o.rel, None)
+    elif isinstance(o, Gone):
+        for name in ("baseline", "remote_ids", "pending_deletes"):
+            d.map(name).pop(o.rel, None)
+    elif isinstance(o, DeleteDropped):
+        d.map("pending_deletes").pop(o.rel, None)
+    elif isinstance(o, Planned):
+        s.baseline, s.remote_ids = dict(o.baseline), dict(o.remote_ids)
+        s.refused_shas, s.pending_deletes = dict(o.refused), dict(o.pending)
+        s.sent_shas, s.prior_baseline = dict(o.sent), dict(o.prior)
+        d.copied.update(_MAPS)
+    elif isinstance(o, Listed):
+        s.unmappable = dict(o.unmappable)
+    elif isinstance(o, Counted):
+        d.totals().add(o.delta)
+    elif isinstance(o, Noted):
+        o.problems.into(d.totals())
+    elif isinstance(o, PassEnded):
+        s.last_pass_at = o.at
+        if o.clean:
+            s.last_success_at = o.at
+    elif isinstance(o, Recovering):
+        s.set_root(o.root)
+        # What was agreed stays known (never as a reason to delete) until paths are back in the baseline: if
+        # the download is cut short, an edit made after the wipe is not taken for a conflict.
+        s.prior_baseline = {**s.prior_baseline, **s.baseline}
+        s.baseline, s.remote_ids, s.pending_deletes, s.sent_shas, s.refused_shas = {}, {}, {}, {}, {}
+        d.copied.update(_MAPS)
+    elif isinstance(o, RootSeen):
+        s.set_root(o.root)
+    else:  # Mounted
+        s.set_root(o.root)
+        s.set_parent(o.parent)
+        s.mounted_at = s.last_success_at = o.at
+
+
+class StateInvariantError(ValueError):
+    """A state about to be saved breaks a rule that always holds (a bug: it is never saved)."""
+
+
+_HEX_DIGITS = b"0123456789abcdef"
+# In the joined keys (NUL between them) a bad key shows one of these; only then is each key looked at.
+_SUSPECT = ("\x00\x00", "\x00/", "/\x00", "//", "\x00.", "/.")
+
+
+def _bad_path(rel: str) -> bool:
+    return not rel or "\x00" in rel or bool({"", ".", ".."} & set(rel.split("/")))
+
+
+def _bad_paths(keys: Iterable[str]) -> list[str]:
+    """Relative paths that could escape the folder or are not paths: empty, absolute, an empty, ``.`` or
+    ``..`` segment, a trailing slash, a NUL. (Checked on the joined keys first: a pass over 10,000 paths stays
+    cheap.)"""
+    keys = list(keys)
+    blob = "\x00" + "\x00".join(keys) + "\x00"
+    if blob.count("\x00") == len(keys) + 1 and not any(s in blob for s in _SUSPECT):
+        return []
+    return [k for k in keys if _bad_path(k)]
+
+
+def _all_sha256(values: Iterable[str]) -> bool:
+    """Every value is a SHA-256 digest in lowercase hex."""
+    values = list(values)
+    joined = "".join(values)
+    return (
+        set(map(len, values)) <= {64}
+        and joined.isascii()
+        and not joined.encode("ascii").translate(None, _HEX_DIGITS)
+    )
+
+
+def state_problems(state: StoreState) -> list[str]:
+    """What is wrong with ``state`` (nothing, normally):
+
+    - every path key is a safe relative path; every content hash is a SHA-256 hex digest;
+    - a pending deletion is of a path in the baseline (only a synced file can be deleted);
+    - pending times are finite; memory ids are not empty; unmappable entries are store paths (``/...``);
+    - the running totals are not negative.
+    """
+    problems = []
+    for name in _MAPS:
+        bad = _bad_paths(getattr(state, name))
+        if bad:
+            problems.append(f"{name} holds a path that is not a safe relative path: {bad[0]!r}")
+    for name in ("baseline", "refused_shas", "sent_shas", "prior_baseline"):
+        values: dict[str, str] = getattr(state, name)
+        if not _all_sha256(values.values()):
+            problems.append(f"{name} holds a value that is not a SHA-256 hex digest")
+    if not state.pending_deletes.keys() <= state.baseline.keys():
+        extra = sorted(state.pending_deletes.keys() - state.baseline.keys())
+        problems.append(f"pending_deletes holds a path that is not in the baseline: {extra[0]!r}")
+    if not all(math.isfinite(t) for t in state.pending_deletes.values()):
+        problems.append("pending_deletes holds a time that is not finite")
+    if not all(state.remote_ids.values()):
+        problems.append("remote_ids holds an empty memory id")
+    if any(not p.startswith("/") for p in state.unmappable):
+        problems.append("unmappable holds a path that is not a store path")
+    totals = state.totals
+    if min(totals.uploaded, totals.downloaded, totals.deleted, totals.conflicts) < 0:
+        problems.append("totals hold a negative count")
+    return problems
+
+
+def check_invariants(state: StoreState) -> None:
+    """Raise StateInvariantError naming the first broken rule (before a save: a bug never reaches disk)."""
+    problems = state_problems(state)
+    if problems:
+        raise StateInvariantError(f"sync state of memory store {state.memory_store_id}: {problems[0]}")

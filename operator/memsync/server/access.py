@@ -1,0 +1,400 @@
+"""Who may call the store server: admin keys and sessions tokens, kept (as SHA-256 digests) in the database.
+
+Every replica reads the same credentials, so a key or token minted or revoked on one replica is known to all.
+Answers are cached per credential digest for ``AUTH_CACHE_TTL_S`` seconds (never past a token's expiry): a
+revocation takes effect at once on the replica that made it and within that time on the others.
+
+- Admin keys are named; several may be current at once, so one can be rotated (create the new key, move the
+  clients, revoke the old one). The key the server is started with is entered into the database on start.
+- Sessions tokens expire (the expiry is set when the session is minted) and are revoked when their session is
+  deleted (``DELETE /v1/sessions/{id}``, or ``memsync store token revoke``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memsync.api.constants import MAX_STORES_PER_SESSION
+from memsync.api.models import Access
+from memsync.api.paths import default_mount_path
+from memsync.api.secret import encode_work_secret
+from memsync.server import rules
+from memsync.server.db import AdminKeyRow, Database, DuplicateKeyError, ResourceRow, SessionRow, Tx
+from memsync.server.errors import conflict, forbidden, invalid, not_found, unauthenticated
+from memsync.server.ids import (
+    SESSION_PREFIX,
+    api_key_id,
+    format_ts,
+    new_admin_key,
+    new_id,
+    new_sessions_token,
+    now_ts,
+    parse_ts,
+    token_hash,
+)
+from memsync.server.serialize import session_json
+
+AUTH_CACHE_TTL_S = 2.0
+AUTH_CACHE_MAX = 20_000
+DEFAULT_SESSION_TOKEN_TTL_S = 24 * 3600
+MAX_SESSION_TOKEN_TTL_S = 90 * 24 * 3600
+INSTRUCTIONS_MAX = 4096
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An admin key (an ``api_actor``) or one session's token (a ``session_actor`` limited to its stores)."""
+
+    actor_type: Literal["api_actor", "session_actor"]
+    actor_id: str
+    session: SessionRow | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.session is None
+
+    def access_to(self, store_id: str) -> str | None:
+        """``read_write``/``read_only`` for an attached store; None when the session cannot reach it."""
+        if self.session is None:
+            return "read_write"
+        for resource in self.session.resources:
+            if resource.store_id == store_id:
+                return resource.access
+        return None
+
+    @property
+    def scope(self) -> str:
+        return "admin" if self.session is None else self.session.id
+
+
+def require_admin(p: Principal, action: str) -> None:
+    if not p.is_admin:
+        raise forbidden(f"a sessions token cannot {action}; use an admin key (x-api-key)")
+
+
+def parse_bearer(authorization: str) -> str | None:
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+_REFUSED = "refused"  # a cached "no such current credential"
+
+
+class CredentialCache:
+    """digest -> (Principal or refusal, valid until); bounded, thread-safe. Holds digests, never secrets."""
+
+    def __init__(self, ttl_s: float, max_entries: int = AUTH_CACHE_MAX) -> None:
+        self.ttl_s = ttl_s
+        self._max = max_entries
+        self._entries: dict[str, tuple[Principal | str, float]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, digest: str, now: float) -> Principal | str | None:
+        entry = self._entries.get(digest)
+        if entry is None or entry[1] <= now:
+            return None
+        return entry[0]
+
+    def put(self, digest: str, value: Principal | str, valid_until: float) -> None:
+        with self._lock:
+            if len(self._entries) >= self._max:
+                self._entries.clear()
+            self._entries[digest] = (value, valid_until)
+
+    def drop_where(self, match: Any) -> None:
+        with self._lock:
+            for digest in [d for d, (v, _) in self._entries.items() if match(v)]:
+                del self._entries[digest]
+
+
+# --- request bodies (memsync extensions) ----------------------------------------------------------------
+
+
+class MintResource(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["memory_store"] = "memory_store"
+    memory_store_id: str
+    access: Access = "read_write"
+    instructions: str | None = None
+
+
+class MintSessionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str | None = None
+    resources: list[MintResource] = Field(default_factory=list)
+    token_ttl_seconds: int | None = None
+    # The environment whose work queue gets the session's work item, and events that play the agent's side
+    # (both handled by the environment extension: memsync.server.environment_routes).
+    environment_id: str | None = None
+    script: list[dict[str, Any]] | None = None
+
+
+#: Called inside the minting transaction with (transaction, session id, request, work-item secret); answers
+#: extra fields of the mint response.
+MintHook = Callable[[Tx, str, MintSessionRequest, str], dict[str, Any]]
+
+
+class CreateAdminKeyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+
+
+def admin_key_json(row: AdminKeyRow) -> dict[str, Any]:
+    return {
+        "type": "admin_key",
+        "id": row.id,
+        "name": row.name,
+        "created_at": row.created_at,
+        "revoked_at": row.revoked_at,
+    }
+
+
+class AccessService:
+    """Authentication, sessions (mint, read, revoke) and admin keys."""
+
+    def __init__(
+        self,
+        db: Database,
+        admin_key: str,
+        public_url: str,
+        *,
+        admin_key_name: str = "default",
+        session_token_ttl_s: int = DEFAULT_SESSION_TOKEN_TTL_S,
+        cache_ttl_s: float = AUTH_CACHE_TTL_S,
+    ) -> None:
+        if not admin_key:
+            raise ValueError("the admin key must not be empty")
+        if not 1 <= session_token_ttl_s <= MAX_SESSION_TOKEN_TTL_S:
+            raise ValueError(f"the sessions token lifetime must be 1 to {MAX_SESSION_TOKEN_TTL_S} seconds")
+        self.db = db
+        self.public_url = public_url.rstrip("/")
+        self.session_token_ttl_s = session_token_ttl_s
+        self.cache = CredentialCache(cache_ttl_s)
+        self.admin_key_id = self._register_admin_key(admin_key, admin_key_name)
+        self.on_mint: MintHook | None = None
+
+    def _register_admin_key(self, key: str, name: str) -> str:
+        """Enter the configured admin key into the database (once); refuse to start on a revoked one.
+        Replicas starting together may race to enter it: the loser finds it entered."""
+        key_id = api_key_id(key)
+        for _ in range(2):
+            try:
+                with self.db.write() as tx:
+                    row = tx.admin_key_by_hash(token_hash(key))
+                    if row is None:
+                        tx.insert_admin_key(key_id, rules.validate_key_name(name), token_hash(key), now_ts())
+            except DuplicateKeyError:
+                continue
+            if row is not None and row.revoked_at is not None:
+                raise ValueError(
+                    f"the configured admin key ({row.id}, named {row.name!r}) was revoked at "
+                    f"{row.revoked_at}; configure a current admin key"
+                )
+            return key_id
+        raise RuntimeError("could not enter the configured admin key")
+
+    # --- authentication -----------------------------------------------------------------------------------
+
+    def cached(self, x_api_key: str | None, authorization: str | None) -> Principal | None:
+        """The caller from the cache alone (no I/O: safe on the event loop); None when the database must
+        answer (unknown, refused or malformed credentials included, so errors come from ``authenticate``)."""
+        if x_api_key is not None:
+            found = self.cache.get(token_hash(x_api_key.strip()), _now())
+            return found if isinstance(found, Principal) and found.is_admin else None
+        if authorization is not None:
+            token = parse_bearer(authorization)
+            if token is not None:
+                found = self.cache.get(token_hash(token), _now())
+                return found if isinstance(found, Principal) else None
+        return None
+
+    def authenticate(self, x_api_key: str | None, authorization: str | None) -> Principal:
+        if x_api_key is not None:
+            admin = self._principal_for(token_hash(x_api_key.strip()))
+            if admin is None or not admin.is_admin:
+                raise unauthenticated("invalid x-api-key: it is not a current admin key of this server")
+            return admin
+        if authorization is not None:
+            token = parse_bearer(authorization)
+            if token is None:
+                raise unauthenticated("the Authorization header must be 'Bearer <sessions token>'")
+            # The official Python SDK (2.x) sends its api_key as a Bearer token: an admin key works there too.
+            found = self._principal_for(token_hash(token))
+            if found is None:
+                raise unauthenticated(
+                    "invalid bearer token: it is not a current sessions token of this server "
+                    "(unknown, expired or revoked)"
+                )
+            return found
+        raise unauthenticated(
+            "missing credential: send an admin key as x-api-key, or a sessions token as "
+            "'Authorization: Bearer <token>'"
+        )
+
+    def _principal_for(self, digest: str) -> Principal | None:
+        now = _now()
+        cached = self.cache.get(digest, now)
+        if cached is not None:
+            return cached if isinstance(cached, Principal) else None
+        with self.db.read() as tx:
+            key = tx.admin_key_by_hash(digest)
+            session = None if key is not None else tx.session_by_token_hash(digest)
+        principal: Principal | None = None
+        valid_until = now + self.cache.ttl_s
+        if key is not None and key.revoked_at is None:
+            principal = Principal("api_actor", key.id)
+        elif session is not None and session.revoked_at is None:
+            expires = parse_ts(session.expires_at).timestamp() if session.expires_at else None
+            if expires is None or expires > now:
+                principal = Principal("session_actor", session.id, session)
+                valid_until = min(valid_until, expires or valid_until)
+        self.cache.put(digest, principal or _REFUSED, valid_until)
+        return principal
+
+    # --- sessions -----------------------------------------------------------------------------------------
+
+    def get_session(self, p: Principal, session_id: str) -> dict[str, Any]:
+        if p.session is not None:
+            if p.session.id != session_id:
+                raise not_found(f"session {session_id!r} not found")
+            return session_json(p.session)
+        with self.db.read() as tx:
+            row = tx.get_session(session_id)
+        if row is None:
+            raise not_found(f"session {session_id!r} not found")
+        return session_json(row)
+
+    def delete_session(self, p: Principal, session_id: str) -> dict[str, Any]:
+        """Delete a session: its token is revoked (the record stays: versions name it as their actor)."""
+        require_admin(p, "delete sessions")
+        with self.db.write() as tx:
+            if tx.get_session(session_id) is None:
+                raise not_found(f"session {session_id!r} not found")
+            tx.revoke_session(session_id, now_ts())
+        self.cache.drop_where(lambda v: isinstance(v, Principal) and v.actor_id == session_id)
+        return {"type": "session_deleted", "id": session_id}
+
+    def _token_ttl(self, requested: int | None) -> int:
+        if requested is None:
+            return self.session_token_ttl_s
+        if not 1 <= requested <= MAX_SESSION_TOKEN_TTL_S:
+            raise invalid(f"token_ttl_seconds must be 1 to {MAX_SESSION_TOKEN_TTL_S}, got {requested}")
+        return requested
+
+    def mint_session(self, p: Principal, raw: bytes) -> dict[str, Any]:
+        """memsync extension: create a session with memory stores attached; answer its work-item secret."""
+        require_admin(p, "mint sessions")
+        req = rules.parse_body(MintSessionRequest, raw)
+        session_id = rules.validate_session_id(req.session_id) if req.session_id else new_id(SESSION_PREFIX)
+        ttl = self._token_ttl(req.token_ttl_seconds)
+        if len(req.resources) > MAX_STORES_PER_SESSION:
+            raise invalid(
+                f"resources: at most {MAX_STORES_PER_SESSION} memory stores per session, "
+                f"got {len(req.resources)}"
+            )
+        seen: set[str] = set()
+        for i, res in enumerate(req.resources):
+            if res.memory_store_id in seen:
+                raise invalid(f"resources[{i}]: memory store {res.memory_store_id} is attached twice")
+            seen.add(res.memory_store_id)
+            if res.instructions is not None:
+                rules.validate_stored_text(res.instructions, f"resources[{i}].instructions")
+                if len(res.instructions) > INSTRUCTIONS_MAX:
+                    raise invalid(
+                        f"resources[{i}].instructions must be at most {INSTRUCTIONS_MAX} characters"
+                    )
+        token = new_sessions_token()
+        now = datetime.now(UTC)
+        try:
+            with self.db.write() as tx:
+                if tx.get_session(session_id) is not None:
+                    raise conflict(f"session {session_id} already exists")
+                resources = self._resources(tx, req.resources)
+                tx.insert_session(
+                    session_id,
+                    token_hash(token),
+                    format_ts(now),
+                    resources,
+                    expires_at=format_ts(now + timedelta(seconds=ttl)),
+                )
+                row = tx.get_session(session_id)
+                secret = encode_work_secret(token, self.public_url)
+                extra = self.on_mint(tx, session_id, req, secret) if self.on_mint is not None else {}
+        except DuplicateKeyError:
+            raise conflict(f"session {session_id} already exists") from None
+        assert row is not None
+        return {"session": session_json(row), "work_secret": secret, **extra}
+
+    @staticmethod
+    def _resources(tx: Tx, requested: list[MintResource]) -> list[ResourceRow]:
+        resources: list[ResourceRow] = []
+        mounts: dict[str, str] = {}
+        for i, res in enumerate(requested):
+            store = tx.get_store(res.memory_store_id)
+            if store is None:
+                raise not_found(f"resources[{i}]: memory store {res.memory_store_id!r} not found")
+            if store.archived_at is not None:
+                raise conflict(
+                    f"resources[{i}]: memory store {store.id} is archived and cannot be attached to a session"
+                )
+            mount = default_mount_path(store.name, store.id)
+            if mount in mounts:
+                raise invalid(
+                    f"resources[{i}]: memory stores {mounts[mount]} and {store.id} would both mount at "
+                    f"{mount}; rename one of them"
+                )
+            mounts[mount] = store.id
+            resources.append(
+                ResourceRow(store.id, store.name, store.description, mount, res.access, res.instructions)
+            )
+        return resources
+
+    # --- admin keys ---------------------------------------------------------------------------------------
+
+    def create_admin_key(self, p: Principal, raw: bytes) -> dict[str, Any]:
+        """memsync extension: a new named admin key; the key itself is in this answer only."""
+        require_admin(p, "create admin keys")
+        name = rules.validate_key_name(rules.parse_body(CreateAdminKeyRequest, raw).name)
+        key = new_admin_key()
+        with self.db.write() as tx:
+            tx.insert_admin_key(api_key_id(key), name, token_hash(key), now_ts())
+            row = tx.admin_key_by_hash(token_hash(key))
+        assert row is not None
+        return {**admin_key_json(row), "key": key}
+
+    def list_admin_keys(self, p: Principal) -> dict[str, Any]:
+        require_admin(p, "list admin keys")
+        with self.db.read() as tx:
+            rows = tx.list_admin_keys()
+        return {"data": [admin_key_json(r) for r in rows], "next_page": None}
+
+    def revoke_admin_key(self, p: Principal, key_id: str) -> dict[str, Any]:
+        """Revoke an admin key at once (the last current key cannot be revoked: nobody could administer)."""
+        require_admin(p, "revoke admin keys")
+        with self.db.write() as tx:
+            rows = {r.id: r for r in tx.list_admin_keys()}
+            row = rows.get(key_id)
+            if row is None:
+                raise not_found(f"admin key {key_id!r} not found")
+            current = [r for r in rows.values() if r.revoked_at is None]
+            if row.revoked_at is None and len(current) == 1:
+                raise conflict(f"admin key {key_id} is the last current admin key; create another first")
+            tx.revoke_admin_key(key_id, now_ts())
+            revoked = tx.list_admin_keys()
+        self.cache.drop_where(lambda v: isinstance(v, Principal) and v.actor_id == key_id)
+        return admin_key_json(next(r for r in revoked if r.id == key_id))
+
+
+def _now() -> float:
+    return datetime.now(UTC).timestamp()

@@ -1,0 +1,282 @@
+"""The Helm chart (charts/memsync) against the kustomize tree: for the same settings ``helm template`` and
+``kubectl kustomize`` give the same objects, compared as parsed objects. The only differences allowed are
+Helm's own labels, the Namespace (Helm installs into the release namespace, which it does not own) and the
+kind overlay's development admin-key Secret (the chart never makes a Secret). ``helm lint`` passes, and the
+chart's own settings (watched namespaces, namespaced RBAC, metrics off, image digest) render as documented.
+
+helm is built from tests/tools/helm (``make tools``); kubectl is required (it ships kustomize).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from memsync.cli.operator import parse_memsync_env
+from support.tools import BUILD_TIMEOUT_S, tool
+
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S)
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "memsync"
+NAMESPACE = "memsync-system"
+HELM_LABELS = ("app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "helm.sh/chart")
+PRODUCTION = {"image": {"repository": "registry.example.com/memsync", "tag": "0.1.0"}}
+MONITORING = {
+    "monitoring": {
+        "serviceMonitor": {"enabled": True},
+        "podMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+        "grafanaDashboard": {"enabled": True},
+    }
+}
+KIND = {"image": {"repository": "memsync", "tag": "kind"}, "storeServer": {"enabled": True}}
+
+Key = tuple[str, str, str]
+
+
+def run(argv: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HELM_CACHE_HOME": "/nonexistent", "HELM_CONFIG_HOME": "/nonexistent"}
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120, check=False, env=env)
+
+
+def helm_template(tmp_path: Path, values: dict[str, Any], *extra: str) -> subprocess.CompletedProcess[str]:
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    helm = tool("helm")
+    return run(
+        [str(helm), "template", "memsync", str(CHART), "--namespace", NAMESPACE, "--include-crds",
+         "-f", str(values_file), *extra]
+    )  # fmt: skip
+
+
+def helm_objects(tmp_path: Path, values: dict[str, Any]) -> list[dict[str, Any]]:
+    result = helm_template(tmp_path, values)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def kustomize_objects(tmp_path: Path, overlay: str, components: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl is required to render the kustomize manifests (it ships kustomize)"
+    target = REPO / "manifests" / "overlays" / overlay
+    if components:  # the overlay plus optional components, as a user's own kustomization would add them
+        root = tmp_path / "kustomize"
+        root.mkdir()
+        rel = lambda p: os.path.relpath(p, root)  # noqa: E731 (kustomize refuses absolute paths)
+        (root / "kustomization.yaml").write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                    "kind": "Kustomization",
+                    "resources": [rel(target)],
+                    "components": [rel(REPO / "manifests" / "components" / c) for c in components],
+                }
+            )
+        )
+        target = root
+    result = run([kubectl, "kustomize", str(target)])
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def key(obj: dict[str, Any]) -> Key:
+    return (obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+
+
+def by_key(objs: list[dict[str, Any]], drop_helm_labels: bool = False) -> dict[Key, dict[str, Any]]:
+    out: dict[Key, dict[str, Any]] = {}
+    for obj in objs:
+        assert key(obj) not in out, f"rendered twice: {key(obj)}"
+        labels = obj["metadata"].get("labels", {})
+        if drop_helm_labels:
+            assert (
+                labels.get("app.kubernetes.io/managed-by") == "Helm"
+                or obj["kind"] == "CustomResourceDefinition"
+            )
+            for label in HELM_LABELS:
+                labels.pop(label, None)
+        out[key(obj)] = obj
+    return out
+
+
+@pytest.mark.parametrize(
+    ("values", "overlay", "components", "not_in_chart"),
+    [
+        pytest.param(PRODUCTION, "production", (), {("Namespace", "", NAMESPACE)}, id="production"),
+        pytest.param(
+            {**PRODUCTION, **MONITORING},
+            "production",
+            ("monitoring",),
+            {("Namespace", "", NAMESPACE)},
+            id="production+monitoring",
+        ),
+        pytest.param(
+            KIND,
+            "kind",
+            (),
+            {("Namespace", "", NAMESPACE), ("Secret", NAMESPACE, "memsync-store-admin")},
+            id="kind",
+        ),
+    ],
+)
+def test_helm_renders_the_same_objects_as_kustomize(
+    tmp_path: Path,
+    values: dict[str, Any],
+    overlay: str,
+    components: tuple[str, ...],
+    not_in_chart: set[Key],
+) -> None:
+    chart = by_key(helm_objects(tmp_path, values), drop_helm_labels=True)
+    kustomized = by_key(kustomize_objects(tmp_path, overlay, components))
+    assert not_in_chart <= set(kustomized)
+    for k in not_in_chart:
+        del kustomized[k]
+    assert sorted(chart) == sorted(kustomized)
+    for k, obj in kustomized.items():
+        assert chart[k] == obj, (
+            f"{k} differs:\nhelm:\n{yaml.safe_dump(chart[k])}\nkustomize:\n{yaml.safe_dump(obj)}"
+        )
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param({}, id="defaults"),
+        pytest.param({**KIND, **MONITORING}, id="everything"),
+        pytest.param(
+            {"rbac": {"scope": "namespaced"}, "operator": {"watchNamespaces": ["agents"]}}, id="namespaced"
+        ),
+    ],
+)
+def test_helm_lint(tmp_path: Path, values: dict[str, Any]) -> None:
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    result = run([str(tool("helm")), "lint", "--strict", str(CHART), "-f", str(values_file)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+def operator_container(objs: dict[Key, dict[str, Any]]) -> dict[str, Any]:
+    deployment = objs[("Deployment", NAMESPACE, "memsync-operator")]
+    container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def test_namespaced_rbac_grants_the_same_rules_in_each_watched_namespace(tmp_path: Path) -> None:
+    namespaced = {"rbac": {"scope": "namespaced"}, "operator": {"watchNamespaces": ["agents-a", "agents-b"]}}
+    objs = by_key(helm_objects(tmp_path, {**namespaced, **MONITORING}))
+    cluster = by_key(helm_objects(tmp_path, {}))
+    kinds = {k[0] for k in objs}
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}, "namespaced scope grants nothing cluster-wide"
+    for name in ("memsync-operator", "memsync-operator-secrets"):
+        for ns in ("agents-a", "agents-b"):
+            role = objs[("Role", ns, name)]
+            assert role["rules"] == cluster[("ClusterRole", "", name)]["rules"]
+            binding = objs[("RoleBinding", ns, name)]
+            assert binding["roleRef"] == {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": name,
+            }
+            assert binding["subjects"] == [
+                {"kind": "ServiceAccount", "name": "memsync-operator", "namespace": NAMESPACE}
+            ]
+    command = operator_container(objs)["command"]
+    assert command[-4:] == ["--namespace", "agents-a", "--namespace", "agents-b"]
+    pod_monitor = objs[("PodMonitor", NAMESPACE, "memsync-sidecars")]
+    assert pod_monitor["spec"]["namespaceSelector"] == {"matchNames": ["agents-a", "agents-b"]}
+
+
+def test_namespace_patterns_get_namespace_and_crd_watches_cluster_wide(tmp_path: Path) -> None:
+    objs = by_key(helm_objects(tmp_path, {"operator": {"watchNamespaces": ["agents-*"]}}))
+    rules = objs[("ClusterRole", "", "memsync-operator")]["rules"]
+    assert {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]} in rules
+    plain = by_key(helm_objects(tmp_path, {}))[("ClusterRole", "", "memsync-operator")]["rules"]
+    assert not any("namespaces" in rule["resources"] for rule in plain)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"rbac": {"scope": "namespaced"}}, "rbac.scope=namespaced needs operator.watchNamespaces"),
+        (
+            {"rbac": {"scope": "namespaced"}, "operator": {"watchNamespaces": ["agents-*"]}},
+            "exact namespace names",
+        ),
+        # values.schema.json: unknown values and keys (a typo) are refused, never ignored.
+        ({"rbac": {"scope": "everywhere"}}, "at '/rbac/scope': value must be one of 'cluster', 'namespaced'"),
+        ({"storeServer": {"enabeld": True}}, "additional properties 'enabeld' not allowed"),
+        ({"image": {"digest": "latest"}}, "at '/image/digest'"),
+        (
+            {"metrics": {"enabled": False}, "monitoring": {"serviceMonitor": {"enabled": True}}},
+            "monitoring.serviceMonitor.enabled needs metrics.enabled",
+        ),
+    ],
+)
+def test_contradictory_settings_are_refused_with_the_reason(
+    tmp_path: Path, values: dict[str, Any], message: str
+) -> None:
+    result = helm_template(tmp_path, values)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_metrics_off_and_image_by_digest(tmp_path: Path) -> None:
+    digest = "sha256:" + "ab" * 32
+    values = {"metrics": {"enabled": False}, "image": {"repository": "reg.test/memsync", "digest": digest}}
+    objs = by_key(helm_objects(tmp_path, {**values, "storeServer": {"enabled": True}}))
+    assert ("Service", NAMESPACE, "memsync-operator-metrics") not in objs
+    container = operator_container(objs)
+    assert "--metrics-port" not in container["command"]
+    assert [p["name"] for p in container["ports"]] == ["health"]
+    # One image setting: the operator, the sandbox Pods' memsync containers and the store server.
+    env = {e["name"]: e["value"] for e in container["env"]}
+    store = objs[("Deployment", NAMESPACE, "memsync-store")]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == env["MEMSYNC_AGENT_IMAGE"] == store["image"] == f"reg.test/memsync@{digest}"
+
+
+def test_default_install_turns_operator_metrics_on(tmp_path: Path) -> None:
+    objs = by_key(helm_objects(tmp_path, {}))
+    service = objs[("Service", NAMESPACE, "memsync-operator-metrics")]
+    assert service["spec"]["ports"][0]["port"] == 9478
+    container = operator_container(objs)
+    assert container["command"][-2:] == ["--metrics-port", "9478"]
+    assert container["image"] == "memsync:0.1.0"  # the chart's appVersion
+
+
+def test_helm_only_objects_validate_offline(tmp_path: Path) -> None:
+    """What only the chart renders (namespaced RBAC, namespace patterns, digests, a storage class) is valid
+    for the Kubernetes version the tests pin; the rest is compared with the validated kustomize output."""
+    node = yaml.safe_load((REPO / "kind-config.yaml").read_text())["nodes"][0]["image"]
+    match = re.search(r":v(\d+\.\d+)\.", node)
+    assert match, node
+    values = {
+        "rbac": {"scope": "namespaced"},
+        "operator": {
+            "watchNamespaces": ["agents"],
+            "memsyncEnv": [{"name": "HTTPS_PROXY", "value": "http://p:3128"}],
+        },
+        "image": {"repository": "reg.test/memsync", "digest": "sha256:" + "cd" * 32},
+        "storeServer": {"enabled": True, "storage": {"storageClassName": "fast"}},
+    }
+    objs = helm_objects(tmp_path, values)
+    assert {o["kind"] for o in objs} >= {"Role", "RoleBinding", "Deployment", "PersistentVolumeClaim"}
+    env = {e["name"]: e["value"] for e in operator_container(by_key(objs))["env"]}
+    parsed = parse_memsync_env(env["MEMSYNC_OPERATOR_MEMSYNC_ENV"])  # what the operator reads at start
+    assert [(e.name, e.value) for e in parsed] == [("HTTPS_PROXY", "http://p:3128")]
+    for obj in objs:
+        if obj["kind"] == "CustomResourceDefinition":
+            continue
+        try:
+            kubernetes_validate.validate(obj, match.group(1), strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{key(obj)} is invalid: {'.'.join(map(str, exc.path))}: {exc}")

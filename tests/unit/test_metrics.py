@@ -1,0 +1,80 @@
+"""The metrics memsync exports: counters are counters, the request count follows the store client, and the
+sidecar's ``/metrics`` is prometheus_client's own handler (it negotiates OpenMetrics)."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from memsync.agent.config import AgentConfig
+from memsync.agent.context import SyncContext
+from memsync.agent.metrics import Metrics, MetricsServer
+from memsync.client import StoreClient
+from support.metric_names import agent_families, operator_families
+
+AGENT_TYPES = {
+    "memsync_sync_passes": "counter",
+    "memsync_sync_pass_duration_seconds": "histogram",
+    "memsync_uploads": "counter",
+    "memsync_downloads": "counter",
+    "memsync_remote_deletes": "counter",
+    "memsync_conflicts": "counter",
+    "memsync_refused_files": "counter",
+    "memsync_http_requests": "counter",
+    "memsync_refused_paths": "gauge",
+    "memsync_unreadable_files": "gauge",
+    "memsync_held_deletes": "gauge",
+    "memsync_pending_deletes": "gauge",
+    "memsync_last_successful_pass_timestamp_seconds": "gauge",
+}
+
+
+def test_every_agent_metric_has_its_type() -> None:
+    assert {f.name: f.type for f in agent_families()} == AGENT_TYPES
+
+
+def test_every_operator_metric_is_a_counter() -> None:
+    families = operator_families()
+    assert {f.name for f in families} == {
+        "memsync_operator_phase_changes",
+        "memsync_operator_pods_created",
+        "memsync_operator_pods_adopted",
+        "memsync_operator_flush_unconfirmed",
+        "memsync_operator_api_errors",
+    }
+    assert {f.type for f in families} == {"counter"}
+
+
+async def test_the_request_counter_reads_the_clients_count() -> None:
+    config = AgentConfig.model_construct()  # SyncContext keeps it; nothing reads it here
+    async with StoreClient("http://127.0.0.1:9", api_key="k") as client:
+        shared = SyncContext(config, client)
+        registry = shared.metrics.registry
+        assert registry.get_sample_value("memsync_http_requests_total") == 0
+        client.request_count = 7
+        assert registry.get_sample_value("memsync_http_requests_total") == 7
+
+
+@pytest.mark.parametrize(
+    ("accept", "content_type", "ending"),
+    [
+        ("text/plain", "text/plain; version=0.0.4; charset=utf-8", "\n"),
+        ("application/openmetrics-text; version=1.0.0", "application/openmetrics-text", "# EOF\n"),
+    ],
+)
+async def test_sidecar_metrics_endpoint_negotiates_the_format(
+    accept: str, content_type: str, ending: str
+) -> None:
+    metrics = Metrics()
+    metrics.uploads.labels("memstore_a").inc(3)
+    server = MetricsServer(metrics, host="127.0.0.1", port=0)
+    port = await server.start()
+    try:
+        async with httpx.AsyncClient() as http:
+            response = await http.get(f"http://127.0.0.1:{port}/metrics", headers={"accept": accept})
+    finally:
+        await server.stop()
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith(content_type)
+    assert 'memsync_uploads_total{store="memstore_a"} 3.0' in response.text
+    assert response.text.endswith(ending)
