@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from conftest import RunningStoreServer, launch_store_server
-from memsync.agent.commands import Agent, mount, run_sync
+from memsync.agent.commands import SyncAgent, mount, run_sync
 from memsync.agent.config import load_config
 from memsync.agent.metrics import MetricsServer
 from memsync.client import StoreClient
@@ -86,7 +86,7 @@ class Session:
         await mount(cfg, client=self.client)
         ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
-        def on_ready(agent: Agent, metrics: MetricsServer | None) -> None:
+        def on_ready(agent: SyncAgent, metrics: MetricsServer | None) -> None:
             assert metrics is not None
             ready.set_result(metrics.port)
 
