@@ -113,19 +113,6 @@ def test_stores_come_from_the_session_and_are_checked() -> None:
         d.stores_to_mount({"resources": []})
 
 
-def test_given_stores_that_disagree_with_the_session_are_named() -> None:
-    resolved = d.stores_from_session(SESSION)
-    assert d.stores_disagreement(resolved, resolved) is None
-    renamed = [{**resolved[0], "name": "Other"}, resolved[1]]
-    assert d.stores_disagreement(renamed, resolved) is None  # same store, same path: only the label differs
-    wrong = [{**resolved[0], "access": "read_only"}, {"memoryStoreId": "memstore_z", "name": "Z"}]
-    problem = d.stores_disagreement(wrong, resolved)
-    assert problem is not None
-    assert "memstore_z is not attached to the session" in problem
-    assert "the session also attaches memstore_b" in problem
-    assert "memstore_a: spec has access read_only at /mnt/memory/notes, the session read_write" in problem
-
-
 def test_the_session_memory_is_a_valid_owned_spec_with_the_runner_contract() -> None:
     stores = d.stores_from_session(SESSION)
     smem = d.session_memory_manifest(ENV, SPEC, ITEM, stores)

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memsync.agent import messages
-from memsync.agent.config import AgentConfig
+from memsync.agent import messages, session_stores
+from memsync.agent.config import AgentConfig, ConfigError
 from memsync.agent.context import SyncContext
 from memsync.agent.engine import StoreSync
 from memsync.agent.localfs import make_root
@@ -110,11 +110,18 @@ class MountResult:
 async def mount(config: AgentConfig, *, client: StoreClient | None = None) -> MountResult:
     """Materialise every store (docs/sync-semantics.md#mount). On any failure, remove what this command
     created."""
-    _log_start("mount", config)
     # Refuse first, before creating anything, if anything exists at any mount path (lstat: a dangling
     # symlink counts) - memsync never deletes a folder it did not create.
     own_client = client is None
     api = make_client(config) if client is None else client  # no sessions token: fail before touching disk
+    from_session = config.stores_from_session
+    try:
+        config = await session_stores.resolve(config, api)
+    except session_stores.SessionStoresError as exc:
+        if own_client:
+            await api.aclose()
+        raise AgentFailure(exc.message, exc.store) from None
+    _log_start("mount", config)
     for store in config.stores:
         if os.path.lexists(config.mount_dir(store)):  # noqa: ASYNC240 (one lstat per store)
             if own_client:
@@ -157,6 +164,8 @@ async def mount(config: AgentConfig, *, client: StoreClient | None = None) -> Mo
             )
 
         await _gather_first_failure([one(i) for i in range(len(config.stores))])
+        if from_session:
+            await asyncio.to_thread(session_stores.save_resolved, config)
     except BaseException:
         _undo_mount(config, created)
         raise
@@ -429,6 +438,7 @@ async def run_sync(
     Returns the exit code: with ``once``, 0 unless a store failed; otherwise 0 when the final shutdown saved
     everything, else 1. Never dies on a sync error.
     """
+    config = _with_resolved_stores(config)
     own_client = client is None
     api = make_client(config) if client is None else client
     agent = SyncAgent(config, api, metrics)
@@ -503,6 +513,7 @@ async def run_sync(
 
 async def run_flush(config: AgentConfig, *, final: bool = False, client: StoreClient | None = None) -> int:
     """``memsync flush`` (push-only, bounded) or ``memsync flush --final`` (final sync, then the flush)."""
+    config = _with_resolved_stores(config)
     _log_start("flush --final" if final else "flush", config)
     own_client = client is None
     api = make_client(config) if client is None else client
@@ -514,3 +525,11 @@ async def run_flush(config: AgentConfig, *, final: bool = False, client: StoreCl
             await api.aclose()
     write_termination_log(config, outcome.report)
     return EXIT_OK if outcome.complete else EXIT_FAILED
+
+
+def _with_resolved_stores(config: AgentConfig) -> AgentConfig:
+    """The stores ``memsync mount`` read from the session (``MEMSYNC_STORES=session``), else ``config``."""
+    try:
+        return session_stores.load_resolved(config)
+    except ConfigError as exc:
+        raise AgentFailure(str(exc)) from None

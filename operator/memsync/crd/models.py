@@ -407,7 +407,9 @@ class SessionMemorySpec(_SpecModel):
     session_id: str
     work_item_secret_ref: SecretKeyRef
     api_base_url: str = DEFAULT_BASE_URL
-    stores: Annotated[list[StoreSpec], Field(min_length=STORES_MIN, max_length=STORES_MAX)]
+    # None: the mount step reads the stores from the session (GET /v1/sessions/{id}); given, they must agree
+    # with the session's.
+    stores: Annotated[list[StoreSpec], Field(min_length=STORES_MIN, max_length=STORES_MAX)] | None = None
     sync: SyncSpec = Field(default_factory=SyncSpec)
     template: SandboxTemplate
 
@@ -435,7 +437,9 @@ class SessionMemorySpec(_SpecModel):
 
     @field_validator("stores")
     @classmethod
-    def _check_stores(cls, stores: list[StoreSpec]) -> list[StoreSpec]:
+    def _check_stores(cls, stores: list[StoreSpec] | None) -> list[StoreSpec] | None:
+        if stores is None:
+            return None
         problems: list[str] = []
         first_by_id: dict[str, int] = {}
         first_by_path: dict[str, int] = {}

@@ -13,8 +13,8 @@ CEL rules (``x-kubernetes-validations``) cover what spans fields:
   *effective* mount paths (explicit, or ``/mnt/memory/<slug of name>``) are enforced by the operator's model:
   such an object is accepted by ``kubectl`` and then goes to ``Failed`` with the model's message.
 * ``mountPath``: a clean absolute path under ``/mnt/memory/`` (``matches``).
-* ``sessionId`` and ``stores`` are immutable (transition rules ``self == oldSelf``): the Pod's mounts and its
-  session are fixed when it starts.
+* ``sessionId`` and ``stores`` are immutable (transition rules ``self == oldSelf``; ``stores`` may be omitted,
+  and then cannot be added later): the Pod's mounts and its session are fixed when it starts.
 * ``template``: the isolation guards of ``memsync.crd.guards`` (no host namespaces, hostPath volumes or host
   ports, nothing mounted at or around ``/mnt/memory``, a ``securityContext`` within the restricted profile,
   the operator-owned container fields). Its Kubernetes types come from ``memsync.crd.core`` (generated from
@@ -129,7 +129,9 @@ def store_schema() -> dict[str, Any]:
 def stores_schema() -> dict[str, Any]:
     return {
         "type": "array",
-        "description": f"The session's memory stores ({m.STORES_MIN}-{m.STORES_MAX}); immutable.",
+        "description": f"The session's memory stores ({m.STORES_MIN}-{m.STORES_MAX}); immutable. Omitted: "
+        "the mount step reads them from the session (GET /v1/sessions/{id} with the sessions token); given, "
+        "they must attach the session's stores with its access.",
         "minItems": m.STORES_MIN,
         "maxItems": m.STORES_MAX,
         "items": store_schema(),
@@ -420,7 +422,13 @@ def spec_schema() -> dict[str, Any]:
     return {
         "type": "object",
         "description": "One agent session's memory stores, sync settings, work-item secret and sandbox.",
-        "required": ["sessionId", "workItemSecretRef", "stores", "template"],
+        "required": ["sessionId", "workItemSecretRef", "template"],
+        "x-kubernetes-validations": [
+            _rule(
+                "has(self.stores) == has(oldSelf.stores)",
+                "stores is immutable: it cannot be added or removed; create a new SessionMemory instead",
+            )
+        ],
         "properties": {
             "sessionId": _string(
                 "The agent session (sesn_...); immutable.",

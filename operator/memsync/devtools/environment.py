@@ -131,7 +131,7 @@ async def _run_pod(objects: MemoryObjects, name: str, url: str, root: Path, say:
     entries = [
         {"memory_store_id": s.memory_store_id, "name": s.name, "access": s.access,
          "mount_path": str(root / "mnt" / "memory" / Path(s.effective_mount_path).name)}
-        for s in spec.stores
+        for s in spec.stores or []
     ]  # fmt: skip
     await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
     config = load_config(

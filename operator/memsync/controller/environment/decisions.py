@@ -156,31 +156,6 @@ def stores_to_mount(session: Mapping[str, Any]) -> list[dict[str, Any]]:
     return stores
 
 
-def stores_disagreement(
-    given: Sequence[Mapping[str, Any]], resolved: Sequence[Mapping[str, Any]]
-) -> str | None:
-    """Why a SessionMemory's own ``stores`` differ from its session's, or None when they agree (the same
-    stores with the same access and effective mount path; names may differ)."""
-
-    def view(stores: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
-        out: dict[str, tuple[str, str]] = {}
-        for s in stores:
-            spec = StoreSpec.model_validate(dict(s))
-            out[spec.memory_store_id] = (spec.access, spec.effective_mount_path)
-        return out
-
-    mine, theirs = view(given), view(resolved)
-    problems = [f"{sid} is not attached to the session" for sid in mine if sid not in theirs]
-    problems += [f"the session also attaches {sid}" for sid in theirs if sid not in mine]
-    for sid in mine.keys() & theirs.keys():
-        if mine[sid] != theirs[sid]:
-            problems.append(
-                f"{sid}: spec has access {mine[sid][0]} at {mine[sid][1]}, the session {theirs[sid][0]} at "
-                f"{theirs[sid][1]}"
-            )
-    return "; ".join(sorted(problems)) or None
-
-
 def _owner(env: Mapping[str, Any]) -> dict[str, Any]:
     meta = meta_of(env)
     return {
