@@ -237,6 +237,7 @@ def test_the_environments_rbac_grants_what_the_loop_calls() -> None:
     assert grants == {
         ("agents.memsync.dev", "agentenvironments"): {"get", "list", "watch", "patch"},
         ("agents.memsync.dev", "agentenvironments/status"): {"patch"},
+        ("agents.memsync.dev", "agentenvironments/finalizers"): {"update"},
         ("agents.memsync.dev", "sessionmemories"): {"create", "delete"},
         ("", "secrets"): {"create", "delete"},  # never list or watch
     }

@@ -1,0 +1,147 @@
+"""The operator as a self-hosted environment on the real control plane: deployed as users deploy it, with
+the AgentEnvironment add-on (``kubectl apply -k manifests/environments``, ``--environments`` through
+``MEMSYNC_ENVIRONMENTS``), it polls the tier's store server's work queue, claims a session, and its sandbox
+Pod runs ``memsync session run``: the scripted write lands in the store, the work item is stopped after the
+last memory write, the SessionMemory is Succeeded and then removed with its Secret after the retention."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from datetime import datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import RunningStoreServer
+from memsync.api.paths import slugify
+from memsync.controller.environment import decisions as d
+from memsync.controller.pod import pod_name_for
+from memsync.crd import agentenv as a
+from memsync.crd.models import sandbox_template
+
+from .conftest import REPO, SYSTEM_NS, Cluster
+from .scenario import IMAGE, container, pod_status, smem_status, wait_phase
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+RETENTION_S = 20
+
+
+@pytest.fixture(scope="module")
+def environments(deployed: Cluster) -> Cluster:
+    """The operator with the AgentEnvironment add-on: its RBAC, and ``--environments`` (a new rollout)."""
+    deployed.kubectl("apply", "--server-side", "-k", str(REPO / "manifests/environments"))
+    deployed.kubectl("wait", "--for=condition=Established", f"crd/{a.CRD_NAME}", "--timeout=60s")
+    deployed.kubectl(
+        "-n", SYSTEM_NS, "set", "env", "deployment/memsync-operator", "MEMSYNC_ENVIRONMENTS=true"
+    )
+    deployed.kubectl(
+        "-n", SYSTEM_NS, "rollout", "status", "deployment/memsync-operator", "--timeout=180s", timeout=200
+    )
+    return deployed
+
+
+def _ts(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_the_operator_serves_a_session_from_claim_to_stop(
+    environments: Cluster, tier_store: RunningStoreServer, namespace: str
+) -> None:
+    cluster = environments
+    admin = httpx.Client(base_url=tier_store.url, headers={"x-api-key": tier_store.admin_key}, timeout=30)
+    env = admin.post("/v1/environments", json={"name": "cluster tier"}).json()
+    key = admin.post(f"/v1/memsync/environments/{env['id']}/keys").json()["key"]
+    store_name = f"Tier Notes {uuid.uuid4().hex[:6]}"
+    store = admin.post("/v1/memory_stores", json={"name": store_name}).json()
+    script = [
+        {"type": "agent.tool_use", "id": "toolu_1", "name": "write",
+         "input": {"file_path": f"/mnt/memory/{slugify(store_name)}/hello.md", "content": "from the tier\n"}},
+        {"type": "session.status_idle", "stop_reason": {"type": "end_turn"}},
+        {"type": "session.status_terminated"},
+    ]  # fmt: skip
+    minted = admin.post(
+        "/v1/memsync/sessions",
+        json={
+            "environment_id": env["id"],
+            "resources": [{"type": "memory_store", "memory_store_id": store["id"]}],
+            "script": script,
+        },
+    ).json()
+    session_id, work_id = minted["session"]["id"], minted["work_id"]
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "env-key", "namespace": namespace},
+            "data": {"key": base64.b64encode(key.encode()).decode()},
+        }
+    )
+    runner = ["memsync", "session", "run", "--max-idle", "5", "--final-timeout", "60"]
+    body: dict[str, Any] = {
+        "apiVersion": a.API_VERSION,
+        "kind": a.KIND,
+        "metadata": {"name": "tier-env", "namespace": namespace},
+        "spec": {
+            "environmentId": env["id"],
+            "environmentKeySecretRef": {"name": "env-key", "key": "key"},
+            "apiBaseUrl": tier_store.url,
+            "maxConcurrentSessions": 2,
+            "finishedRetentionSeconds": RETENTION_S,
+            "sync": {"intervalSeconds": 3600, "finalFlushSeconds": 30},  # only the final flush uploads
+            "template": sandbox_template({"image": IMAGE, "command": runner}),
+        },
+    }
+    cluster.apply(body)
+
+    name = d.object_name(session_id)
+    cluster.wait(
+        "the claimed session's SessionMemory",
+        lambda: cluster.get_or_none("-n", namespace, "smem", name),
+        explain=cluster.dump,
+    )
+    status = wait_phase(cluster, namespace, name, ("Succeeded", "Failed"))
+    pod = pod_name_for(name)
+    explain = cluster.pod_logs(namespace, pod, "sandbox")[-4000:] + cluster.dump()
+    assert status["phase"] == "Succeeded", explain
+    sandbox = container(pod_status(cluster, namespace, pod), "sandbox")["state"]["terminated"]
+    assert sandbox["exitCode"] == 0, explain
+
+    # the write is in the store, uploaded by the final flush (the interval never came), before the stop
+    memories = admin.get(f"/v1/memory_stores/{store['id']}/memories", params={"view": "full"}).json()["data"]
+    assert [(m["path"], m["content"]) for m in memories] == [("/hello.md", "from the tier\n")], explain
+    versions = admin.get(f"/v1/memory_stores/{store['id']}/memory_versions").json()["data"]
+    work = cluster.wait(
+        "the work item stopped",
+        lambda: (
+            (w := admin.get(f"/v1/environments/{env['id']}/work/{work_id}").json())["state"] == "stopped"
+            and w
+        ),
+        timeout=60,
+    )
+    assert max(_ts(v["created_at"]) for v in versions) < _ts(work["stopped_at"])
+
+    # the AgentEnvironment counted it; the SessionMemory and its Secret go after the retention
+    aenv = cluster.wait(
+        "the AgentEnvironment's count of succeeded sessions",
+        lambda: (
+            (s := (cluster.get("-n", namespace, "aenv", "tier-env").get("status") or {})).get("succeeded")
+            == 1
+            and s
+        ),
+        timeout=60,
+    )
+    assert (aenv["phase"], aenv["claimed"], aenv["active"]) == ("Polling", 1, 0)
+    cluster.wait(
+        "the SessionMemory removed after its retention",
+        lambda: (
+            smem_status(cluster, namespace, name) == {}
+            and cluster.get_or_none("-n", namespace, "smem", name) is None
+        ),
+        timeout=RETENTION_S + 90,
+        explain=cluster.dump,
+    )
+    assert cluster.get_or_none("-n", namespace, "secret", d.secret_name(session_id)) is None
+    admin.close()
