@@ -17,8 +17,6 @@ from pydantic import Field, ValidationError, field_validator
 
 from memsync.api.constants import DEFAULT_BASE_URL
 from memsync.crd.models import (
-    API_BASE_URL_MAX,
-    API_BASE_URL_PATTERN,
     GROUP,
     InvalidSpecError,
     SandboxTemplate,
@@ -27,6 +25,7 @@ from memsync.crd.models import (
     _matched,
     _plain,
     _SpecModel,
+    checked_api_base_url,
     describe_validation_error,
 )
 
@@ -97,12 +96,7 @@ class AgentEnvironmentSpec(_SpecModel):
     @field_validator("api_base_url")
     @classmethod
     def _check_api_base_url(cls, value: str) -> str:
-        return _matched(
-            value,
-            API_BASE_URL_PATTERN,
-            API_BASE_URL_MAX,
-            "must be an http:// or https:// URL with a host and no query or fragment",
-        )
+        return checked_api_base_url(value)
 
     @field_validator("worker_id")
     @classmethod

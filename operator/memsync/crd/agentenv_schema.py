@@ -17,12 +17,11 @@ from memsync.api.constants import DEFAULT_BASE_URL
 from memsync.crd import agentenv as a
 from memsync.crd import models as m
 from memsync.crd.schema import (
-    CRD_SYNC_WAVE,
-    SYNC_WAVE_ANNOTATION,
     _count,
     _rule,
     _string,
     condition_schema,
+    crd_document,
     sync_schema,
     template_schema,
 )
@@ -146,56 +145,22 @@ def printer_columns() -> list[dict[str, Any]]:
 
 def build_crd() -> dict[str, Any]:
     """The AgentEnvironment CustomResourceDefinition (apiextensions.k8s.io/v1)."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": a.CRD_NAME,
-            "labels": {"app.kubernetes.io/name": "memsync", "app.kubernetes.io/part-of": "memsync"},
-            "annotations": {
-                SYNC_WAVE_ANNOTATION: CRD_SYNC_WAVE,
-                "argocd.argoproj.io/sync-options": "Prune=false",
-                "kustomize.toolkit.fluxcd.io/prune": "disabled",
-            },
+    return crd_document(
+        names={
+            "kind": a.KIND,
+            "listKind": a.LIST_KIND,
+            "plural": a.PLURAL,
+            "singular": a.SINGULAR,
+            "shortNames": list(a.SHORT_NAMES),
         },
-        "spec": {
-            "group": m.GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": a.KIND,
-                "listKind": a.LIST_KIND,
-                "plural": a.PLURAL,
-                "singular": a.SINGULAR,
-                "shortNames": list(a.SHORT_NAMES),
-                "categories": list(m.CATEGORIES),
-            },
-            "versions": [
-                {
-                    "name": a.VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": printer_columns(),
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "description": "AgentEnvironment makes the operator a self-hosted "
-                            "environment: it claims the environment's session work items and runs one "
-                            "sandbox Pod with its memory (a SessionMemory) per session.",
-                            "required": ["spec"],
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec_schema(),
-                                "status": status_schema(),
-                            },
-                        }
-                    },
-                }
-            ],
-        },
-    }
+        version=a.VERSION,
+        description="AgentEnvironment makes the operator a self-hosted environment: it claims the "
+        "environment's session work items and runs one sandbox Pod with its memory (a SessionMemory) per "
+        "session.",
+        spec=spec_schema(),
+        status=status_schema(),
+        columns=printer_columns(),
+    )
 
 
 HEADER: Final = (

@@ -151,6 +151,17 @@ def _matched(value: str, pattern: str, max_length: int, requirement: str) -> str
 # --- spec --------------------------------------------------------------------------------------------------
 
 
+def checked_api_base_url(value: str) -> str:
+    """An ``apiBaseUrl`` (SessionMemory, AgentEnvironment), else a ValueError saying what is allowed."""
+    return _matched(
+        value,
+        API_BASE_URL_PATTERN,
+        API_BASE_URL_MAX,
+        "must be an http:// or https:// URL with a host and no query or fragment "
+        "(for example https://api.anthropic.com or http://memsync-store.memsync-system.svc:8080)",
+    )
+
+
 class _SpecModel(BaseModel):
     # strict: the API server would refuse "15" for an integer or 1 for a string; so do we.
     model_config = ConfigDict(
@@ -427,13 +438,7 @@ class SessionMemorySpec(_SpecModel):
     @field_validator("api_base_url")
     @classmethod
     def _check_api_base_url(cls, value: str) -> str:
-        return _matched(
-            value,
-            API_BASE_URL_PATTERN,
-            API_BASE_URL_MAX,
-            "must be an http:// or https:// URL with a host and no query or fragment "
-            "(for example https://api.anthropic.com or http://memsync-store.memsync-system.svc:8080)",
-        )
+        return checked_api_base_url(value)
 
     @field_validator("stores")
     @classmethod

@@ -560,16 +560,26 @@ def printer_columns() -> list[dict[str, Any]]:
     ]
 
 
-def build_crd() -> dict[str, Any]:
-    """The SessionMemory CustomResourceDefinition (apiextensions.k8s.io/v1)."""
+def crd_document(
+    *,
+    names: dict[str, Any],
+    version: str,
+    description: str,
+    spec: dict[str, Any],
+    status: dict[str, Any],
+    columns: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """One of memsync's CustomResourceDefinitions (apiextensions.k8s.io/v1): namespaced, one served and
+    stored version with the status subresource. ``names`` holds kind, listKind, plural, singular and
+    shortNames."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": m.CRD_NAME,
+            "name": f"{names['plural']}.{m.GROUP}",
             "labels": {"app.kubernetes.io/name": "memsync", "app.kubernetes.io/part-of": "memsync"},
-            # Argo CD applies the CRD before the operator and any SessionMemory (lower waves first). GitOps
-            # never prunes it: deleting the CRD deletes every SessionMemory and so every running session.
+            # Argo CD applies the CRD before the operator and any object of it (lower waves first). GitOps
+            # never prunes it: deleting the CRD deletes every object of it and so every running session.
             "annotations": {
                 SYNC_WAVE_ANNOTATION: CRD_SYNC_WAVE,
                 "argocd.argoproj.io/sync-options": "Prune=false",
@@ -579,33 +589,25 @@ def build_crd() -> dict[str, Any]:
         "spec": {
             "group": m.GROUP,
             "scope": "Namespaced",
-            "names": {
-                "kind": m.KIND,
-                "listKind": m.LIST_KIND,
-                "plural": m.PLURAL,
-                "singular": m.SINGULAR,
-                "shortNames": list(m.SHORT_NAMES),
-                "categories": list(m.CATEGORIES),
-            },
+            "names": {**names, "categories": list(m.CATEGORIES)},
             "versions": [
                 {
-                    "name": m.VERSION,
+                    "name": version,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": printer_columns(),
+                    "additionalPrinterColumns": columns,
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
-                            "description": "SessionMemory gives one agent session's sandbox Pod its memory "
-                            "stores under /mnt/memory, kept in two-way sync and flushed when it ends.",
+                            "description": description,
                             "required": ["spec"],
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
                                 "metadata": {"type": "object"},
-                                "spec": spec_schema(),
-                                "status": status_schema(),
+                                "spec": spec,
+                                "status": status,
                             },
                         }
                     },
@@ -613,6 +615,25 @@ def build_crd() -> dict[str, Any]:
             ],
         },
     }
+
+
+def build_crd() -> dict[str, Any]:
+    """The SessionMemory CustomResourceDefinition (apiextensions.k8s.io/v1)."""
+    return crd_document(
+        names={
+            "kind": m.KIND,
+            "listKind": m.LIST_KIND,
+            "plural": m.PLURAL,
+            "singular": m.SINGULAR,
+            "shortNames": list(m.SHORT_NAMES),
+        },
+        version=m.VERSION,
+        description="SessionMemory gives one agent session's sandbox Pod its memory stores under "
+        "/mnt/memory, kept in two-way sync and flushed when it ends.",
+        spec=spec_schema(),
+        status=status_schema(),
+        columns=printer_columns(),
+    )
 
 
 HEADER: Final = (
