@@ -7,19 +7,17 @@ last memory write, the SessionMemory is Succeeded and then removed with its Secr
 from __future__ import annotations
 
 import base64
-import uuid
-from datetime import datetime
 from typing import Any
 
 import httpx
 import pytest
 
 from conftest import RunningStoreServer
-from memsync.api.paths import slugify
 from memsync.controller.environment import decisions as d
 from memsync.controller.pod import pod_name_for
 from memsync.crd import agentenv as a
 from memsync.crd.models import sandbox_template
+from support.environments import memories_of, scripted_session, stopped_after_the_last_write
 
 from .conftest import REPO, SYSTEM_NS, Cluster
 from .scenario import IMAGE, container, pod_status, smem_status, wait_phase
@@ -43,40 +41,18 @@ def environments(deployed: Cluster) -> Cluster:
     return deployed
 
 
-def _ts(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
 def test_the_operator_serves_a_session_from_claim_to_stop(
     environments: Cluster, tier_store: RunningStoreServer, namespace: str
 ) -> None:
     cluster = environments
     admin = httpx.Client(base_url=tier_store.url, headers={"x-api-key": tier_store.admin_key}, timeout=30)
-    env = admin.post("/v1/environments", json={"name": "cluster tier"}).json()
-    key = admin.post(f"/v1/memsync/environments/{env['id']}/keys").json()["key"]
-    store_name = f"Tier Notes {uuid.uuid4().hex[:6]}"
-    store = admin.post("/v1/memory_stores", json={"name": store_name}).json()
-    script = [
-        {"type": "agent.tool_use", "id": "toolu_1", "name": "write",
-         "input": {"file_path": f"/mnt/memory/{slugify(store_name)}/hello.md", "content": "from the tier\n"}},
-        {"type": "session.status_idle", "stop_reason": {"type": "end_turn"}},
-        {"type": "session.status_terminated"},
-    ]  # fmt: skip
-    minted = admin.post(
-        "/v1/memsync/sessions",
-        json={
-            "environment_id": env["id"],
-            "resources": [{"type": "memory_store", "memory_store_id": store["id"]}],
-            "script": script,
-        },
-    ).json()
-    session_id, work_id = minted["session"]["id"], minted["work_id"]
+    scripted = scripted_session(admin, "/mnt/memory/{slug}/hello.md", "from the tier\n")
     cluster.apply(
         {
             "apiVersion": "v1",
             "kind": "Secret",
             "metadata": {"name": "env-key", "namespace": namespace},
-            "data": {"key": base64.b64encode(key.encode()).decode()},
+            "data": {"key": base64.b64encode(scripted.key.encode()).decode()},
         }
     )
     runner = ["memsync", "session", "run", "--max-idle", "5", "--final-timeout", "60"]
@@ -85,7 +61,7 @@ def test_the_operator_serves_a_session_from_claim_to_stop(
         "kind": a.KIND,
         "metadata": {"name": "tier-env", "namespace": namespace},
         "spec": {
-            "environmentId": env["id"],
+            "environmentId": scripted.environment_id,
             "environmentKeySecretRef": {"name": "env-key", "key": "key"},
             "apiBaseUrl": tier_store.url,
             "maxConcurrentSessions": 2,
@@ -96,7 +72,7 @@ def test_the_operator_serves_a_session_from_claim_to_stop(
     }
     cluster.apply(body)
 
-    name = d.object_name(session_id)
+    name = d.object_name(scripted.session_id)
     cluster.wait(
         "the claimed session's SessionMemory",
         lambda: cluster.get_or_none("-n", namespace, "smem", name),
@@ -110,18 +86,16 @@ def test_the_operator_serves_a_session_from_claim_to_stop(
     assert sandbox["exitCode"] == 0, explain
 
     # the write is in the store, uploaded by the final flush (the interval never came), before the stop
-    memories = admin.get(f"/v1/memory_stores/{store['id']}/memories", params={"view": "full"}).json()["data"]
-    assert [(m["path"], m["content"]) for m in memories] == [("/hello.md", "from the tier\n")], explain
-    versions = admin.get(f"/v1/memory_stores/{store['id']}/memory_versions").json()["data"]
-    work = cluster.wait(
+    assert memories_of(admin, scripted) == [("/hello.md", "from the tier\n")], explain
+    cluster.wait(
         "the work item stopped",
         lambda: (
-            (w := admin.get(f"/v1/environments/{env['id']}/work/{work_id}").json())["state"] == "stopped"
-            and w
+            admin.get(f"/v1/environments/{scripted.environment_id}/work/{scripted.work_id}").json()["state"]
+            == "stopped"
         ),
         timeout=60,
     )
-    assert max(_ts(v["created_at"]) for v in versions) < _ts(work["stopped_at"])
+    stopped_after_the_last_write(admin, scripted)
 
     # the AgentEnvironment counted it; the SessionMemory and its Secret go after the retention
     aenv = cluster.wait(
@@ -143,5 +117,5 @@ def test_the_operator_serves_a_session_from_claim_to_stop(
         timeout=RETENTION_S + 90,
         explain=cluster.dump,
     )
-    assert cluster.get_or_none("-n", namespace, "secret", d.secret_name(session_id)) is None
+    assert cluster.get_or_none("-n", namespace, "secret", d.secret_name(scripted.session_id)) is None
     admin.close()

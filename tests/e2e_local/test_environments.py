@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from memsync.api.paths import slugify
 from memsync.controller.environment import decisions as d
 from memsync.controller.environment.loop import EnvironmentLoop
 from memsync.controller.pod import SANDBOX_CONTAINER, SYNC_CONTAINER, build_sandbox_pod
 from memsync.controller.status import derive_status, now_utc
 from memsync.crd.models import sandbox_template, validate_spec
 from support.environment_objects import Objects
+from support.environments import memories_of, scripted_session, stopped_after_the_last_write
 
 from .harness import AGENT_IMAGE, HARNESS_ENV, NAMESPACE
 from .podrunner import PodRunner
@@ -31,41 +30,19 @@ if TYPE_CHECKING:
 RUN_TIMEOUT = 120.0
 
 
-def _ts(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
 async def test_a_scripted_session_writes_a_memory_that_lands_before_the_item_stops(
     tmp_path: Path, store_server: RunningStoreServer
 ) -> None:
     admin = httpx.Client(base_url=store_server.url, headers={"x-api-key": store_server.admin_key}, timeout=30)
-    env = admin.post("/v1/environments", json={"name": "e2e"}).json()
-    key = admin.post(f"/v1/memsync/environments/{env['id']}/keys").json()["key"]
-    store_name = f"Env Notes {uuid.uuid4().hex[:6]}"
-    store = admin.post("/v1/memory_stores", json={"name": store_name}).json()
-    slug = slugify(store_name)
-    script = [
-        # relative to the runner's working directory, /mnt/memory: the store's own folder
-        {"type": "agent.tool_use", "id": "toolu_1", "name": "write",
-         "input": {"file_path": f"{slug}/hello.md", "content": "written by the agent\n"}},
-        {"type": "session.status_idle", "stop_reason": {"type": "end_turn"}},
-        {"type": "session.status_terminated"},
-    ]  # fmt: skip
-    minted = admin.post(
-        "/v1/memsync/sessions",
-        json={
-            "environment_id": env["id"],
-            "resources": [{"type": "memory_store", "memory_store_id": store["id"]}],
-            "script": script,
-        },
-    ).json()
+    # relative to the runner's working directory, /mnt/memory: the store's own folder
+    scripted = scripted_session(admin, "{slug}/hello.md", "written by the agent\n")
 
     environment = {
         "apiVersion": "agents.memsync.dev/v1alpha1",
         "kind": "AgentEnvironment",
         "metadata": {"name": "e2e-env", "namespace": NAMESPACE, "uid": str(uuid.uuid4()), "generation": 1},
         "spec": {
-            "environmentId": env["id"],
+            "environmentId": scripted.environment_id,
             "environmentKeySecretRef": {"name": "env-key", "key": "key"},
             "apiBaseUrl": store_server.url,
             "finishedRetentionSeconds": 0,
@@ -79,10 +56,10 @@ async def test_a_scripted_session_writes_a_memory_that_lands_before_the_item_sto
             ),
         },
     }
-    objects = Objects(environment, {"env-key": {"key": key}})
+    objects = Objects(environment, {"env-key": {"key": scripted.key}})
     loop = EnvironmentLoop(objects, NAMESPACE, "e2e-env")
     assert await loop.run_pass() == 0.0
-    name = d.object_name(minted["session"]["id"])
+    name = d.object_name(scripted.session_id)
     smem = objects.smems[name]
     secret = next(c for c in objects.created if c["kind"] == "Secret")
     spec = validate_spec(smem["spec"])
@@ -105,15 +82,11 @@ async def test_a_scripted_session_writes_a_memory_that_lands_before_the_item_sto
     assert "the session runner asked for the final sync and flush" in runner.logs(SYNC_CONTAINER), explain
     # the sidecar's termination message is the final flush's report (the preStop flush after it sent nothing)
     report = json.loads(runner.termination_message(SYNC_CONTAINER) or "{}")
-    assert report["stores"][store["id"]]["uploaded"] == 1, report
+    assert report["stores"][scripted.store_id]["uploaded"] == 1, report
 
     # the memory is in the store, written by the final flush (the interval never came), before the stop
-    memories = admin.get(f"/v1/memory_stores/{store['id']}/memories", params={"view": "full"}).json()["data"]
-    assert [(m["path"], m["content"]) for m in memories] == [("/hello.md", "written by the agent\n")], explain
-    versions = admin.get(f"/v1/memory_stores/{store['id']}/memory_versions").json()["data"]
-    work = admin.get(f"/v1/environments/{env['id']}/work/{minted['work_id']}").json()
-    assert work["state"] == "stopped"
-    assert max(_ts(v["created_at"]) for v in versions) < _ts(work["stopped_at"])
+    assert memories_of(admin, scripted) == [("/hello.md", "written by the agent\n")], explain
+    stopped_after_the_last_write(admin, scripted)
 
     # the SessionMemory is Succeeded, and the next pass removes it (retention 0) with its Secret
     status: dict[str, Any] = derive_status(
@@ -127,7 +100,7 @@ async def test_a_scripted_session_writes_a_memory_that_lands_before_the_item_sto
     objects.smems[name]["status"] = status
     await loop.run_pass()
     assert name not in objects.smems
-    assert ("Secret", d.secret_name(minted["session"]["id"])) in objects.deleted
+    assert ("Secret", d.secret_name(scripted.session_id)) in objects.deleted
     final = objects.env["status"] if objects.env else {}
     assert (final["claimed"], final["succeeded"], final["active"]) == (1, 1, 0)
     admin.close()
