@@ -36,8 +36,8 @@ typecheck: $(STAMP)
 
 # The test command CI runs: lint, types, then every tier that this machine can run.
 # 0. with Go installed, helm and promtool are built first (cached outside the clone);
-# 1. every tier but kind and cluster, on two xdist workers (the randomized soak runs on demand, `make soak`,
-#    while two rare interleavings it finds are open; its verdict's unit tests run here);
+# 1. every tier but kind and cluster, on two xdist workers (with the randomized soak's default mix and its
+#    final-flush outage; the weighted variants and the long mode run on demand, `make soak`);
 # 2. the kind tier apart, serially (its tests share one cluster; it skips itself, with the reason, when docker
 #    or kind is absent);
 # 3. the cluster tier in one pytest process with one control plane; with Go installed its binaries are built

@@ -9,6 +9,7 @@ import signal
 from typing import Any
 
 from conftest import RunningStoreServer
+from memsync.controller.pod import pod_name_for
 from support import k8s_scenarios as k8s
 from support.k8s_scenarios import (
     FINAL,
@@ -29,6 +30,7 @@ from .conftest import Cluster
 __all__ = [
     "FINAL",
     "as_store_paths",
+    "assert_store_holds_final_files",
     "container",
     "make_store",
     "secret_object",
@@ -79,6 +81,42 @@ async def start_session(
     )
     cluster.apply(body)
     return session
+
+
+async def steady_session(
+    cluster: Cluster,
+    server: RunningStoreServer,
+    namespace: str,
+    name: str,
+    *,
+    store: str,
+    mount: str,
+    duration: int = 600,
+    interval: float = 0.3,
+    linger: int | None = None,
+    memories: int = 0,
+    **kw: Any,
+) -> str:
+    """A session whose scripted agent keeps writing (the ``steady`` scenario) into one read-write store
+    mounted at ``/mnt/memory/<mount>``, waited until Running and, with ``memories``, until the store holds
+    that many: the sandbox Pod's name. ``linger``: seconds the agent keeps writing after its SIGTERM."""
+    args = ["--scenario", "steady", "--duration", str(duration), "--interval", str(interval)]
+    if linger is not None:
+        args += ["--term-linger", str(linger)]
+    stores = [(store, mount, "read_write")]
+    await start_session(cluster, server, namespace, name, stores=stores, sandbox=agent(*args), **kw)
+    wait_phase(cluster, namespace, name, ("Running",))
+    if memories:
+        await wait_store_has(server, store, memories)
+    return pod_name_for(name)
+
+
+async def assert_store_holds_final_files(
+    server: RunningStoreServer, store: str, report: dict[str, Any], mount: str
+) -> None:
+    """The store holds exactly the files the agent's report lists for ``/mnt/memory/<mount>`` at its end."""
+    final = as_store_paths(report["stores"][f"/mnt/memory/{mount}"]["files"])
+    assert await store_files(server, store) == final
 
 
 def smem_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from .scenario import (
     FINAL,
     agent,
     agent_report,
-    as_store_paths,
+    assert_store_holds_final_files,
     container,
     container_state,
     make_store,
@@ -27,6 +27,7 @@ from .scenario import (
     sid,
     smem,
     start_session,
+    steady_session,
     store_files,
     wait_phase,
     wait_store_has,
@@ -39,24 +40,16 @@ async def test_namespace_deleted_collects_everything(
     deployed: Cluster, tier_store: RunningStoreServer, namespace: str
 ) -> None:
     store = await make_store(tier_store, "ns-gone", {})
-    await start_session(
-        deployed,
-        tier_store,
-        namespace,
-        "ns-gone",
-        stores=[(store, "n", "read_write")],
-        sandbox=agent("--scenario", "steady", "--duration", "600", "--interval", "0.3", "--term-linger", "2"),
+    pod = await steady_session(
+        deployed, tier_store, namespace, "ns-gone", store=store, mount="n", linger=2, memories=3
     )
-    wait_phase(deployed, namespace, "ns-gone", ("Running",))
-    await wait_store_has(tier_store, store, 3)
-    pod = pod_name_for("ns-gone")
     deployed.kubectl("delete", "namespace", namespace, "--wait=true", "--timeout=240s", timeout=260)
     # The namespace controller deleted the SessionMemory and the Pod; the operator's finalizer held the
     # SessionMemory until the Pod's final flush; nothing is left.
     assert deployed.get_or_none("namespace", namespace) is None
     report = agent_report(deployed, namespace, pod)
     assert report["interrupted"] is True
-    assert await store_files(tier_store, store) == as_store_paths(report["stores"]["/mnt/memory/n"]["files"])
+    await assert_store_holds_final_files(tier_store, store, report, "n")
 
 
 def operator_pods(cluster: Cluster) -> list[dict[str, object]]:
@@ -70,16 +63,7 @@ async def test_operator_pod_deleted_and_rescheduled(
     deployed: Cluster, tier_store: RunningStoreServer, namespace: str
 ) -> None:
     store = await make_store(tier_store, "resume", {})
-    await start_session(
-        deployed,
-        tier_store,
-        namespace,
-        "resume",
-        stores=[(store, "n", "read_write")],
-        sandbox=agent("--scenario", "steady", "--duration", "40", "--interval", "0.3"),
-    )
-    wait_phase(deployed, namespace, "resume", ("Running",))
-    pod = pod_name_for("resume")
+    pod = await steady_session(deployed, tier_store, namespace, "resume", store=store, mount="n", duration=40)
     uid = deployed.get("-n", namespace, "pod", pod)["metadata"]["uid"]
     [old] = operator_pods(deployed)
     old_name = old["metadata"]["name"]  # type: ignore[index]
@@ -94,8 +78,7 @@ async def test_operator_pod_deleted_and_rescheduled(
     # The new operator resumed the session: the same sandbox Pod, never a second one.
     pods = deployed.get("-n", namespace, "pods")["items"]
     assert [p["metadata"]["uid"] for p in pods] == [uid]
-    report = agent_report(deployed, namespace, pod)
-    assert await store_files(tier_store, store) == as_store_paths(report["stores"]["/mnt/memory/n"]["files"])
+    await assert_store_holds_final_files(tier_store, store, agent_report(deployed, namespace, pod), "n")
 
 
 async def test_sandbox_pid1_ignores_sigterm(

@@ -21,6 +21,7 @@ from .scenario import (
     agent,
     agent_report,
     as_store_paths,
+    assert_store_holds_final_files,
     condition,
     container,
     kill_container,
@@ -30,10 +31,10 @@ from .scenario import (
     sid,
     smem,
     start_session,
+    steady_session,
     store_files,
     versions,
     wait_phase,
-    wait_store_has,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -57,9 +58,7 @@ async def test_happy_path(deployed: Cluster, tier_store: RunningStoreServer, nam
     assert condition(status, "Flushed")["status"] == "True", status
     pod = pod_name_for("happy")
     report = agent_report(deployed, namespace, pod)
-    assert await store_files(tier_store, notes) == as_store_paths(
-        report["stores"]["/mnt/memory/notes"]["files"]
-    )
+    await assert_store_holds_final_files(tier_store, notes, report, "notes")
     assert await store_files(tier_store, handbook) == {
         p: content_sha256(c) for p, c in handbook_content.items()
     }
@@ -127,17 +126,9 @@ async def test_deleted_mid_session_flushes(
     deployed: Cluster, tier_store: RunningStoreServer, namespace: str
 ) -> None:
     store = await make_store(tier_store, "journal", {})
-    await start_session(
-        deployed,
-        tier_store,
-        namespace,
-        "doomed",
-        stores=[(store, "journal", "read_write")],
-        sandbox=agent("--scenario", "steady", "--duration", "600", "--interval", "0.3", "--term-linger", "3"),
+    pod = await steady_session(
+        deployed, tier_store, namespace, "doomed", store=store, mount="journal", linger=3, memories=3
     )
-    wait_phase(deployed, namespace, "doomed", ("Running",))
-    await wait_store_has(tier_store, store, 3)
-    pod = pod_name_for("doomed")
     deployed.kubectl(
         "-n", namespace, "delete", "smem", "doomed", "--wait=true", "--timeout=240s", timeout=260
     )
@@ -146,9 +137,7 @@ async def test_deleted_mid_session_flushes(
     assert deployed.get_or_none("-n", namespace, "pod", pod) is None
     report = agent_report(deployed, namespace, pod)
     assert report["interrupted"] is True and report["ticks"] > report["sigterm_tick"]
-    assert await store_files(tier_store, store) == as_store_paths(
-        report["stores"]["/mnt/memory/journal"]["files"]
-    )
+    await assert_store_holds_final_files(tier_store, store, report, "journal")
     sync_log = deployed.pod_logs(namespace, pod, "memsync-sync")
     assert "flush" in sync_log.lower(), sync_log[-3000:]
 
@@ -157,17 +146,9 @@ async def test_sidecar_killed_and_restarted(
     deployed: Cluster, tier_store: RunningStoreServer, namespace: str
 ) -> None:
     store = await make_store(tier_store, "scratch", {})
-    await start_session(
-        deployed,
-        tier_store,
-        namespace,
-        "killed",
-        stores=[(store, "scratch", "read_write")],
-        sandbox=agent("--scenario", "steady", "--duration", "30", "--interval", "0.3"),
+    pod = await steady_session(
+        deployed, tier_store, namespace, "killed", store=store, mount="scratch", duration=30, memories=3
     )
-    wait_phase(deployed, namespace, "killed", ("Running",))
-    pod = pod_name_for("killed")
-    await wait_store_has(tier_store, store, 3)
     kill_container(deployed, namespace, pod, "memsync-sync")
     deployed.wait(
         "the sidecar restarted",

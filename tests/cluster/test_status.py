@@ -15,7 +15,7 @@ from conftest import RunningStoreServer
 from memsync.controller.pod import pod_name_for
 
 from .conftest import Cluster
-from .scenario import agent, make_store, smem_status, start_session, wait_phase
+from .scenario import make_store, smem_status, steady_session, wait_phase
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
 
@@ -41,15 +41,9 @@ async def test_status_shows_a_live_session(
     deployed: Cluster, tier_store: RunningStoreServer, namespace: str
 ) -> None:
     notes = await make_store(tier_store, "notes", {"/existing.md": "from the store\n"})
-    await start_session(
-        deployed,
-        tier_store,
-        namespace,
-        "live",
-        stores=[(notes, "notes", "read_write")],
-        sandbox=agent("--scenario", "steady", "--duration", "600", "--interval", "0.5", "--term-linger", "2"),
+    await steady_session(
+        deployed, tier_store, namespace, "live", store=notes, mount="notes", interval=0.5, linger=2
     )
-    wait_phase(deployed, namespace, "live", ("Running",))
     deployed.wait(
         "the Synced condition True (the operator read the sidecar's /status)",
         lambda: any(

@@ -11,21 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from memsync.controller.pod import pod_name_for
-
 from .conftest import Cluster, store_on_bridge
 from .scenario import (
-    agent,
     agent_report,
-    as_store_paths,
+    assert_store_holds_final_files,
     condition,
     make_store,
     printed,
     smem_status,
-    start_session,
-    store_files,
-    wait_phase,
-    wait_store_has,
+    steady_session,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -46,19 +40,18 @@ async def test_store_outage_turns_synced_false_then_true_and_loses_nothing(
     # Its own store server: stopping it must not touch the other scenarios' server.
     with store_on_bridge(deployed, tmp_path) as server:
         store = await make_store(server, "outage", {})
-        await start_session(
+        pod = await steady_session(
             deployed,
             server,
             namespace,
             "outage",
-            stores=[(store, "outage", "read_write")],
-            sandbox=agent(
-                "--scenario", "steady", "--duration", "600", "--interval", "0.5", "--term-linger", "2"
-            ),
+            store=store,
+            mount="outage",
+            interval=0.5,
+            linger=2,
+            memories=2,
             final_flush=30,
         )
-        wait_phase(deployed, namespace, "outage", ("Running",))
-        await wait_store_has(server, store, 2)
         wait_synced(deployed, namespace, "outage", "True")
 
         server.stop()
@@ -75,12 +68,9 @@ async def test_store_outage_turns_synced_false_then_true_and_loses_nothing(
         assert synced["reason"] == "InSync", synced
 
         # The end: the deletion's final flush; every edit the agent made, the outage's included, is stored.
-        pod = pod_name_for("outage")
         deployed.kubectl(
             "-n", namespace, "delete", "smem", "outage", "--wait=true", "--timeout=240s", timeout=260
         )
         report = agent_report(deployed, namespace, pod)
         assert report["interrupted"] is True
-        assert await store_files(server, store) == as_store_paths(
-            report["stores"]["/mnt/memory/outage"]["files"]
-        )
+        await assert_store_holds_final_files(server, store, report, "outage")

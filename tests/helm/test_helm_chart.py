@@ -39,6 +39,7 @@ MONITORING = {
     }
 }
 KIND = {"image": {"repository": "memsync", "tag": "kind"}, "storeServer": {"enabled": True}}
+STORE_POSTGRES = {**PRODUCTION, "storeServer": {"enabled": True, "database": {"type": "postgresql"}}}
 
 Key = tuple[str, str, str]
 
@@ -120,6 +121,9 @@ def by_key(objs: list[dict[str, Any]], drop_helm_labels: bool = False) -> dict[K
             id="production+monitoring",
         ),
         pytest.param(
+            STORE_POSTGRES, "store-postgres", (), {("Namespace", "", NAMESPACE)}, id="store-postgres"
+        ),
+        pytest.param(
             KIND,
             "kind",
             (),
@@ -152,6 +156,18 @@ def test_helm_renders_the_same_objects_as_kustomize(
     [
         pytest.param({}, id="defaults"),
         pytest.param({**KIND, **MONITORING}, id="everything"),
+        pytest.param(
+            {
+                **STORE_POSTGRES,
+                "storeServer": {
+                    "enabled": True,
+                    "replicas": 3,
+                    "workers": 2,
+                    "database": {"type": "postgresql", "poolSize": 20},
+                },
+            },
+            id="store-postgres",
+        ),
         pytest.param(
             {"rbac": {"scope": "namespaced"}, "operator": {"watchNamespaces": ["agents"]}}, id="namespaced"
         ),
@@ -215,6 +231,11 @@ def test_namespace_patterns_get_namespace_and_crd_watches_cluster_wide(tmp_path:
         # values.schema.json: unknown values and keys (a typo) are refused, never ignored.
         ({"rbac": {"scope": "everywhere"}}, "at '/rbac/scope': value must be one of 'cluster', 'namespaced'"),
         ({"storeServer": {"enabeld": True}}, "additional properties 'enabeld' not allowed"),
+        (
+            {"storeServer": {"enabled": True, "replicas": 2}},
+            "storeServer.replicas=2 needs storeServer.database.type=postgresql",
+        ),
+        ({"storeServer": {"database": {"type": "mysql"}}}, "at '/storeServer/database/type'"),
         ({"image": {"digest": "latest"}}, "at '/image/digest'"),
         (
             {"metrics": {"enabled": False}, "monitoring": {"serviceMonitor": {"enabled": True}}},
@@ -256,9 +277,6 @@ def test_default_install_turns_operator_metrics_on(tmp_path: Path) -> None:
 def test_helm_only_objects_validate_offline(tmp_path: Path) -> None:
     """What only the chart renders (namespaced RBAC, namespace patterns, digests, a storage class) is valid
     for the Kubernetes version the tests pin; the rest is compared with the validated kustomize output."""
-    node = yaml.safe_load((REPO / "kind-config.yaml").read_text())["nodes"][0]["image"]
-    match = re.search(r":v(\d+\.\d+)\.", node)
-    assert match, node
     values = {
         "rbac": {"scope": "namespaced"},
         "operator": {
@@ -273,6 +291,14 @@ def test_helm_only_objects_validate_offline(tmp_path: Path) -> None:
     env = {e["name"]: e["value"] for e in operator_container(by_key(objs))["env"]}
     parsed = parse_memsync_env(env["MEMSYNC_OPERATOR_MEMSYNC_ENV"])  # what the operator reads at start
     assert [(e.name, e.value) for e in parsed] == [("HTTPS_PROXY", "http://p:3128")]
+    validate_offline(objs)
+
+
+def validate_offline(objs: list[dict[str, Any]]) -> None:
+    """Every object but the CRD is valid for the Kubernetes version the tests pin (kind-config.yaml)."""
+    node = yaml.safe_load((REPO / "kind-config.yaml").read_text())["nodes"][0]["image"]
+    match = re.search(r":v(\d+\.\d+)\.", node)
+    assert match, node
     for obj in objs:
         if obj["kind"] == "CustomResourceDefinition":
             continue
@@ -280,3 +306,46 @@ def test_helm_only_objects_validate_offline(tmp_path: Path) -> None:
             kubernetes_validate.validate(obj, match.group(1), strict=True)
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(f"{key(obj)} is invalid: {'.'.join(map(str, exc.path))}: {exc}")
+
+
+def store_objects(tmp_path: Path, store: dict[str, Any]) -> dict[Key, dict[str, Any]]:
+    objs = by_key(helm_objects(tmp_path, {"storeServer": store}))
+    return {k: v for k, v in objs.items() if k[2].startswith("memsync-store")}
+
+
+def test_store_server_on_postgresql_scales_and_passes_its_settings(tmp_path: Path) -> None:
+    store = {
+        "enabled": True,
+        "replicas": 3,
+        "workers": 2,
+        "database": {"type": "postgresql", "urlSecret": "pg", "urlSecretKey": "dsn", "poolSize": 20},
+    }
+    objs = store_objects(tmp_path, store)
+    validate_offline(list(objs.values()))
+    assert not [k for k in objs if k[0] == "PersistentVolumeClaim"], "no volume on PostgreSQL"
+    deployment = objs[("Deployment", NAMESPACE, "memsync-store")]
+    assert deployment["spec"]["replicas"] == 3
+    pod = deployment["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["MEMSYNC_STORE_DB"] == {
+        "name": "MEMSYNC_STORE_DB",
+        "valueFrom": {"secretKeyRef": {"name": "pg", "key": "dsn"}},
+    }
+    assert env["MEMSYNC_STORE_WORKERS"]["value"] == "2"
+    assert env["MEMSYNC_DB_POOL_SIZE"]["value"] == "20"
+    assert [v["name"] for v in pod["volumes"]] == ["admin-key", "tmp"]
+    assert objs[("PodDisruptionBudget", NAMESPACE, "memsync-store")]["spec"]["minAvailable"] == 1
+    # one replica on PostgreSQL: a PodDisruptionBudget keeping it up would block every drain
+    single = store_objects(tmp_path, {**store, "replicas": 1})
+    assert single[("Deployment", NAMESPACE, "memsync-store")]["spec"]["replicas"] == 1
+    assert single[("PodDisruptionBudget", NAMESPACE, "memsync-store")]["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": {"app.kubernetes.io/name": "memsync-store"}},
+    }
+    # the defaults on SQLite set neither workers nor a pool
+    sqlite = store_objects(tmp_path, {"enabled": True})
+    container = sqlite[("Deployment", NAMESPACE, "memsync-store")]["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    names = [e["name"] for e in container["env"]]
+    assert "MEMSYNC_STORE_WORKERS" not in names and "MEMSYNC_DB_POOL_SIZE" not in names

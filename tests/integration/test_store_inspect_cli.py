@@ -16,6 +16,8 @@ import pytest
 from conftest import RunningStoreServer
 from memsync.client import errors
 
+pytestmark = pytest.mark.both_backends
+
 SECRET_CONTENT = "api_key=sk-live-leaked-by-mistake"
 
 

@@ -11,6 +11,8 @@ import pytest
 
 from support.sync_harness import Harness, make_harness
 
+pytestmark = pytest.mark.both_backends
+
 # more than FANOUT_MIN memories, in folders: a full listing takes several requests
 FILES = {f"topic-{i % 4}/note-{i:03d}.md": f"note {i}" for i in range(130)}
 

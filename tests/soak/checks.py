@@ -8,7 +8,8 @@ hold at the end, what the agents reported, and what went over the wire. Each ret
   after the file became unreadable (the agent cannot know that memory is the file's), or after the test last
   wrote the file when the store holds other content than the file did (both wrote the path: a conflict the
   store wins; also when the agent reported the file's content lost to the store's after it was written), or
-  the agent reported that the delete lost;
+  the test created the file and deleted it before any of it reached the store (the memory there, holding
+  other content, is another writer's), or the agent reported that the delete lost;
 - no write overwrote a memory without a precondition: every agent update and delete carried one, and in the
   version history every session version that follows another version of its memory follows one whose hash
   that session sent as the precondition;
@@ -62,6 +63,9 @@ class LocalOp:
     blind_since: float | None = None
     # a delete of a file the test last wrote at this time (None: the agent wrote it, or the seed)
     written_at: float | None = None
+    # the test created this file where nothing was, at this time, and wrote it since (a write: this file; a
+    # delete: the file deleted); None when the file was the agent's or the seed's first
+    created_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -175,10 +179,21 @@ def _delete_applied(  # noqa: PLR0917 - plain-data inputs of check_local_ops
     content = live.get(store_id, {}).get(rel)
     if content is None:
         return True
+    history = versions.get(store_id, [])
+    if (
+        last.created_at is not None
+        and last.sha256 is not None
+        and content_sha256(content) != last.sha256
+        and not any(
+            v.path == rel and v.actor == sessions[pod] and v.at >= last.created_at - 1 for v in history
+        )
+    ):
+        # The test created the file and deleted it before any of it reached the store: the memory there is
+        # another writer's, which this session never held; nothing of the session's was left to delete.
+        return True
     seen = min(t for t in (last.at, last.blind_since, last.written_at) if t is not None)
     if last.written_at is not None and content_sha256(content) == last.sha256:
         seen = last.at  # the store holds what the file held: the delete had to go
-    history = versions.get(store_id, [])
     if any(v.path == rel and v.at >= seen - 1 and v.actor != sessions[pod] for v in history):
         return True
     if (

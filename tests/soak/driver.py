@@ -176,15 +176,21 @@ class Soak:
     async def _listing(self, store_id: str) -> list[Any]:
         return [m async for m in self.admin.list_memories(store_id, limit=100)]
 
-    def _record(self, pod: Pod, sid: str, rel: str, kind: str, content: str | None, op: int) -> None:  # noqa: PLR0917
-        """A write (``content`` written) or a delete (``content``: what the file held, None when unknown)."""
+    def _record(  # noqa: PLR0917
+        self, pod: Pod, sid: str, rel: str, kind: str, content: str | None, op: int, *, fresh: bool = False
+    ) -> None:
+        """A write (``content`` written; ``fresh``: where no file was) or a delete (``content``: what the file
+        held, None when unknown)."""
         key = (pod.name, sid, rel)
         sha = content_sha256(content) if content is not None else None
         blind = self.unreadable_since.pop(key, None)  # written or gone: readable, or nothing
         before = self.last_local.get(key)
+        now = time.time()
         written = before.at if kind == "delete" and before is not None and before.kind == "write" else None
+        # Created where nothing was: by this write, or (a delete) by the write just before it.
+        created = now if fresh else before.created_at if kind == "delete" and before is not None else None
         self.last_local[key] = checks.LocalOp(
-            kind, sha, time.time(), op, self.current, blind if kind == "delete" else None, written
+            kind, sha, now, op, self.current, blind if kind == "delete" else None, written, created
         )
 
     def _held(self, pod: Pod, sid: str, rel: str) -> str | None:
@@ -198,9 +204,10 @@ class Soak:
         content = f"{pod.name} {rel} op{op} {self.rng.getrandbits(32):08x}\n"
         target = pod.folder(sid) / rel
         target.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not os.path.lexists(target)
         with target.open("w") as fh:  # in place, as an editor or agent writes
             fh.write(content)
-        self._record(pod, sid, rel, "write", content, op)
+        self._record(pod, sid, rel, "write", content, op, fresh=fresh)
 
     def _pick_folder(self) -> tuple[int, Pod, str]:
         i = self.rng.randrange(len(self.pods))
@@ -253,7 +260,7 @@ class Soak:
             (root / new).parent.mkdir(parents=True, exist_ok=True)
             os.rename(path, root / new)
             self._record(pod, sid, rel, "delete", content, op)
-            self._record(pod, sid, new, "write", content, op)
+            self._record(pod, sid, new, "write", content, op, fresh=True)
         elif kind == "unreadable":
             if not path.is_file():  # swapped for a folder since the listing: the soak makes files unreadable
                 return False

@@ -78,6 +78,26 @@ def test_a_file_deleted_unreadable_excuses_only_other_writers_since_it_became_un
     assert _kinds(check_local_ops(blind, {}, still, own_while_blind, {}, SESSIONS)) == ["delete_not_applied"]
 
 
+def test_a_file_created_and_deleted_before_it_reached_the_store_leaves_another_writers_memory_alone() -> None:
+    """The test created a.md (where the admin had just created a memory the agent had not pulled yet) and
+    deleted it before any pass uploaded it: the admin's memory stays, and rightly so."""
+    mine = content_sha256("mine")
+    gone = {("p1", S, "a.md"): LocalOp("delete", mine, 100.0, 3, "swap", written_at=95.0, created_at=95.0)}
+    admin = {S: {"a.md": "admin"}}
+    admin_first = {S: [Version("a.md", content_sha256("admin"), 90.0, "apikey_admin")]}
+    assert check_local_ops(gone, {}, admin, admin_first, {}, SESSIONS) == []
+    # Uploaded before the delete: the session's memory was there to delete.
+    uploaded = {S: [*admin_first[S], Version("a.md", mine, 97.0, "sesn_1")]}
+    assert _kinds(check_local_ops(gone, {}, admin, uploaded, {}, SESSIONS)) == ["delete_not_applied"]
+    # The file held the store's content when deleted (the agent had pulled it over the test's): it must go.
+    held = content_sha256("admin")
+    pulled = {("p1", S, "a.md"): LocalOp("delete", held, 100.0, 3, "swap", written_at=95.0, created_at=95.0)}
+    assert _kinds(check_local_ops(pulled, {}, admin, admin_first, {}, SESSIONS)) == ["delete_not_applied"]
+    # Not created by the test (an edit of a synced file): no such excuse.
+    edited = {("p1", S, "a.md"): LocalOp("delete", mine, 100.0, 3, "swap", written_at=95.0)}
+    assert _kinds(check_local_ops(edited, {}, admin, admin_first, {}, SESSIONS)) == ["delete_not_applied"]
+
+
 def test_duplicates_and_strays() -> None:
     local = {("p1", S): {"a.md": "1", "b.md": "2"}, ("p2", S): {"c.md": "3"}}
     attached = {S: ["p1", "p2"]}

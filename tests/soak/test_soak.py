@@ -74,9 +74,6 @@ def _soak(
     )
 
 
-# The default 10,000-operation mix still finds one rare interleaving (a pulled file rewritten after the test
-# deleted it, about one run in twenty), so it runs on demand (make soak) until that is fixed.
-@pytest.mark.soak_on_demand
 def test_soak(request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path) -> None:
     given = os.environ.get("MEMSYNC_SOAK_KINDS")
     kinds = tuple(k.strip() for k in given.split(",") if k.strip()) if given else DEFAULT_KINDS
@@ -105,9 +102,6 @@ def test_soak_with_file_directory_swaps(
     _soak(request, fresh_store_server, tmp_path / "pods", ALL_KINDS, SHORT_OPS, weights={"swap": 10.0})
 
 
-# Seed 3949432625 found a file made readable just before the end whose edit was counted unsent but not
-# matched by the verdict (under investigation), so this variant runs on demand (make soak) for now too.
-@pytest.mark.soak_on_demand
 def test_soak_with_a_store_outage_during_the_final_flush(
     request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path
 ) -> None:

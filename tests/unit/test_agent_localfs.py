@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from memsync.agent import renames
 from memsync.agent.localfs import (
     NotRegularFile,
     RootMissing,
@@ -23,6 +26,7 @@ from memsync.agent.localfs import (
 )
 from memsync.agent.scan import HashCache, scan
 from memsync.agent.state import LockTimeout, StoreState, load_state, save_state, store_lock
+from memsync.api.constants import MARKER_FILENAME
 from memsync.api.hashing import sha256_bytes
 
 SID = "memstore_unit"
@@ -167,6 +171,125 @@ def test_remove_if_keeps_both_when_edited_twice_during_the_removal(
     assert path.read_bytes() == b"second edit"
     kept = [p for p in path.parent.iterdir() if p.name.startswith("x.md.memsync-kept-")]
     assert [p.read_bytes() for p in kept] == [b"first edit"]
+
+
+# --- compare-and-swap writes (pulls) --------------------------------------------------------------------
+
+
+def _before_first(monkeypatch: pytest.MonkeyPatch, name: str, action: Callable[[], None]) -> None:
+    """Run ``action`` (the agent touching the file) right before the first call of ``renames.<name>``: after
+    memsync hashed the file, before it swaps the new content in."""
+    real = getattr(renames, name)
+    calls: list[int] = []
+
+    def wrapped(*args: object) -> None:
+        if not calls:
+            action()
+        calls.append(1)
+        real(*args)
+
+    monkeypatch.setattr(renames, name, wrapped)
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_replace_if_writes_only_over_the_expected_content(root, tmp_path: Path) -> None:
+    folder = tmp_path / "mnt/store"
+    root.write_bytes("x.md", b"one")
+    assert root.replace_if("x.md", b"pulled", sha256_bytes(b"other")) is False
+    assert root.read_bytes("x.md") == b"one"
+    assert root.replace_if("x.md", b"pulled", sha256_bytes(b"one")) is True
+    assert root.read_bytes("x.md") == b"pulled"
+    assert root.replace_if("x.md", b"again", None) is False  # None: only where nothing is
+    assert root.replace_if("d/new.md", b"new", None) is True
+    assert root.read_bytes("d/new.md") == b"new"
+    assert _names(folder) == [MARKER_FILENAME, "d", "x.md"]  # no temp file left behind
+
+
+def test_replace_if_never_resurrects_a_file_deleted_after_its_hash(
+    root, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "mnt/store/x.md"
+    root.write_bytes("x.md", b"one")
+    _before_first(monkeypatch, "exchange", path.unlink)
+    assert root.replace_if("x.md", b"pulled", sha256_bytes(b"one")) is False
+    assert not path.exists()
+    assert _names(path.parent) == [MARKER_FILENAME]
+
+
+@pytest.mark.parametrize("how", ["in_place", "replaced_by_rename", "replaced_by_directory"])
+def test_replace_if_never_clobbers_an_edit_landing_after_its_hash(
+    root, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    path = tmp_path / "mnt/store/x.md"
+    root.write_bytes("x.md", b"one")
+
+    def edit() -> None:
+        if how == "in_place":
+            path.write_bytes(b"edited")
+        elif how == "replaced_by_rename":
+            (path.parent / "editor.swp").write_bytes(b"edited")
+            (path.parent / "editor.swp").replace(path)
+        else:
+            path.unlink()
+            path.mkdir()
+            (path / "inner.md").write_bytes(b"edited")
+
+    _before_first(monkeypatch, "exchange", edit)
+    assert root.replace_if("x.md", b"pulled", sha256_bytes(b"one")) is False
+    edited = path / "inner.md" if how == "replaced_by_directory" else path
+    assert edited.read_bytes() == b"edited"
+    assert _names(path.parent) == [MARKER_FILENAME, "x.md"]
+
+
+def test_replace_if_never_clobbers_a_file_created_after_its_check(
+    root, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "mnt/store/x.md"
+    _before_first(monkeypatch, "rename_noreplace", lambda: path.write_bytes(b"created"))
+    assert root.replace_if("x.md", b"pulled", None) is False
+    assert path.read_bytes() == b"created"
+    assert _names(path.parent) == [MARKER_FILENAME, "x.md"]
+
+
+def test_replace_if_keeps_an_edit_made_to_the_new_file_while_it_is_swapped_back(
+    root, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "mnt/store/x.md"
+    root.write_bytes("x.md", b"one")
+    real = renames.exchange
+    calls: list[int] = []
+
+    def exchange(dir_fd: int, a: str, b: str) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            path.write_bytes(b"first edit")  # in place, after the hash: the swap takes it out
+        real(dir_fd, a, b)
+        if len(calls) == 1:
+            path.write_bytes(b"second edit")  # into the pulled file, before it is swapped back out
+
+    monkeypatch.setattr(renames, "exchange", exchange)
+    assert root.replace_if("x.md", b"pulled", sha256_bytes(b"one")) is False
+    assert path.read_bytes() == b"first edit"
+    kept = [p for p in path.parent.iterdir() if p.name.startswith("x.md.memsync-kept-")]
+    assert [p.read_bytes() for p in kept] == [b"second edit"]
+
+
+def test_replace_if_falls_back_to_rehash_and_rename_without_renameat2(
+    root, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unsupported(*_: object) -> None:
+        raise renames.Unsupported(errno.ENOSYS, "renameat2 is not available")
+
+    monkeypatch.setattr(renames, "_renameat2", unsupported)
+    root.write_bytes("x.md", b"one")
+    assert root.replace_if("x.md", b"pulled", sha256_bytes(b"one")) is True
+    assert root.replace_if("y.md", b"new", None) is True
+    assert root.replace_if("x.md", b"other", sha256_bytes(b"one")) is False
+    assert [root.read_bytes(r) for r in ("x.md", "y.md")] == [b"pulled", b"new"]
+    assert _names(tmp_path / "mnt/store") == [MARKER_FILENAME, "x.md", "y.md"]
 
 
 def test_marker_check(root, tmp_path: Path) -> None:

@@ -56,8 +56,7 @@ def keep_local_copy(root: StoreRoot, rel: str, local_sha: str | None, session: s
         problem = path_problem(copy)
         if problem is not None:
             return CopyResult(copy, refused=problem)
-        if not root.exists(copy):
-            root.write_bytes(copy, data)
+        if not root.exists(copy) and root.replace_if(copy, data, None):
             return CopyResult(copy, created=True)
     return CopyResult(None, refused="every conflict copy name is taken")
 
@@ -76,8 +75,7 @@ def keep_clash_copy(
         problem = path_problem(copy)
         if problem is not None:
             return CopyResult(copy, refused=problem)
-        if not root.exists(copy):
-            root.write_bytes(copy, data)
+        if not root.exists(copy) and root.replace_if(copy, data, None):
             return CopyResult(copy, created=True)
         if root.sha_of(copy) == local_sha:
             return CopyResult(copy)

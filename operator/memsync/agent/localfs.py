@@ -13,8 +13,6 @@ Paths here are *relative* store paths (``notes/todo.md``): the wire path without
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import hashlib
 import os
@@ -27,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from memsync.agent import renames
 from memsync.api.constants import MARKER_FILENAME
 from memsync.api.hashing import marker_text, sha256_bytes
 from memsync.api.paths import path_violation
@@ -299,25 +298,49 @@ class StoreRoot:
                 existing = None
             if existing is not None and not stat.S_ISREG(existing.st_mode):
                 raise NotRegularFile(errno.EEXIST, "something other than a regular file is in the way", rel)
-            tmp = f".fs-{secrets.token_hex(8)}.tmp"
-            fd = os.open(tmp, _TEMP_FLAGS, self.file_mode, dir_fd=dir_fd)
-            try:
-                try:
-                    view = memoryview(data)
-                    while view:
-                        written = os.write(fd, view)
-                        view = view[written:]
-                    if fsync:
-                        os.fsync(fd)
-                finally:
-                    os.close(fd)
+            with _temp_file(dir_fd, data, self.file_mode, fsync=fsync) as tmp:
                 os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            except BaseException:
-                try:
-                    os.unlink(tmp, dir_fd=dir_fd)
-                except OSError:
-                    pass
-                raise
+
+    def replace_if(self, rel: str, data: bytes, expected_sha: str | None) -> bool:
+        """Write ``data`` at ``rel`` only if the file there still hashes to ``expected_sha`` (None: only if
+        nothing is there), as one compare-and-swap against the agent's own edits. False when it changed, and
+        then nothing was written.
+
+        A re-hash followed by a rename leaves a window in which a delete or an edit is silently undone (the
+        rename resurrects or clobbers it). Here a new file is created with ``RENAME_NOREPLACE``, and an
+        existing one is swapped with ``RENAME_EXCHANGE``: a file deleted meanwhile makes the swap fail, and
+        what the swap took out is hashed again and swapped back unless it is what was expected. Without
+        those renames (not Linux, or the filesystem lacks them) it falls back to re-hash and rename.
+        """
+        _, name = _split(rel)
+        if self.sha_of(rel) != expected_sha:
+            return False
+        with self.parent_dir(rel, create=True) as dir_fd, _temp_file(dir_fd, data, self.file_mode) as tmp:
+            try:
+                if expected_sha is None:
+                    renames.rename_noreplace(dir_fd, tmp, name)
+                    return True
+                renames.exchange(dir_fd, tmp, name)
+            except (FileExistsError, FileNotFoundError):
+                return False  # created, or deleted, since the hash
+            except renames.Unsupported:
+                if self.sha_of(rel) != expected_sha:
+                    return False
+                os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                return True
+            try:
+                taken: str | None = self.hash_at(dir_fd, tmp)[0]
+            except OSError:
+                taken = None  # replaced by something that is not a file: swap it back untouched
+            if taken == expected_sha:
+                return True  # the temp name now holds the replaced file, which _temp_file removes
+            renames.exchange(dir_fd, tmp, name)
+            if self.hash_at(dir_fd, tmp)[0] != sha256_bytes(data):
+                # written in place during the swap: keep that edit beside the file, never drop it
+                os.rename(
+                    tmp, f"{name}.memsync-kept-{secrets.token_hex(4)}", src_dir_fd=dir_fd, dst_dir_fd=dir_fd
+                )
+            return False
 
     def remove_if(self, rel: str, expected_sha: str) -> bool:
         """Remove the file only if it still hashes to ``expected_sha`` (re-hash right before the unlink).
@@ -342,7 +365,7 @@ class StoreRoot:
                 except OSError:
                     moved_sha = None  # not a regular file any more: put it back untouched
                 if moved_sha != expected_sha:
-                    self._put_back(dir_fd, aside, name)
+                    _put_back(dir_fd, aside, name)
                     return False
                 os.unlink(aside, dir_fd=dir_fd)
         except FileNotFoundError:
@@ -351,22 +374,6 @@ class StoreRoot:
             return True
         self._prune(dirs)
         return True
-
-    @staticmethod
-    def _put_back(dir_fd: int, aside: str, name: str) -> None:
-        """Return a file moved aside to ``name`` without clobbering anything created there meanwhile."""
-        try:
-            os.link(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-        except FileExistsError:
-            # Written again meanwhile: keep the newest at its name, and this one beside it (never lost).
-            os.rename(
-                aside, f"{name}.memsync-kept-{secrets.token_hex(4)}", src_dir_fd=dir_fd, dst_dir_fd=dir_fd
-            )
-            return
-        except OSError:
-            os.rename(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # no hard links on this filesystem
-            return
-        os.unlink(aside, dir_fd=dir_fd)
 
     def _prune(self, dirs: list[str]) -> None:
         while dirs:
@@ -404,21 +411,51 @@ class StoreRoot:
         self.close()
 
 
-_libc: ctypes.CDLL | None = None
+def _put_back(dir_fd: int, aside: str, name: str) -> None:
+    """Return a file moved aside to ``name`` without clobbering anything created there meanwhile."""
+    try:
+        os.link(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        # Written again meanwhile: keep the newest at its name, and this one beside it (never lost).
+        os.rename(aside, f"{name}.memsync-kept-{secrets.token_hex(4)}", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return
+    except OSError:
+        os.rename(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # no hard links on this filesystem
+        return
+    os.unlink(aside, dir_fd=dir_fd)
+
+
+@contextmanager
+def _temp_file(dir_fd: int, data: bytes, mode: int, *, fsync: bool = False) -> Iterator[str]:
+    """A temp file (``O_CREAT|O_EXCL|O_NOFOLLOW``) holding ``data`` in ``dir_fd``; whatever is left at its
+    name afterwards is removed (nothing, once it was renamed into place)."""
+    tmp = f".fs-{secrets.token_hex(8)}.tmp"
+    fd = os.open(tmp, _TEMP_FLAGS, mode, dir_fd=dir_fd)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        yield tmp
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
 
 
 def sync_filesystem(path: Path) -> None:
     """Flush the filesystem holding ``path`` to stable storage (Linux ``syncfs``; else ``sync``)."""
-    global _libc  # noqa: PLW0603 (a lazily loaded handle)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         os.sync()
         return
     try:
-        if _libc is None:
-            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        if _libc.syncfs(fd) != 0:
+        if renames.libc().syncfs(fd) != 0:
             os.sync()
     except (OSError, AttributeError):
         os.sync()

@@ -48,9 +48,10 @@ async def download(ctx: StoreContext, root: StoreRoot, *, strict: bool) -> tuple
         for rel, memory in batch:
             data = (memory.content or "").encode("utf-8")
             try:
-                if not strict and root.exists(rel):
-                    continue
-                root.write_bytes(rel, data)
+                if strict:
+                    root.write_bytes(rel, data)
+                elif not root.replace_if(rel, data, None):
+                    continue  # a local file is there (or was created meanwhile): the next pass decides
             except OSError as exc:
                 if strict:
                     raise OSError(exc.errno, f"cannot write {memory.path}: {exc.strerror}") from None
@@ -198,7 +199,8 @@ async def pull_one(ctx: StoreContext, root: StoreRoot, item: Pull, journal: Jour
                 copy, problem = write_conflict_copy(ctx, root, item.rel, item.local_sha)
                 if copy is None:
                     return problem
-            root.write_bytes(item.rel, data)
+            if not root.replace_if(item.rel, data, item.local_sha):
+                return CHANGED_SINCE_SCAN  # edited or deleted during the download: never undone
         except OSError as exc:
             return str(exc)
         ctx.wrote_files = True

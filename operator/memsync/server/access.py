@@ -2,7 +2,7 @@
 
 Every replica reads the same credentials, so a key or token minted or revoked on one replica is known to all.
 Answers are cached per credential digest for ``AUTH_CACHE_TTL_S`` seconds (never past a token's expiry): a
-revocation takes effect at once on the replica that made it and within that time on the others.
+revocation takes effect at once in the process that made it and within that time in the others.
 
 - Admin keys are named; several may be current at once, so one can be rotated (create the new key, move the
   clients, revoke the old one). The key the server is started with is entered into the database on start.
@@ -89,13 +89,22 @@ _REFUSED = "refused"  # a cached "no such current credential"
 
 
 class CredentialCache:
-    """digest -> (Principal or refusal, valid until); bounded, thread-safe. Holds digests, never secrets."""
+    """digest -> (Principal or refusal, valid until); bounded, thread-safe. Holds digests, never secrets.
+
+    A lookup reads the database and then caches its answer; a revocation on this replica drops entries after
+    it commits. So that a lookup that read before the commit cannot cache its stale answer after the drop,
+    every drop starts a new generation and an answer is cached only in the generation its lookup began in."""
 
     def __init__(self, ttl_s: float, max_entries: int = AUTH_CACHE_MAX) -> None:
         self.ttl_s = ttl_s
         self._max = max_entries
         self._entries: dict[str, tuple[Principal | str, float]] = {}
         self._lock = threading.Lock()
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        return self._generation
 
     def get(self, digest: str, now: float) -> Principal | str | None:
         entry = self._entries.get(digest)
@@ -103,14 +112,17 @@ class CredentialCache:
             return None
         return entry[0]
 
-    def put(self, digest: str, value: Principal | str, valid_until: float) -> None:
+    def put(self, digest: str, value: Principal | str, valid_until: float, generation: int) -> None:
         with self._lock:
+            if generation != self._generation:
+                return  # a revocation since this lookup began: its answer may predate it
             if len(self._entries) >= self._max:
                 self._entries.clear()
             self._entries[digest] = (value, valid_until)
 
     def drop_where(self, match: Any) -> None:
         with self._lock:
+            self._generation += 1
             for digest in [d for d, (v, _) in self._entries.items() if match(v)]:
                 del self._entries[digest]
 
@@ -247,6 +259,7 @@ class AccessService:
         cached = self.cache.get(digest, now)
         if cached is not None:
             return cached if isinstance(cached, Principal) else None
+        generation = self.cache.generation
         with self.db.read() as tx:
             key = tx.admin_key_by_hash(digest)
             session = None if key is not None else tx.session_by_token_hash(digest)
@@ -259,7 +272,7 @@ class AccessService:
             if expires is None or expires > now:
                 principal = Principal("session_actor", session.id, session)
                 valid_until = min(valid_until, expires or valid_until)
-        self.cache.put(digest, principal or _REFUSED, valid_until)
+        self.cache.put(digest, principal or _REFUSED, valid_until, generation)
         return principal
 
     # --- sessions -----------------------------------------------------------------------------------------
@@ -315,9 +328,14 @@ class AccessService:
                         f"resources[{i}].instructions must be at most {INSTRUCTIONS_MAX} characters"
                     )
         token = new_sessions_token()
-        now = datetime.now(UTC)
         try:
             with self.db.write() as tx:
+                # Ordered with every other writer of each attached store (archive, delete, rename): the
+                # stores' writer locks are taken before they are checked, in id order so that two mints
+                # never wait on each other. Whichever of a mint and an archive takes a store first is first.
+                for store_id in sorted(seen):
+                    tx.lock_store_row(store_id)
+                now = datetime.now(UTC)
                 if tx.get_session(session_id) is not None:
                     raise conflict(f"session {session_id} already exists")
                 resources = self._resources(tx, req.resources)
@@ -383,17 +401,17 @@ class AccessService:
         """Revoke an admin key at once (the last current key cannot be revoked: nobody could administer)."""
         require_admin(p, "revoke admin keys")
         with self.db.write() as tx:
-            rows = {r.id: r for r in tx.list_admin_keys()}
-            row = rows.get(key_id)
+            tx.lock_admin_keys()  # two revocations cannot both count the other's key as still current
+            row = tx.admin_key(key_id)
             if row is None:
                 raise not_found(f"admin key {key_id!r} not found")
-            current = [r for r in rows.values() if r.revoked_at is None]
-            if row.revoked_at is None and len(current) == 1:
+            if row.revoked_at is None and tx.count_current_admin_keys() == 1:
                 raise conflict(f"admin key {key_id} is the last current admin key; create another first")
             tx.revoke_admin_key(key_id, now_ts())
-            revoked = tx.list_admin_keys()
+            revoked = tx.admin_key(key_id)
         self.cache.drop_where(lambda v: isinstance(v, Principal) and v.actor_id == key_id)
-        return admin_key_json(next(r for r in revoked if r.id == key_id))
+        assert revoked is not None
+        return admin_key_json(revoked)
 
 
 def _now() -> float:

@@ -9,7 +9,8 @@ Semantics (the same as SQLite's, see ``db``):
 - a write is one READ COMMITTED transaction; ``lock_store_row`` takes the store's row ``FOR UPDATE``, so the
   writers of one store queue (across replicas) while writers of other stores proceed. Every statement after
   the lock sees the latest committed state, so a precondition check, a path-clash check and the per-store
-  cap are decided on the truth and cannot be raced past;
+  cap are decided on the truth and cannot be raced past; ``lock_admin_keys`` does the same for the admin
+  keys (a table lock that plain reads do not wait for);
 - a read is one REPEATABLE READ, READ ONLY transaction: one snapshot for all its statements;
 - migrations run under a transaction-scoped advisory lock, so replicas starting together migrate once.
 """
@@ -54,6 +55,11 @@ class PgTx(Tx):
 
     def lock_store_row(self, store_id: str) -> None:
         self.conn.execute("SELECT 1 FROM stores WHERE id = %s FOR UPDATE", (store_id,))
+
+    def lock_admin_keys(self) -> None:
+        # Conflicts with itself and with every insert or update of the table, not with plain reads: the
+        # writers of admin keys queue (across replicas) while authentication goes on reading.
+        self.conn.execute("LOCK TABLE admin_keys IN SHARE ROW EXCLUSIVE MODE")
 
     def content_in(self, text: str | None) -> Any:
         return None if text is None else text.encode("utf-8")

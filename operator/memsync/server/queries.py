@@ -44,6 +44,11 @@ class TxCore(ABC):
     def lock_store_row(self, store_id: str) -> None:
         """Hold the store's writer lock until the transaction ends (no-op where all writers serialise)."""
 
+    @abstractmethod
+    def lock_admin_keys(self) -> None:
+        """Hold the admin keys' writer lock until the transaction ends (no-op where all writers serialise):
+        a decision over the set of current keys and the write it guards cannot interleave with another."""
+
     def content_in(self, text: str | None) -> Any:
         return text
 
@@ -402,6 +407,14 @@ class AccessQueries(TxCore):
             "INSERT INTO admin_keys (id, name, key_hash, created_at) VALUES (?, ?, ?, ?)",
             (key_id, name, key_hash, now),
         )
+
+    def admin_key(self, key_id: str) -> AdminKeyRow | None:
+        row = self.one("SELECT id, name, created_at, revoked_at FROM admin_keys WHERE id = ?", (key_id,))
+        return None if row is None else AdminKeyRow(**row)
+
+    def count_current_admin_keys(self) -> int:
+        row = self.one("SELECT COUNT(*) AS n FROM admin_keys WHERE revoked_at IS NULL")
+        return 0 if row is None else int(row["n"])
 
     def list_admin_keys(self) -> list[AdminKeyRow]:
         return [

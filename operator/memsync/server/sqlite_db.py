@@ -32,6 +32,9 @@ class SqliteTx(Tx):
     def lock_store_row(self, store_id: str) -> None:
         """All writers already hold the one write lock (BEGIN IMMEDIATE)."""
 
+    def lock_admin_keys(self) -> None:
+        """All writers already hold the one write lock (BEGIN IMMEDIATE)."""
+
 
 class SqliteDatabase(Database):
     """Thread-safe access to one SQLite file (a connection per thread, one writer at a time)."""
