@@ -63,8 +63,9 @@ class LocalOp:
     blind_since: float | None = None
     # a delete of a file the test last wrote at this time (None: the agent wrote it, or the seed)
     written_at: float | None = None
-    # the test created this file where nothing was, at this time, and wrote it since (a write: this file; a
-    # delete: the file deleted); None when the file was the agent's or the seed's first
+    # the test created this file where nothing was, at this time, and only the test wrote it since (a write:
+    # this file; a delete: the file deleted); None when the file was the agent's or the seed's first, or the
+    # agent wrote it since
     created_at: float | None = None
 
 
@@ -212,13 +213,23 @@ def held_at_end(  # noqa: PLR0917 - plain-data inputs of check_local_ops
     reports: Mapping[str, list[Report]],
     sessions: Mapping[str, str],
     held: Held,
+    final_local: Mapping[Folder, Mapping[str, str | None]] | None = None,
 ) -> dict[Folder, set[str]]:
     """The local deletes still in the store that the session's end reported as held back by the delete cap:
-    per folder, all of them when the reported count covers them and every path it names is one of them."""
+    per folder, all of those the folder does not hold again at the end when the reported count covers them
+    and every path it names is a local delete (live or not: a shared store's other session may have deleted
+    it); else the named ones and every one not excused otherwise.
+
+    A local delete whose path the folder holds again was restored (another writer changed the memory after
+    it): it cannot be among the held ones, which the session still means to delete."""
     missing: dict[Folder, set[str]] = defaultdict(set)
     still: dict[Folder, set[str]] = defaultdict(set)  # local deletes whose path is live, excused or not
+    deleted: dict[Folder, set[str]] = defaultdict(set)  # every local delete (another session's may be done)
     for (pod, store_id, rel), last in ops.items():
-        if last.kind != "delete" or rel not in live.get(store_id, {}):
+        if last.kind != "delete":
+            continue
+        deleted[(pod, store_id)].add(rel)
+        if rel not in live.get(store_id, {}) or rel in (final_local or {}).get((pod, store_id), {}):
             continue
         still[(pod, store_id)].add(rel)
         if not _delete_applied(pod, store_id, rel, last, live, versions, reports, sessions):
@@ -226,11 +237,12 @@ def held_at_end(  # noqa: PLR0917 - plain-data inputs of check_local_ops
     out: dict[Folder, set[str]] = {}
     for folder, rels in still.items():
         count, named = held.get(folder, (0, []))
-        if not set(named) <= rels or len(missing[folder]) > count:
+        if not set(named) <= deleted[folder] or len(missing[folder]) > count:
             continue
         # The cap held them all (also those another writer changed meanwhile), or at least the ones named and
-        # every one not excused otherwise.
-        out[folder] = rels if len(rels) <= count else missing[folder] | set(named)
+        # every one not excused otherwise. A named one may be gone from the store already: the other session
+        # sharing it deleted the same path.
+        out[folder] = rels if len(rels) <= count else missing[folder] | (set(named) & rels)
     return {folder: rels for folder, rels in out.items() if rels}
 
 
@@ -261,7 +273,7 @@ def check_local_ops(  # noqa: PLR0917 - plain-data inputs, named at the one call
     held: Held | None = None,
 ) -> list[Violation]:
     out: list[Violation] = []
-    excused = held_at_end(ops, live, versions, reports, sessions, held or {})
+    excused = held_at_end(ops, live, versions, reports, sessions, held or {}, final_local)
     waiting = waiting_behind(excused, final_local)
     for (pod, store_id, rel), last in sorted(ops.items()):
         history = versions.get(store_id, [])

@@ -11,7 +11,9 @@ Operations go in batches with a pause between them, so the sidecars' passes (eve
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
+import json
 import os
 import random
 import shutil
@@ -177,18 +179,30 @@ class Soak:
         return [m async for m in self.admin.list_memories(store_id, limit=100)]
 
     def _record(  # noqa: PLR0917
-        self, pod: Pod, sid: str, rel: str, kind: str, content: str | None, op: int, *, fresh: bool = False
+        self,
+        pod: Pod,
+        sid: str,
+        rel: str,
+        kind: str,
+        content: str | None,
+        op: int,
+        *,
+        fresh: bool = False,
+        found: str | None = None,
     ) -> None:
-        """A write (``content`` written; ``fresh``: where no file was) or a delete (``content``: what the file
-        held, None when unknown)."""
+        """A write (``content`` written; ``fresh``: where no file was; ``found``: what the file held just
+        before, when read) or a delete (``content``: what the file held, None when unknown)."""
         key = (pod.name, sid, rel)
         sha = content_sha256(content) if content is not None else None
         blind = self.unreadable_since.pop(key, None)  # written or gone: readable, or nothing
         before = self.last_local.get(key)
         now = time.time()
         written = before.at if kind == "delete" and before is not None and before.kind == "write" else None
-        # Created where nothing was: by this write, or (a delete) by the write just before it.
-        created = now if fresh else before.created_at if kind == "delete" and before is not None else None
+        # Created where nothing was, by this write or an earlier one of the test, and never overwritten by the
+        # agent since: the file still held what the test last wrote when it was written or deleted.
+        held = sha if kind == "delete" else content_sha256(found) if found is not None else None
+        ours = before is not None and before.kind == "write" and held is not None and held == before.sha256
+        created = now if fresh else before.created_at if before is not None and ours else None
         self.last_local[key] = checks.LocalOp(
             kind, sha, now, op, self.current, blind if kind == "delete" else None, written, created
         )
@@ -205,9 +219,13 @@ class Soak:
         target = pod.folder(sid) / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         fresh = not os.path.lexists(target)
+        try:
+            found = None if fresh else target.read_text()
+        except (OSError, UnicodeDecodeError):
+            found = None
         with target.open("w") as fh:  # in place, as an editor or agent writes
             fh.write(content)
-        self._record(pod, sid, rel, "write", content, op, fresh=fresh)
+        self._record(pod, sid, rel, "write", content, op, fresh=fresh, found=found)
 
     def _pick_folder(self) -> tuple[int, Pod, str]:
         i = self.rng.randrange(len(self.pods))
@@ -425,7 +443,7 @@ class Soak:
         for term in terminations.values():
             for sid, s in term.get("stores", {}).items():
                 refused.setdefault(sid, set()).update(s.get("refused_paths", []))
-        excused = checks.held_at_end(self.last_local, live, versions, reports, sessions, held)
+        excused = checks.held_at_end(self.last_local, live, versions, reports, sessions, held, final_local)
         violations = [
             *checks.check_local_ops(self.last_local, final_local, live, versions, reports, sessions, held),
             *checks.check_store_shape(live, final_local, self.attached, excused, self.last_local, refused),
@@ -435,6 +453,19 @@ class Soak:
             *checks.check_overwrites(versions, self.sent, sessions),
             *(checks.Violation("no_precondition", w) for w in self.wire_violations),
         ]
+        if violations:  # the verdict's whole input beside the agents' logs, to replay it offline
+            dump = {
+                "last_local": {" ".join(k): dataclasses.asdict(v) for k, v in self.last_local.items()},
+                "final_local": {" ".join(k): v for k, v in final_local.items()},
+                "live": live,
+                "versions": {k: [dataclasses.asdict(v) for v in vs] for k, vs in versions.items()},
+                "reports": {k: [dataclasses.asdict(r) for r in rs] for k, rs in reports.items()},
+                "sessions": sessions,
+                "held": {" ".join(k): v for k, v in held.items()},
+                "terminations": terminations,
+                "unreadable": {" ".join(k): sorted(v) for k, v in unreadable.items()},
+            }
+            (self.base / "verdict-inputs.json").write_text(json.dumps(dump, indent=1, default=str))
         figures = {
             "seed": self.seed,
             "ops": self.ops,

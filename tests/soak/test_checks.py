@@ -264,6 +264,38 @@ def test_held_deletes_beyond_the_sample_with_more_deletes_still_live_than_held()
     assert held_at_end(ops, still, versions, {}, SESSIONS, {("p1", S): (2, ["d.md"])}) == {}
 
 
+def test_deletes_restored_in_the_folder_are_not_among_the_held() -> None:
+    """Three local deletes still live; the cap held two (the count names one); c.md was changed by another
+    writer within a second of its delete and restored into the folder, a.md too close to call: the two the
+    folder does not hold again are the held ones, however the timing excuses a.md."""
+    ops = {(("p1", S, r)): LocalOp("delete", None, 100.0, i) for i, r in enumerate(("a.md", "b.md", "c.md"))}
+    still = {S: {"a.md": "x", "b.md": "y", "c.md": "z"}}
+    versions = {S: [Version(r, content_sha256(c), 99.5, "admin") for r, c in still[S].items() if r != "b.md"]}
+    reported = {("p1", S): (2, ["b.md"])}
+    restored = {("p1", S): {"c.md": content_sha256("z")}}
+    excused = held_at_end(ops, still, versions, {}, SESSIONS, reported, restored)
+    assert excused == {("p1", S): {"a.md", "b.md"}}
+    assert check_store_shape(still, restored, {S: ["p1"]}, excused) == []
+    # Without knowing the folder, a.md (excused by the timing) is left out and becomes a stray.
+    blind = held_at_end(ops, still, versions, {}, SESSIONS, reported)
+    assert _kinds(check_store_shape(still, restored, {S: ["p1"]}, blind)) == ["stray"]
+
+
+def test_a_held_delete_another_session_carried_out_still_names_the_held() -> None:
+    """Both sessions of a shared store deleted b.md; this one's cap held it (named) while the other deleted
+    it: a.md, also held, is excused although b.md is no longer live."""
+    ops = {
+        ("p1", S, "a.md"): LocalOp("delete", None, 100.0, 3),
+        ("p1", S, "b.md"): LocalOp("delete", None, 100.0, 4),
+    }
+    live = {S: {"a.md": "x"}}
+    held, folder = {("p1", S): (2, ["b.md"])}, {("p1", S): {}}
+    assert held_at_end(ops, live, {S: []}, {}, SESSIONS, held, folder) == {("p1", S): {"a.md"}}
+    assert check_local_ops(ops, folder, live, {S: []}, {}, SESSIONS, held) == []
+    never = held_at_end(ops, live, {S: []}, {}, SESSIONS, {("p1", S): (2, ["c.md"])}, folder)
+    assert never == {}
+
+
 def test_a_delete_of_a_file_that_lost_to_the_store_leaves_the_store_version() -> None:
     """The test wrote a new file where another writer had just created a memory; the agent reported that the
     store's version won; the test then deleted its file (still holding its own content): the store keeps the
