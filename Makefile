@@ -67,6 +67,7 @@ bench: $(STAMP)
 
 crds: $(STAMP)
 	$(BIN)/memsync operator crd > crds/sessionmemories.agents.memsync.dev.yaml
+	$(BIN)/memsync operator crd --resource agentenvironments > crds/agentenvironments.agents.memsync.dev.yaml
 	$(BIN)/python -m memsync.crd.reference crds/*.agents.memsync.dev.yaml > docs/crd-reference.md
 
 # The sandbox template's Kubernetes types, from the pinned release's OpenAPI document (in the Go module cache).

@@ -89,21 +89,20 @@ class Session:
         sid: str | None = None,
         interval: int = 5,
         final_flush: int = 10,
+        stores_from_session: bool = False,
     ) -> Session:
-        spec = SessionMemorySpec.model_validate(
-            {
-                "sessionId": sid or session_id(),
-                "workItemSecretRef": {"name": secret_name, "key": SECRET_KEY},
-                "apiBaseUrl": base_url,
-                "stores": [{"memoryStoreId": i, "name": n, "access": a} for i, n, a in stores],
-                "sync": {
-                    "intervalSeconds": interval,
-                    "deletions": "enabled",
-                    "finalFlushSeconds": final_flush,
-                },
-                "template": sandbox_template(sandbox),
-            }
-        )
+        """``stores_from_session``: the SessionMemory omits ``spec.stores`` (the mount reads them)."""
+        body: dict[str, Any] = {
+            "sessionId": sid or session_id(),
+            "workItemSecretRef": {"name": secret_name, "key": SECRET_KEY},
+            "apiBaseUrl": base_url,
+            "stores": [{"memoryStoreId": i, "name": n, "access": a} for i, n, a in stores],
+            "sync": {"intervalSeconds": interval, "deletions": "enabled", "finalFlushSeconds": final_flush},
+            "template": sandbox_template(sandbox),
+        }
+        if stores_from_session:
+            del body["stores"]
+        spec = SessionMemorySpec.model_validate(body)
         pod = build_sandbox_pod(
             name=name, namespace=NAMESPACE, uid=str(uuid.uuid4()), spec=spec, agent_image=AGENT_IMAGE
         )
@@ -112,7 +111,7 @@ class Session:
 
     @property
     def store_ids(self) -> list[str]:
-        return [s.memory_store_id for s in self.spec.stores]
+        return [s.memory_store_id for s in self.spec.stores or []]
 
     async def delete(self) -> dict[str, Any]:
         self.deleted_at = datetime.now(UTC)
@@ -127,7 +126,7 @@ class Session:
 
     def status(self) -> dict[str, Any]:
         """The SessionMemory status the controller derives from what the Pod really did."""
-        stores = {s.memory_store_id: s.effective_mount_path for s in self.spec.stores}
+        stores = {s.memory_store_id: s.effective_mount_path for s in self.spec.stores or []}
         return derive_status(None, self.pod_object(), stores=stores, generation=1, now=now_utc())
 
     def report(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ import pytest
 
 from memsync.agent import messages
 from memsync.api.hashing import content_sha256
+from memsync.api.paths import default_mount_path
 from memsync.controller.status import condition, parse_termination_message
 
 if TYPE_CHECKING:
@@ -160,6 +161,33 @@ async def test_happy_path_two_stores_one_read_only(tmp_path: Path, store_server:
     assert {k: per_store[handbook][k] for k in counts} == dict.fromkeys(counts, 0)
     assert container_status(pod_status, SANDBOX_CONTAINER)["state"]["terminated"]["exitCode"] == 0
     assert container_status(pod_status, SYNC_CONTAINER)["restartCount"] == 0
+
+
+async def test_stores_omitted_from_the_spec_are_read_from_the_session(
+    tmp_path: Path, store_server: RunningStoreServer
+) -> None:
+    """A hand-made SessionMemory without spec.stores: the mount reads them from the session (at the
+    session's mount path), the sidecar syncs them, the status lists what the Pod reported."""
+    notes = await make_store(store_server, "notes", {"/existing.md": "from the store\n"})
+    async with store_server.admin_client() as admin:
+        mount_path = default_mount_path((await admin.get_store(notes)).name, notes)
+    session = await new_session(
+        tmp_path,
+        store_server,
+        "fromsession",
+        [(notes, "notes", "read_write")],  # minted into the session only
+        agent_command("--duration", "3", "--interval", "0.2", "--seed", "2"),
+        stores_from_session=True,
+    )
+    assert session.spec.stores is None
+    async with session.runner:
+        pod_status = await run(session)
+        status = assert_succeeded(session, pod_status)
+        report = session.report()
+    assert list(report["stores"]) == [mount_path] != ["/mnt/memory/notes"]
+    assert await files_of(store_server, notes) == as_store_paths(report["stores"][mount_path]["files"])
+    assert [(e["memoryStoreId"], e["memoriesMounted"]) for e in status["stores"]] == [(notes, 1)]
+    assert status["storeCount"] == 1
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -216,3 +216,36 @@ def test_dev_sigterm_also_flushes_and_cleans_up(tmp_path: Path, dev_runs: list[D
     finally:
         server.terminate()
         server.wait(timeout=WAIT_S)
+
+
+def test_dev_environment_shows_a_scripted_session_writing_a_memory_that_lands_in_the_store(
+    tmp_path: Path,
+) -> None:
+    base = tmp_path / ".memsync"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "memsync",
+            "dev",
+            "--environment",
+            "--dir",
+            str(base),
+            "--port",
+            str(free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "the poll loop claimed it: SessionMemory" in out
+    assert "Written by the scripted agent through `memsync session run`." in out
+    assert "the session runner asked for the final sync and flush" in out
+    assert "is stopped (at" in out
+    assert out.index("final sync and flush done") < out.index(
+        "/stop"
+    )  # the stop request came after the flush
+    assert "Succeeded and was removed after its retention" in out

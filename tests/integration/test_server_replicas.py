@@ -171,3 +171,45 @@ async def test_interleaved_concurrent_creates_respect_one_cap_and_one_path(
             await client.aclose()
     assert sorted(r.status_code for r in answers) == [200] + [409] * 11
     assert a.paths(store) == ["/one"] == b.paths(store)
+
+
+async def test_work_items_polled_on_both_replicas_are_each_claimed_once(
+    replicas: tuple[StoreApi, StoreApi],
+) -> None:
+    """Pollers on both replicas race for one environment's queue: every item is handed out exactly once (a
+    lease is written with a compare-and-set, so the loser of a race moves on to the next item)."""
+    a, b = replicas
+    env = a.admin("POST", "/v1/environments", json={"name": "race"}).json()
+    key = a.admin("POST", f"/v1/memsync/environments/{env['id']}/keys").json()["key"]
+    minted = []
+    for _ in range(24):
+        resp = (a if len(minted) % 2 else b).admin(
+            "POST", "/v1/memsync/sessions", json={"environment_id": env["id"]}
+        )
+        assert resp.status_code == 200, resp.text
+        minted.append(resp.json()["work_id"])
+    clients = [
+        httpx.AsyncClient(base_url=api.server.url, headers={"authorization": f"Bearer {key}"}, timeout=60.0)
+        for api in (a, b)
+    ]
+
+    async def poller(client: httpx.AsyncClient) -> list[str]:
+        got: list[str] = []
+        while True:
+            # a reclaim window far longer than the test: an item handed out is never handed out again here
+            resp = await client.get(
+                f"/v1/environments/{env['id']}/work/poll", params={"reclaim_older_than_ms": 600_000}
+            )
+            assert resp.status_code == 200, resp.text
+            if resp.json() is None:
+                return got
+            got.append(resp.json()["id"])
+
+    try:
+        claims = await asyncio.gather(*(poller(clients[i % 2]) for i in range(8)))
+    finally:
+        for client in clients:
+            await client.aclose()
+    claimed = [work_id for batch in claims for work_id in batch]
+    assert sorted(claimed) == sorted(minted)  # all of them, none twice
+    assert sum(1 for batch in claims if batch) > 1  # the pollers really raced

@@ -741,3 +741,10 @@ def test_the_store_count_is_written_for_the_stores_column() -> None:
         None, reason=st.INVALID_SPEC, message="m", stores=STORES, generation=1, now=T0
     )
     assert refused["storeCount"] == 2
+
+
+def test_without_spec_stores_the_store_count_is_what_the_pod_reported() -> None:
+    """A SessionMemory without spec.stores (read from the session at mount): the count comes from the
+    reports, and each reported store is listed."""
+    status = derive(ended_pod(0, flushed()), stores={})
+    assert status["storeCount"] == len(status["stores"]) > 0

@@ -317,6 +317,7 @@ CORPUS: list[tuple[str, Callable[[], dict[str, Any]], Mutation | None, bool | st
     ("url-no-host", base_spec, setting("apiBaseUrl", "https://"), False, "spec.apiBaseUrl"),
     ("url-query", base_spec, setting("apiBaseUrl", "https://example.com/?x=1"), False, "spec.apiBaseUrl"),
     ("no-stores", base_spec, setting("stores", []), False, "spec.stores"),
+    ("stores-omitted-read-from-the-session", base_spec, setting("stores", DELETE), True, ""),
     (
         "nine-stores",
         base_spec,
@@ -1002,7 +1003,7 @@ def test_model_only_refusals_are_exactly_default_path_collisions() -> None:
         spec = SessionMemorySpec.model_construct(
             stores=[StoreSpec.model_validate(s) for s in _case(base, mutate)["stores"]]
         )
-        defaults = [s for s in spec.stores if s.mount_path is None]
+        defaults = [s for s in spec.stores or [] if s.mount_path is None]
         assert defaults, f"{case} involves no default path, so CEL should have caught it"
 
 
@@ -1101,6 +1102,14 @@ def test_stores_are_immutable_but_sync_settings_may_change() -> None:
     explicit["stores"][0]["access"] = "read_write"
     assert admit(smem(explicit), old)[1] == []
     assert admit(smem({**base_spec(), "sync": {"intervalSeconds": 60}}), old)[1] == []
+    # stores omitted (read from the session at mount) stay omitted, and given stores cannot be dropped
+    without = {k: v for k, v in base_spec().items() if k != "stores"}
+    assert admit(smem(without), smem(without))[1] == []
+    for new, before in ((smem(base_spec()), smem(without)), (smem(without), old)):
+        errors = admit(new, before)[1]
+        assert errors == [
+            ".spec: stores is immutable: it cannot be added or removed; create a new SessionMemory instead"
+        ]
 
 
 # --- the CRD object itself ----------------------------------------------------------------------------------

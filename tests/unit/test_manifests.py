@@ -19,6 +19,7 @@ import pytest
 import yaml
 from test_crd_apiserver import admit
 
+from memsync.crd import agentenv_schema
 from memsync.crd.models import API_VERSION, KIND, validate_spec
 from memsync.crd.schema import build_crd
 from support.pod_security import restricted_violations
@@ -86,7 +87,10 @@ def test_every_object_validates_offline(path: str) -> None:
 @pytest.mark.parametrize("path", KUSTOMIZATIONS)
 def test_the_crd_is_the_generated_one_and_namespaced_objects_live_in_memsync_system(path: str) -> None:
     objs = render(path)
-    assert by_kind(objs, "CustomResourceDefinition") == {"sessionmemories.agents.memsync.dev": build_crd()}
+    assert by_kind(objs, "CustomResourceDefinition") == {
+        "sessionmemories.agents.memsync.dev": build_crd(),
+        "agentenvironments.agents.memsync.dev": agentenv_schema.build_crd(),
+    }
     cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
     for obj in objs:
         if obj["kind"] not in cluster_scoped:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memsync.agent import messages
-from memsync.agent.config import AgentConfig
+from memsync.agent import messages, session_stores
+from memsync.agent.config import AgentConfig, ConfigError
 from memsync.agent.context import SyncContext
 from memsync.agent.engine import StoreSync
 from memsync.agent.localfs import make_root
@@ -110,11 +110,18 @@ class MountResult:
 async def mount(config: AgentConfig, *, client: StoreClient | None = None) -> MountResult:
     """Materialise every store (docs/sync-semantics.md#mount). On any failure, remove what this command
     created."""
-    _log_start("mount", config)
     # Refuse first, before creating anything, if anything exists at any mount path (lstat: a dangling
     # symlink counts) - memsync never deletes a folder it did not create.
     own_client = client is None
     api = make_client(config) if client is None else client  # no sessions token: fail before touching disk
+    from_session = config.stores_from_session
+    try:
+        config = await session_stores.resolve(config, api)
+    except session_stores.SessionStoresError as exc:
+        if own_client:
+            await api.aclose()
+        raise AgentFailure(exc.message, exc.store) from None
+    _log_start("mount", config)
     for store in config.stores:
         if os.path.lexists(config.mount_dir(store)):  # noqa: ASYNC240 (one lstat per store)
             if own_client:
@@ -157,6 +164,8 @@ async def mount(config: AgentConfig, *, client: StoreClient | None = None) -> Mo
             )
 
         await _gather_first_failure([one(i) for i in range(len(config.stores))])
+        if from_session:
+            await asyncio.to_thread(session_stores.save_resolved, config)
     except BaseException:
         _undo_mount(config, created)
         raise
@@ -389,6 +398,31 @@ class SyncAgent:
         return SyncHealth(healthy=all(h.healthy for h in stores.values()), stores=stores)
 
 
+class FinalRequest:
+    """The session runner's ``POST /final``: ends the sync loop like SIGTERM does, and answers the final
+    sync and flush's report once they are done (every request, however many, gets the same answer)."""
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self.stop = stop
+        self.requested = False
+        self._answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._delivered = asyncio.Event()
+
+    async def request(self) -> dict[str, Any]:
+        self.requested = True
+        self.stop.set()
+        try:
+            return await asyncio.shield(self._answer)
+        finally:
+            self._delivered.set()
+
+    async def answer(self, report: dict[str, Any], *, wait_s: float = 5.0) -> None:
+        if not self._answer.done():
+            self._answer.set_result(report)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._delivered.wait(), timeout=wait_s)
+
+
 async def run_sync(
     config: AgentConfig,
     *,
@@ -404,22 +438,32 @@ async def run_sync(
     Returns the exit code: with ``once``, 0 unless a store failed; otherwise 0 when the final shutdown saved
     everything, else 1. Never dies on a sync error.
     """
+    config = _with_resolved_stores(config)
     own_client = client is None
     api = make_client(config) if client is None else client
     agent = SyncAgent(config, api, metrics)
     stop_event = stop if stop is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
+    terminated = asyncio.Event()  # SIGTERM/SIGINT (stop_event is also set by a runner's final request)
+    final = FinalRequest(stop_event)
     installed: list[signal.Signals] = []
+
+    def on_signal() -> None:
+        terminated.set()
+        stop_event.set()
+
     if install_signals and not once:
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop_event.set)
+            loop.add_signal_handler(sig, on_signal)
             installed.append(sig)
     # Logged once SIGTERM is handled: from this line on, the end of the session runs the final flush.
     _log_start("sync", config)
     server: MetricsServer | None = None
     try:
         if config.metrics_port is not None and not once:
-            server = MetricsServer(agent.metrics, port=config.metrics_port, health=agent.health)
+            server = MetricsServer(
+                agent.metrics, port=config.metrics_port, health=agent.health, final=final.request
+            )
             await server.start()
         for engine in agent.stores:
             agent.metrics.set_ready(engine.id, False)
@@ -443,9 +487,20 @@ async def run_sync(
             wait = config.interval * random.uniform(1 - JITTER, 1 + JITTER) - (time.monotonic() - started)  # noqa: S311
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop_event.wait(), timeout=max(0.0, wait))
-        logger.info("SIGTERM received: running the final sync and flush")
+        if final.requested:
+            logger.info("the session runner asked for the final sync and flush: running them")
+        else:
+            logger.info("SIGTERM received: running the final sync and flush")
         outcome = await agent.final_shutdown()
         write_termination_log(config, outcome.report)
+        if final.requested:
+            # The runner stops the work item on this answer; the Pod ends after it. Nothing more to sync:
+            # wait for that end without another pass (the report above stays the Pod's last word).
+            await final.answer(outcome.payload())
+            if installed:
+                await terminated.wait()
+                # A preStop flush that ran in between wrote its own (empty) report: this one is the last word.
+                write_termination_log(config, outcome.report)
         return EXIT_OK if outcome.complete else EXIT_FAILED
     finally:
         for sig in installed:
@@ -458,6 +513,7 @@ async def run_sync(
 
 async def run_flush(config: AgentConfig, *, final: bool = False, client: StoreClient | None = None) -> int:
     """``memsync flush`` (push-only, bounded) or ``memsync flush --final`` (final sync, then the flush)."""
+    config = _with_resolved_stores(config)
     _log_start("flush --final" if final else "flush", config)
     own_client = client is None
     api = make_client(config) if client is None else client
@@ -469,3 +525,11 @@ async def run_flush(config: AgentConfig, *, final: bool = False, client: StoreCl
             await api.aclose()
     write_termination_log(config, outcome.report)
     return EXIT_OK if outcome.complete else EXIT_FAILED
+
+
+def _with_resolved_stores(config: AgentConfig) -> AgentConfig:
+    """The stores ``memsync mount`` read from the session (``MEMSYNC_STORES=session``), else ``config``."""
+    try:
+        return session_stores.load_resolved(config)
+    except ConfigError as exc:
+        raise AgentFailure(str(exc)) from None

@@ -42,6 +42,11 @@ DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 _STORE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
+_NO_STORES = (
+    f"stores ({env.STORES}): at least 1 store, or {env.STORES_FROM_SESSION!r} to read them from the session"
+)
+
+
 class ConfigError(ValueError):
     """The configuration is invalid; the message names the field and what is allowed."""
 
@@ -83,7 +88,9 @@ class AgentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    stores: Annotated[list[StoreConfig], Field(min_length=1, max_length=MAX_STORES_PER_SESSION)]
+    stores: Annotated[list[StoreConfig], Field(max_length=MAX_STORES_PER_SESSION)]
+    # MEMSYNC_STORES=session: ``stores`` is empty until ``memsync mount`` reads them from the session.
+    stores_from_session: bool = False
     interval: float = DEFAULT_INTERVAL_S
     deletions: Deletions = "enabled"
     conflict_policy: ConflictPolicy = "storeWins"
@@ -152,6 +159,8 @@ class AgentConfig(BaseModel):
 
     @model_validator(mode="after")
     def _unique(self) -> AgentConfig:
+        if not self.stores and not self.stores_from_session:
+            raise ValueError(_NO_STORES)
         ids = [s.memory_store_id for s in self.stores]
         dup_ids = sorted({i for i in ids if ids.count(i) > 1})
         if dup_ids:
@@ -250,7 +259,12 @@ def load_config(
     the secret.
     """
     if stores is None or (isinstance(stores, str) and not stores.strip()):
-        raise ConfigError(f"stores ({env.STORES}): required, a JSON array of 1-8 stores")
+        raise ConfigError(
+            f"stores ({env.STORES}): required, a JSON array of 1-8 stores or {env.STORES_FROM_SESSION!r}"
+        )
+    from_session = isinstance(stores, str) and stores.strip() == env.STORES_FROM_SESSION
+    if from_session:
+        stores = []
     if isinstance(stores, str):
         try:
             parsed = json.loads(stores)
@@ -260,7 +274,9 @@ def load_config(
         parsed = stores
     if not isinstance(parsed, list):
         raise ConfigError(f"stores ({env.STORES}): must be a JSON array of store objects")
-    values: dict[str, Any] = {"stores": parsed}
+    if not parsed and not from_session:
+        raise ConfigError(_NO_STORES)
+    values: dict[str, Any] = {"stores": parsed, "stores_from_session": from_session}
     for name, raw in (
         ("interval", interval),
         ("flush_timeout", flush_timeout),
@@ -292,6 +308,15 @@ def load_config(
         values["session_id"] = session_id
     if test_root:
         values["test_root"] = test_root
+    try:
+        return AgentConfig.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def with_stores(config: AgentConfig, stores: list[StoreEntry]) -> AgentConfig:
+    """``config`` with the stores read from the session (validated like ``MEMSYNC_STORES``)."""
+    values = {**dict(config), "stores": [s.model_dump() for s in stores], "stores_from_session": False}
     try:
         return AgentConfig.model_validate(values)
     except ValidationError as exc:

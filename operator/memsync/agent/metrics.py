@@ -7,14 +7,15 @@ prometheus_client's own aiohttp handler (content negotiation, OpenMetrics, compr
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from memsync.contracts.health import STATUS_PATH, SyncHealth, encode_health
+from memsync.contracts.runner import FINAL_PATH
 
 if TYPE_CHECKING:  # aiohttp is imported only when the endpoint starts: mount and flush start faster
     from aiohttp import web
@@ -110,7 +111,9 @@ class Metrics:
 
 class MetricsServer:
     """``/metrics`` (Prometheus text), ``/readyz`` (200 while the last pass of every store succeeded),
-    ``/healthz`` (the process is alive) and, given ``health``, ``/status`` (the sync-health JSON)."""
+    ``/healthz`` (the process is alive), given ``health`` ``/status`` (the sync-health JSON), and given
+    ``final`` ``POST /final`` (the session runner's request for the final sync and flush; it answers the
+    report once they are done)."""
 
     def __init__(
         self,
@@ -118,9 +121,11 @@ class MetricsServer:
         host: str = "0.0.0.0",
         port: int = 9477,
         health: Callable[[], SyncHealth] | None = None,
+        final: Callable[[], Awaitable[dict[str, Any]]] | None = None,
     ) -> None:
         self.metrics = metrics
         self.health = health
+        self.final = final
         self.host = host
         self.port = port
         self._runner: web.AppRunner | None = None
@@ -135,6 +140,8 @@ class MetricsServer:
         app.router.add_get("/healthz", self._healthz)
         if self.health is not None:
             app.router.add_get(STATUS_PATH, self._status)
+        if self.final is not None:
+            app.router.add_post(FINAL_PATH, self._final)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -163,6 +170,12 @@ class MetricsServer:
 
         assert self.health is not None
         return web.Response(body=encode_health(self.health()), content_type="application/json")
+
+    async def _final(self, request: web.Request) -> web.Response:
+        from aiohttp import web  # noqa: PLC0415
+
+        assert self.final is not None
+        return web.json_response(await self.final())
 
     async def _healthz(self, request: web.Request) -> web.Response:
         from aiohttp import web  # noqa: PLC0415

@@ -113,11 +113,16 @@ def load_state(state_dir: Path, memory_store_id: str) -> StoreState | None:
 
 
 def save_state(state_dir: Path, state: StoreState) -> None:
-    """Write atomically: temp file in the same directory, fsync, rename, fsync the directory."""
-    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = state_file(state_dir, state.memory_store_id)
-    tmp = state_dir / f".{path.name}.{secrets.token_hex(6)}.tmp"
     data = json.dumps(state.model_dump(mode="json"), separators=(",", ":"), sort_keys=True).encode("utf-8")
+    write_atomic(state_dir, state_file(state_dir, state.memory_store_id).name, data)
+
+
+def write_atomic(state_dir: Path, name: str, data: bytes) -> None:
+    """Write ``state_dir/name`` atomically: temp file in the same directory, fsync, rename, fsync the
+    directory."""
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = state_dir / name
+    tmp = state_dir / f".{path.name}.{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         try:

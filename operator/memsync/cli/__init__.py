@@ -24,6 +24,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("memsync.cli.status", "status"),
     "operator": ("memsync.cli.operator", "operator"),
     "dev": ("memsync.cli.dev", "dev"),
+    "session": ("memsync.cli.session", "session"),
 }
 
 

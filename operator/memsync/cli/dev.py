@@ -340,6 +340,25 @@ async def _main(run: DevRun, status: StatusLine) -> int:
         _print_where(run, store, code)
 
 
+async def _environment_main(run: DevRun) -> int:
+    from memsync.devtools.environment import run_environment_demo  # noqa: PLC0415 (only this mode needs it)
+
+    run.base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    admin_key, _ = load_or_create_key_file(run.key_path)
+    server = EmbeddedServer(run.db_path, admin_key, "127.0.0.1", run.port)
+    await asyncio.to_thread(server.start)
+    try:
+        return await run_environment_demo(
+            server.url,
+            admin_key,
+            run.base / "environment",
+            run.flush_timeout,
+            lambda text: click.echo(f"memsync dev: {text}", err=True),
+        )
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
 def _leftover(config: AgentConfig, folder: Path, store_id: str) -> str:
     """``none`` (mount it), ``resume`` (our own folder and state from a killed run) or ``foreign``."""
     if not os.path.lexists(folder):
@@ -467,10 +486,18 @@ def _print_where(run: DevRun, store: MemoryStore | None, code: int) -> None:
     type=click.FloatRange(min=0.0, min_open=True, max=3600.0),
     help="Seconds for each shutdown pass (final sync, then flush).",
 )
-def dev(base: Path, port: int, interval: float, flush_timeout: float) -> None:
+@click.option(
+    "--environment",
+    is_flag=True,
+    help="Instead: run a self-hosted environment's flow once (a scripted session writes a memory through "
+    "memsync session run, the sidecar flushes it, the work item stops) and exit.",
+)
+def dev(base: Path, port: int, interval: float, flush_timeout: float, environment: bool) -> None:
     """Run the whole lifecycle on this machine: an embedded store server, a demo store, a folder under
     DIR/mnt/memory/ kept in two-way sync. Ctrl-C runs the final sync and flush, then removes the folder."""
     run = DevRun(base=base.resolve(), port=port, interval=interval, flush_timeout=flush_timeout)
+    if environment:
+        sys.exit(asyncio.run(_environment_main(run)))
     status = StatusLine(sys.stderr)
     if status.tty:
         for handler in logging.getLogger().handlers:

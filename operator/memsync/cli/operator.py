@@ -29,6 +29,7 @@ from memsync.controller.handlers import build_memo, build_registry
 from memsync.controller.kube import KubeApi, parse_server_version, version_refusal
 from memsync.controller.memtrace import install_from_env as install_memory_trace
 from memsync.controller.settings import ControllerConfig, bounded_session, configure_settings
+from memsync.crd import agentenv_schema
 from memsync.crd.models import EnvVarSpec, describe_validation_error, env_problems
 from memsync.crd.schema import render_crd_yaml
 
@@ -51,6 +52,13 @@ def _run_options(fn: F) -> F:
             metavar="NS",
             help="Serve only this namespace (repeatable; globs like 'agents-*' allowed). "
             "Env: whitespace-separated. Default: all namespaces.",
+        ),
+        click.option(
+            "--environments/--no-environments",
+            default=False,
+            envvar="MEMSYNC_ENVIRONMENTS",
+            help="Also serve AgentEnvironments: poll their work queues and start a session per claimed item "
+            "(needs the AgentEnvironment CRD and the RBAC for Secrets and SessionMemories it creates).",
         ),
         click.option(
             "--all-namespaces",
@@ -161,9 +169,17 @@ def run(**options: Any) -> None:
 
 
 @operator.command("crd")
-def crd() -> None:
-    """Print the SessionMemory CustomResourceDefinition as YAML (what "make crds" writes)."""
-    click.echo(render_crd_yaml(), nl=False)
+@click.option(
+    "--resource",
+    type=click.Choice(["sessionmemories", "agentenvironments"]),
+    default="sessionmemories",
+    show_default=True,
+    help="Which of memsync's CustomResourceDefinitions to print.",
+)
+def crd(resource: str) -> None:
+    """Print a CustomResourceDefinition as YAML (what "make crds" writes)."""
+    render = render_crd_yaml if resource == "sessionmemories" else agentenv_schema.render_crd_yaml
+    click.echo(render(), nl=False)
 
 
 def _check_server_version(kube: KubeApi) -> None:
@@ -195,6 +211,7 @@ def _run(
     context: str | None,
     recheck_interval: float,
     memsync_env: str | None,
+    environments: bool,
 ) -> None:
     if namespaces and all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces exclude each other")
@@ -210,6 +227,7 @@ def _run(
         agent_image_pull_policy=agent_image_pull_policy,
         recheck_interval=recheck_interval,
         memsync_env=parse_memsync_env(memsync_env),
+        environments=environments,
     )
     settings = configure_settings(
         kopf.OperatorSettings(),

@@ -36,6 +36,7 @@ from memsync.server.backends import is_postgres
 from memsync.server.backup import BackupError, backup_sqlite, restore_sqlite
 from memsync.server.observe import MULTIPROC_ENV
 from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
+from memsync.server.work_items import DEFAULT_LEASE_TTL_S, LEASE_TTL_MAX_S, LEASE_TTL_MIN_S
 from memsync.server.worker import FACTORY, SETTINGS_ENV, ServeSettings, build_app, worker_run_kwargs
 
 logger = logging.getLogger("memsync.store")
@@ -148,6 +149,14 @@ def admin_key_from(key_file: Path | None) -> str:
     help="Seconds a minted sessions token stays valid (a mint may ask for another lifetime).",
 )
 @click.option(
+    "--lease-ttl",
+    default=DEFAULT_LEASE_TTL_S,
+    show_default=True,
+    type=click.IntRange(LEASE_TTL_MIN_S, LEASE_TTL_MAX_S),
+    envvar="MEMSYNC_LEASE_TTL",
+    help="Seconds a work item's lease lasts without a heartbeat (self-hosted environments).",
+)
+@click.option(
     "--request-read-timeout",
     default=DEFAULT_READ_TIMEOUT_S,
     show_default=True,
@@ -211,6 +220,7 @@ def serve(
     admin_key_name: str,
     cursor_ttl: int,
     max_memories: int,
+    lease_ttl: int,
     session_token_ttl: int,
     request_read_timeout: float,
     db_pool_size: int,
@@ -245,6 +255,7 @@ def serve(
         cursor_ttl_s=cursor_ttl,
         max_memories_per_store=max_memories,
         session_token_ttl_s=session_token_ttl,
+        lease_ttl_s=lease_ttl,
         db_pool_size=db_pool_size,
         read_timeout_s=request_read_timeout,
         http=http_impl,

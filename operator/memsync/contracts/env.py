@@ -30,6 +30,12 @@ WORK_SECRET: Final = "ANTHROPIC_WORK_SECRET"  # noqa: S105 - the variable's name
 TEST_ROOT: Final = "MEMSYNC_TEST_ROOT"
 TEST_DELETE_WINDOW: Final = "MEMSYNC_TEST_DELETE_WINDOW"
 
+#: ``MEMSYNC_STORES`` of a SessionMemory without ``spec.stores``: ``memsync mount`` reads the stores from the
+#: session (``GET /v1/sessions/{id}`` with the sessions token) and writes them to ``RESOLVED_STORES_FILE`` in
+#: the state directory, where the sidecar and the preStop flush read them.
+STORES_FROM_SESSION: Final = "session"
+RESOLVED_STORES_FILE: Final = "session-stores.json"
+
 #: Prefixes of the names memsync owns: extra environment for its containers may not set any of them.
 RESERVED_PREFIXES: Final = ("MEMSYNC_", "ANTHROPIC_")
 

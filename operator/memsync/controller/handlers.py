@@ -65,6 +65,7 @@ import kopf
 
 from memsync.controller import metrics
 from memsync.controller import status as st
+from memsync.controller.environment import daemon as environment_daemon
 from memsync.controller.health import health_url, read_health
 from memsync.controller.kube import (
     KubeAlreadyExists,
@@ -945,4 +946,6 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
     kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY}, registry=registry, id="pod-status")(
         on_pod
     )
+    if config.environments:
+        environment_daemon.register(registry)
     return registry

@@ -147,17 +147,25 @@ def _error(exc: ApiException) -> KubeApiError:
     return KubeApiError(status, reason, message)
 
 
-def _core(namespace: str, plural: str, name: str | None = None) -> str:
+def core_path(namespace: str, plural: str, name: str | None = None) -> str:
     """The path of core/v1 ``plural`` in ``namespace`` (of one object when ``name`` is given)."""
     path = f"/api/v1/namespaces/{quote(namespace, safe='')}/{plural}"
     return f"{path}/{quote(name, safe='')}" if name is not None else path
 
 
-def _session_memories(namespace: str | None, name: str | None = None) -> str:
-    """The path of SessionMemories (of every namespace when ``namespace`` is None; of one by ``name``)."""
+def custom_path(version: str, plural: str, namespace: str | None, name: str | None = None) -> str:
+    """The path of this group's ``plural`` at ``version`` (of every namespace when ``namespace`` is None; of
+    one object by ``name``)."""
     scope = f"/namespaces/{quote(namespace, safe='')}" if namespace is not None else ""
-    path = f"/apis/{GROUP}/{VERSION}{scope}/{PLURAL}"
+    path = f"/apis/{GROUP}/{version}{scope}/{plural}"
     return f"{path}/{quote(name, safe='')}" if name is not None else path
+
+
+_core = core_path
+
+
+def _session_memories(namespace: str | None, name: str | None = None) -> str:
+    return custom_path(VERSION, PLURAL, namespace, name)
 
 
 def _decode(response: Any) -> dict[str, Any]:

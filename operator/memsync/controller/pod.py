@@ -160,7 +160,10 @@ def grace_period_seconds(final_flush_seconds: int) -> int:
 
 
 def stores_env(spec: SessionMemorySpec) -> str:
-    """``MEMSYNC_STORES``: a compact JSON array of {memory_store_id, name, mount_path, access}."""
+    """``MEMSYNC_STORES``: a compact JSON array of {memory_store_id, name, mount_path, access}; without
+    ``spec.stores``, ``session`` (the mount step reads them from the session)."""
+    if spec.stores is None:
+        return env.STORES_FROM_SESSION
     return encode_stores(
         [
             StoreEntry(

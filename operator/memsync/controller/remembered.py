@@ -98,7 +98,7 @@ def pod_digest(pod: Mapping[str, Any]) -> dict[str, Any]:
 def paths_of(spec: SessionMemorySpec | None, raw_spec: Mapping[str, Any]) -> StorePaths:
     """The store paths of an already validated ``spec``; of ``raw_spec`` (no paths) when it was invalid."""
     if spec is not None:
-        return {s.memory_store_id: s.effective_mount_path for s in spec.stores}
+        return {s.memory_store_id: s.effective_mount_path for s in spec.stores or []}
     out: StorePaths = {}
     for store in raw_spec.get("stores") or []:
         if isinstance(store, Mapping) and isinstance(store.get("memoryStoreId"), str):

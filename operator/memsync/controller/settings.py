@@ -70,6 +70,8 @@ class ControllerConfig:
     health_interval: float = 5.0
     health_address: Callable[[Mapping[str, Any]], str | None] | None = None
     memsync_env: tuple[EnvVarSpec, ...] = field(default_factory=tuple)
+    # Serve AgentEnvironments too (one poll loop each); off unless asked for.
+    environments: bool = False
 
 
 @dataclass(frozen=True)

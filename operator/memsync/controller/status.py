@@ -627,7 +627,9 @@ def _assemble(
     status["stores"] = _store_entries(
         stores, previous.get("stores"), outcome.mount_report, outcome.flush_report
     )
-    status["storeCount"] = len(stores)  # the "Stores" column of kubectl get (printer columns cannot count)
+    # the "Stores" column of kubectl get (printer columns cannot count); without spec.stores, the stores the
+    # Pod reported (resolved from the session at mount)
+    status["storeCount"] = len(stores) or len(status["stores"])
     if outcome.synced is not None:
         status["conditions"] = merge_conditions(
             status["conditions"], [outcome.synced], generation=generation, now=now

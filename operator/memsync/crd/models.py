@@ -151,6 +151,17 @@ def _matched(value: str, pattern: str, max_length: int, requirement: str) -> str
 # --- spec --------------------------------------------------------------------------------------------------
 
 
+def checked_api_base_url(value: str) -> str:
+    """An ``apiBaseUrl`` (SessionMemory, AgentEnvironment), else a ValueError saying what is allowed."""
+    return _matched(
+        value,
+        API_BASE_URL_PATTERN,
+        API_BASE_URL_MAX,
+        "must be an http:// or https:// URL with a host and no query or fragment "
+        "(for example https://api.anthropic.com or http://memsync-store.memsync-system.svc:8080)",
+    )
+
+
 class _SpecModel(BaseModel):
     # strict: the API server would refuse "15" for an integer or 1 for a string; so do we.
     model_config = ConfigDict(
@@ -407,7 +418,9 @@ class SessionMemorySpec(_SpecModel):
     session_id: str
     work_item_secret_ref: SecretKeyRef
     api_base_url: str = DEFAULT_BASE_URL
-    stores: Annotated[list[StoreSpec], Field(min_length=STORES_MIN, max_length=STORES_MAX)]
+    # None: the mount step reads the stores from the session (GET /v1/sessions/{id}); given, they must agree
+    # with the session's.
+    stores: Annotated[list[StoreSpec], Field(min_length=STORES_MIN, max_length=STORES_MAX)] | None = None
     sync: SyncSpec = Field(default_factory=SyncSpec)
     template: SandboxTemplate
 
@@ -425,17 +438,13 @@ class SessionMemorySpec(_SpecModel):
     @field_validator("api_base_url")
     @classmethod
     def _check_api_base_url(cls, value: str) -> str:
-        return _matched(
-            value,
-            API_BASE_URL_PATTERN,
-            API_BASE_URL_MAX,
-            "must be an http:// or https:// URL with a host and no query or fragment "
-            "(for example https://api.anthropic.com or http://memsync-store.memsync-system.svc:8080)",
-        )
+        return checked_api_base_url(value)
 
     @field_validator("stores")
     @classmethod
-    def _check_stores(cls, stores: list[StoreSpec]) -> list[StoreSpec]:
+    def _check_stores(cls, stores: list[StoreSpec] | None) -> list[StoreSpec] | None:
+        if stores is None:
+            return None
         problems: list[str] = []
         first_by_id: dict[str, int] = {}
         first_by_path: dict[str, int] = {}

@@ -13,8 +13,8 @@ CEL rules (``x-kubernetes-validations``) cover what spans fields:
   *effective* mount paths (explicit, or ``/mnt/memory/<slug of name>``) are enforced by the operator's model:
   such an object is accepted by ``kubectl`` and then goes to ``Failed`` with the model's message.
 * ``mountPath``: a clean absolute path under ``/mnt/memory/`` (``matches``).
-* ``sessionId`` and ``stores`` are immutable (transition rules ``self == oldSelf``): the Pod's mounts and its
-  session are fixed when it starts.
+* ``sessionId`` and ``stores`` are immutable (transition rules ``self == oldSelf``; ``stores`` may be omitted,
+  and then cannot be added later): the Pod's mounts and its session are fixed when it starts.
 * ``template``: the isolation guards of ``memsync.crd.guards`` (no host namespaces, hostPath volumes or host
   ports, nothing mounted at or around ``/mnt/memory``, a ``securityContext`` within the restricted profile,
   the operator-owned container fields). Its Kubernetes types come from ``memsync.crd.core`` (generated from
@@ -129,7 +129,9 @@ def store_schema() -> dict[str, Any]:
 def stores_schema() -> dict[str, Any]:
     return {
         "type": "array",
-        "description": f"The session's memory stores ({m.STORES_MIN}-{m.STORES_MAX}); immutable.",
+        "description": f"The session's memory stores ({m.STORES_MIN}-{m.STORES_MAX}); immutable. Omitted: "
+        "the mount step reads them from the session (GET /v1/sessions/{id} with the sessions token); given, "
+        "they must attach the session's stores with its access.",
         "minItems": m.STORES_MIN,
         "maxItems": m.STORES_MAX,
         "items": store_schema(),
@@ -420,7 +422,13 @@ def spec_schema() -> dict[str, Any]:
     return {
         "type": "object",
         "description": "One agent session's memory stores, sync settings, work-item secret and sandbox.",
-        "required": ["sessionId", "workItemSecretRef", "stores", "template"],
+        "required": ["sessionId", "workItemSecretRef", "template"],
+        "x-kubernetes-validations": [
+            _rule(
+                "has(self.stores) == has(oldSelf.stores)",
+                "stores is immutable: it cannot be added or removed; create a new SessionMemory instead",
+            )
+        ],
         "properties": {
             "sessionId": _string(
                 "The agent session (sesn_...); immutable.",
@@ -552,16 +560,26 @@ def printer_columns() -> list[dict[str, Any]]:
     ]
 
 
-def build_crd() -> dict[str, Any]:
-    """The SessionMemory CustomResourceDefinition (apiextensions.k8s.io/v1)."""
+def crd_document(
+    *,
+    names: dict[str, Any],
+    version: str,
+    description: str,
+    spec: dict[str, Any],
+    status: dict[str, Any],
+    columns: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """One of memsync's CustomResourceDefinitions (apiextensions.k8s.io/v1): namespaced, one served and
+    stored version with the status subresource. ``names`` holds kind, listKind, plural, singular and
+    shortNames."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": m.CRD_NAME,
+            "name": f"{names['plural']}.{m.GROUP}",
             "labels": {"app.kubernetes.io/name": "memsync", "app.kubernetes.io/part-of": "memsync"},
-            # Argo CD applies the CRD before the operator and any SessionMemory (lower waves first). GitOps
-            # never prunes it: deleting the CRD deletes every SessionMemory and so every running session.
+            # Argo CD applies the CRD before the operator and any object of it (lower waves first). GitOps
+            # never prunes it: deleting the CRD deletes every object of it and so every running session.
             "annotations": {
                 SYNC_WAVE_ANNOTATION: CRD_SYNC_WAVE,
                 "argocd.argoproj.io/sync-options": "Prune=false",
@@ -571,33 +589,25 @@ def build_crd() -> dict[str, Any]:
         "spec": {
             "group": m.GROUP,
             "scope": "Namespaced",
-            "names": {
-                "kind": m.KIND,
-                "listKind": m.LIST_KIND,
-                "plural": m.PLURAL,
-                "singular": m.SINGULAR,
-                "shortNames": list(m.SHORT_NAMES),
-                "categories": list(m.CATEGORIES),
-            },
+            "names": {**names, "categories": list(m.CATEGORIES)},
             "versions": [
                 {
-                    "name": m.VERSION,
+                    "name": version,
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": printer_columns(),
+                    "additionalPrinterColumns": columns,
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
-                            "description": "SessionMemory gives one agent session's sandbox Pod its memory "
-                            "stores under /mnt/memory, kept in two-way sync and flushed when it ends.",
+                            "description": description,
                             "required": ["spec"],
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
                                 "metadata": {"type": "object"},
-                                "spec": spec_schema(),
-                                "status": status_schema(),
+                                "spec": spec,
+                                "status": status,
                             },
                         }
                     },
@@ -605,6 +615,25 @@ def build_crd() -> dict[str, Any]:
             ],
         },
     }
+
+
+def build_crd() -> dict[str, Any]:
+    """The SessionMemory CustomResourceDefinition (apiextensions.k8s.io/v1)."""
+    return crd_document(
+        names={
+            "kind": m.KIND,
+            "listKind": m.LIST_KIND,
+            "plural": m.PLURAL,
+            "singular": m.SINGULAR,
+            "shortNames": list(m.SHORT_NAMES),
+        },
+        version=m.VERSION,
+        description="SessionMemory gives one agent session's sandbox Pod its memory stores under "
+        "/mnt/memory, kept in two-way sync and flushed when it ends.",
+        spec=spec_schema(),
+        status=status_schema(),
+        columns=printer_columns(),
+    )
 
 
 HEADER: Final = (

@@ -13,6 +13,7 @@ revocation takes effect at once in the process that made it and within that time
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -144,6 +145,15 @@ class MintSessionRequest(BaseModel):
     session_id: str | None = None
     resources: list[MintResource] = Field(default_factory=list)
     token_ttl_seconds: int | None = None
+    # The environment whose work queue gets the session's work item, and events that play the agent's side
+    # (both handled by the environment extension: memsync.server.environment_routes).
+    environment_id: str | None = None
+    script: list[dict[str, Any]] | None = None
+
+
+#: Called inside the minting transaction with (transaction, session id, request, work-item secret); answers
+#: extra fields of the mint response.
+MintHook = Callable[[Tx, str, MintSessionRequest, str], dict[str, Any]]
 
 
 class CreateAdminKeyRequest(BaseModel):
@@ -184,6 +194,7 @@ class AccessService:
         self.session_token_ttl_s = session_token_ttl_s
         self.cache = CredentialCache(cache_ttl_s)
         self.admin_key_id = self._register_admin_key(admin_key, admin_key_name)
+        self.on_mint: MintHook | None = None
 
     def _register_admin_key(self, key: str, name: str) -> str:
         """Enter the configured admin key into the database (once); refuse to start on a revoked one.
@@ -336,10 +347,12 @@ class AccessService:
                     expires_at=format_ts(now + timedelta(seconds=ttl)),
                 )
                 row = tx.get_session(session_id)
+                secret = encode_work_secret(token, self.public_url)
+                extra = self.on_mint(tx, session_id, req, secret) if self.on_mint is not None else {}
         except DuplicateKeyError:
             raise conflict(f"session {session_id} already exists") from None
         assert row is not None
-        return {"session": session_json(row), "work_secret": encode_work_secret(token, self.public_url)}
+        return {"session": session_json(row), "work_secret": secret, **extra}
 
     @staticmethod
     def _resources(tx: Tx, requested: list[MintResource]) -> list[ResourceRow]:

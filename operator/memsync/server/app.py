@@ -23,11 +23,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from memsync.api import errors as et
+from memsync.server import environment_routes
 from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, AccessService, Principal
 from memsync.server.backends import open_database
+from memsync.server.environments import EnvironmentService
 from memsync.server.errors import ApiError, too_large
 from memsync.server.observe import ObserveMiddleware, render_metrics
 from memsync.server.service import StoreService
+from memsync.server.session_events import SessionEvents
+from memsync.server.work_items import DEFAULT_LEASE_TTL_S, WorkItems
 
 logger = logging.getLogger("memsync.server")
 
@@ -177,6 +181,7 @@ def create_app(
     cursor_ttl_s: int = 3600,
     max_memories_per_store: int | None = None,
     session_token_ttl_s: int = DEFAULT_SESSION_TOKEN_TTL_S,
+    lease_ttl_s: int = DEFAULT_LEASE_TTL_S,
     db_pool_size: int = 10,
     access_logs: bool = True,
 ) -> FastAPI:
@@ -219,6 +224,15 @@ def create_app(
     app.state.access = access
     app.add_middleware(ObserveMiddleware, access_logs=access_logs)
     app.add_middleware(RequestIdMiddleware)  # added last: outermost, so the access log has the request id
+    environments = EnvironmentService(db, access)
+    environment_routes.install(
+        app,
+        access=access,
+        envs=environments,
+        work=WorkItems(db, environments, lease_ttl_s=lease_ttl_s),
+        events=SessionEvents(db),
+        read_body=read_body,
+    )
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -397,9 +411,7 @@ def create_app(
 
     # --- sessions -----------------------------------------------------------------------------------------
 
-    @app.get("/v1/sessions/{session_id}")
-    def get_session(*, p: Caller, session_id: str, beta: Beta = None) -> JSONResponse:
-        return JSONResponse(access.get_session(p, session_id))
+    # GET /v1/sessions/{session_id} is served by the environment extension (it adds status and the agent).
 
     @app.delete("/v1/sessions/{session_id}")
     def delete_session(*, p: Caller, session_id: str, beta: Beta = None) -> JSONResponse:

@@ -20,6 +20,7 @@ import secrets
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 
+from memsync.server.env_queries import EnvironmentQueries, EventQueries, WorkQueries
 from memsync.server.migrations import META_TABLE, SCHEMA_VERSION_KEY, Migration, pending
 from memsync.server.queries import AccessQueries, MemoryQueries, StoreQueries, VersionQueries
 from memsync.server.rows import (
@@ -49,7 +50,15 @@ __all__ = [
 ]
 
 
-class Tx(StoreQueries, MemoryQueries, VersionQueries, AccessQueries):
+class Tx(
+    StoreQueries,
+    MemoryQueries,
+    VersionQueries,
+    AccessQueries,
+    EnvironmentQueries,
+    WorkQueries,
+    EventQueries,
+):
     """The queries of one transaction. A backend supplies execution and the content encoding."""
 
 

@@ -7,7 +7,8 @@ migrate once. A database newer than this code is refused rather than written wit
 
 Version 1 is the schema every earlier release created (its statements are idempotent, so a database made
 before versioning existed is adopted as version 1). Version 2 adds what conditional listing, expiring and
-revocable sessions tokens and named admin keys need.
+revocable sessions tokens and named admin keys need; version 3 the self-hosted environments (their keys, the
+work queue with its leases, the session event stream).
 """
 
 from __future__ import annotations
@@ -106,6 +107,56 @@ SQLITE: tuple[Migration, ...] = (
             )""",
         ),
     ),
+    Migration(
+        3,
+        "self-hosted environments: environments and their keys, the work queue, session events and scripts",
+        (
+            """CREATE TABLE environments (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                id TEXT NOT NULL UNIQUE,
+                name TEXT NOT NULL,
+                description TEXT,
+                metadata TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                updated_at TEXT NOT NULL,
+                archived_at TEXT
+            )""",
+            """CREATE TABLE environment_keys (
+                id TEXT PRIMARY KEY,
+                environment_id TEXT NOT NULL REFERENCES environments(id),
+                key_hash TEXT NOT NULL UNIQUE,
+                created_at TEXT NOT NULL,
+                revoked_at TEXT
+            )""",
+            """CREATE TABLE work_items (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                id TEXT NOT NULL UNIQUE,
+                environment_id TEXT NOT NULL REFERENCES environments(id),
+                session_id TEXT NOT NULL,
+                secret TEXT,
+                metadata TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                worker_id TEXT,
+                state TEXT NOT NULL,
+                lease TEXT NOT NULL
+            )""",
+            "CREATE INDEX work_items_by_environment ON work_items (environment_id, state, seq)",
+            "CREATE INDEX work_items_by_session ON work_items (session_id)",
+            """CREATE TABLE session_events (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                session_id TEXT NOT NULL,
+                id TEXT NOT NULL,
+                type TEXT NOT NULL,
+                body TEXT NOT NULL
+            )""",
+            "CREATE INDEX session_events_by_session ON session_events (session_id, seq)",
+            """CREATE TABLE session_scripts (
+                session_id TEXT PRIMARY KEY,
+                script TEXT NOT NULL,
+                position INTEGER NOT NULL
+            )""",
+        ),
+    ),
 )
 
 # --- PostgreSQL -----------------------------------------------------------------------------------------
@@ -191,6 +242,56 @@ POSTGRES: tuple[Migration, ...] = (
                 key_hash TEXT NOT NULL UNIQUE,
                 created_at TEXT COLLATE "C" NOT NULL,
                 revoked_at TEXT COLLATE "C"
+            )""",
+        ),
+    ),
+    Migration(
+        3,
+        "self-hosted environments: environments and their keys, the work queue, session events and scripts",
+        (
+            """CREATE TABLE environments (
+                seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                id TEXT NOT NULL UNIQUE,
+                name TEXT NOT NULL,
+                description TEXT,
+                metadata TEXT NOT NULL,
+                created_at TEXT COLLATE "C" NOT NULL,
+                updated_at TEXT COLLATE "C" NOT NULL,
+                archived_at TEXT COLLATE "C"
+            )""",
+            """CREATE TABLE environment_keys (
+                id TEXT PRIMARY KEY,
+                environment_id TEXT NOT NULL REFERENCES environments(id),
+                key_hash TEXT NOT NULL UNIQUE,
+                created_at TEXT COLLATE "C" NOT NULL,
+                revoked_at TEXT COLLATE "C"
+            )""",
+            """CREATE TABLE work_items (
+                seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                id TEXT NOT NULL UNIQUE,
+                environment_id TEXT NOT NULL REFERENCES environments(id),
+                session_id TEXT NOT NULL,
+                secret TEXT,
+                metadata TEXT NOT NULL,
+                created_at TEXT COLLATE "C" NOT NULL,
+                worker_id TEXT,
+                state TEXT NOT NULL,
+                lease TEXT NOT NULL
+            )""",
+            "CREATE INDEX work_items_by_environment ON work_items (environment_id, state, seq)",
+            "CREATE INDEX work_items_by_session ON work_items (session_id)",
+            """CREATE TABLE session_events (
+                seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                session_id TEXT NOT NULL,
+                id TEXT NOT NULL,
+                type TEXT NOT NULL,
+                body TEXT NOT NULL
+            )""",
+            "CREATE INDEX session_events_by_session ON session_events (session_id, seq)",
+            """CREATE TABLE session_scripts (
+                session_id TEXT PRIMARY KEY,
+                script TEXT NOT NULL,
+                position INTEGER NOT NULL
             )""",
         ),
     ),

@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from memsync.logs import configure_logging
 from memsync.server.app import create_app
 from memsync.server.protocol import HTTP_IMPLEMENTATIONS
+from memsync.server.work_items import DEFAULT_LEASE_TTL_S
 
 SETTINGS_ENV = "MEMSYNC_STORE_WORKER_SETTINGS"
 ADMIN_KEY_ENV = "MEMSYNC_ADMIN_KEY"
@@ -36,6 +37,7 @@ class ServeSettings:
     db_pool_size: int
     read_timeout_s: float
     http: str
+    lease_ttl_s: int = DEFAULT_LEASE_TTL_S
     access_logs: bool = True
     log_level: str = "INFO"
     log_format: str = "text"
@@ -57,6 +59,7 @@ def build_app(settings: ServeSettings, admin_key: str) -> FastAPI:
         cursor_ttl_s=settings.cursor_ttl_s,
         max_memories_per_store=settings.max_memories_per_store,
         session_token_ttl_s=settings.session_token_ttl_s,
+        lease_ttl_s=settings.lease_ttl_s,
         db_pool_size=settings.db_pool_size,
         access_logs=settings.access_logs,
     )
