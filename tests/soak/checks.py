@@ -11,7 +11,9 @@ hold at the end, what the agents reported, and what went over the wire. Each ret
   the test created the file and deleted it before any of it reached the store (the memory there, holding
   other content, is another writer's), or the file held the store's memory as pulled and the sidecar was
   SIGKILLed between that memory's last version and the delete (the pull may not have reached the saved
-  state, and the agent keeps a memory it cannot tell is its own), or the agent reported that the delete lost;
+  state, and the agent keeps a memory it cannot tell is its own), or the file held a version of the memory
+  that another writer has since replaced (the newer version wins over the delete), or the agent reported
+  that the delete lost;
 - no write overwrote a memory without a precondition: every agent update and delete carried one, and in the
   version history every session version that follows another version of its memory follows one whose hash
   that session sent as the precondition;
@@ -185,6 +187,11 @@ def _delete_applied(  # noqa: PLR0917 - plain-data inputs of check_local_ops
     if content is None:
         return True
     history = versions.get(store_id, [])
+    held_at = [v.at for v in history if v.path == rel and last.sha256 is not None and v.sha256 == last.sha256]
+    if held_at and any(v.path == rel and v.actor != sessions[pod] and v.at > max(held_at) for v in history):
+        # The file held a version of the memory that another writer has since replaced: the delete loses to
+        # that newer version (the store's change wins over a local delete, as the rules say).
+        return True
     since = max((v.at for v in history if v.path == rel), default=0.0)
     if (
         last.written_at is None

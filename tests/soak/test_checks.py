@@ -319,6 +319,22 @@ def test_a_pulled_file_deleted_after_a_sidecar_kill_may_come_back() -> None:
     ]
 
 
+def test_a_delete_of_an_older_version_loses_to_another_writers_newer_one() -> None:
+    """The file held the admin's first version; the admin changed the memory again; then the test deleted the
+    file: the newer version stays. Had nobody changed it since (or only this session), the delete must go."""
+    first, second = content_sha256("first"), content_sha256("second")
+    ops = {("p1", S, "a.md"): LocalOp("delete", first, 100.0, 3)}
+    live = {S: {"a.md": "second"}}
+    newer = {S: [Version("a.md", first, 50.0, "apikey_admin"), Version("a.md", second, 60.0, "apikey_admin")]}
+    assert check_local_ops(ops, {}, live, newer, {}, SESSIONS) == []
+    by_us = {S: [Version("a.md", first, 50.0, "apikey_admin"), Version("a.md", second, 60.0, "sesn_1")]}
+    assert _kinds(check_local_ops(ops, {}, live, by_us, {}, SESSIONS)) == ["delete_not_applied"]
+    same = {S: [Version("a.md", first, 50.0, "apikey_admin")]}
+    assert _kinds(check_local_ops(ops, {}, {S: {"a.md": "first"}}, same, {}, SESSIONS)) == [
+        "delete_not_applied"
+    ]
+
+
 def test_a_delete_of_a_file_that_lost_to_the_store_leaves_the_store_version() -> None:
     """The test wrote a new file where another writer had just created a memory; the agent reported that the
     store's version won; the test then deleted its file (still holding its own content): the store keeps the
