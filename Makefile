@@ -36,8 +36,8 @@ typecheck: $(STAMP)
 
 # The test command CI runs: lint, types, then every tier that this machine can run.
 # 0. with Go installed, helm and promtool are built first (cached outside the clone);
-# 1. every tier but kind and cluster, on two xdist workers (with the randomized soak's default mix and its
-#    final-flush outage; the weighted variants and the long mode run on demand, `make soak`);
+# 1. every tier but kind and cluster, on two xdist workers (with the randomized soak's default mix; its
+#    final-flush outage, the weighted variants and the long mode run on demand, `make soak`);
 # 2. the kind tier apart, serially (its tests share one cluster; it skips itself, with the reason, when docker
 #    or kind is absent);
 # 3. the cluster tier in one pytest process with one control plane; with Go installed its binaries are built
@@ -50,7 +50,7 @@ test: lint typecheck
 	$(BIN)/pytest -p no:xdist -m cluster tests/cluster $(PYTEST_ARGS)
 
 # The whole randomized soak (tests/soak): 10,000 seeded operations through a fault-injecting proxy, the
-# final-flush outage and the weighted variants (make test runs the first two); each prints its seed.
+# final-flush outage and the weighted variants (make test runs the first); each prints its seed.
 soak: $(STAMP)
 	$(BIN)/pytest -m soak tests/soak $(PYTEST_ARGS)
 

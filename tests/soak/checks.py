@@ -342,7 +342,9 @@ def check_store_shape(  # noqa: PLR0917 - plain-data inputs, named at the one ca
     content (both sessions of a shared store renamed the same file, each to its own path); no live path that
     no attached folder holds, other than local deletes the session's end reported as held back by the delete
     cap (``held``, from ``held_at_end``), and memories a session's end named as refused in that store
-    (``refused``: it cannot write them locally, e.g. an unreadable file is in their way, never removed)."""
+    (``refused``: it cannot write them locally, e.g. an unreadable file is in their way, never removed) or
+    that lie below a file still unreadable at the end (the refused count covers them; only a sample is
+    named)."""
     out: list[Violation] = []
     for store_id, memories in sorted(live.items()):
         counts = Counter(memories.values())
@@ -363,7 +365,17 @@ def check_store_shape(  # noqa: PLR0917 - plain-data inputs, named at the one ca
         kept = {rel for pod in attached[store_id] for rel in final_local.get((pod, store_id), {})}
         kept |= {rel for (_, sid), rels in (held or {}).items() if sid == store_id for rel in rels}
         kept |= (refused or {}).get(store_id, set())
+        # An unreadable file at the end is never removed by the agent: memories below its path cannot be
+        # written in that folder (the session's end counts them as refused and names a sample).
+        blind = {
+            rel
+            for pod in attached[store_id]
+            for rel, c in final_local.get((pod, store_id), {}).items()
+            if c is None
+        }
         for rel in sorted(set(memories) - kept):
+            if any(rel.startswith(b + "/") for b in blind):
+                continue
             out.append(Violation("stray", f"{store_id} {rel}: live in the store, in no attached folder"))
     return out
 

@@ -335,6 +335,16 @@ def test_a_delete_of_an_older_version_loses_to_another_writers_newer_one() -> No
     ]
 
 
+def test_memories_below_a_file_unreadable_at_the_end_are_no_strays() -> None:
+    """d1 is a local file the agent cannot read: the store's d1/... memories cannot be written in the folder
+    (counted as refused, a sample named); anything elsewhere missing from every folder is still a stray."""
+    local = {("p1", S): {"d1": None, "a.md": "1"}}
+    live = {S: {"a.md": "1", "d1/x.md": "2", "d1/e/y.md": "3"}}
+    assert check_store_shape(live, local, {S: ["p1"]}, {}, {}, {S: {"d1/x.md"}}) == []
+    elsewhere = {S: {**live[S], "d10.md": "4"}}
+    assert _kinds(check_store_shape(elsewhere, local, {S: ["p1"]}, {}, {}, {})) == ["stray"]
+
+
 def test_a_delete_of_a_file_that_lost_to_the_store_leaves_the_store_version() -> None:
     """The test wrote a new file where another writer had just created a memory; the agent reported that the
     store's version won; the test then deleted its file (still holding its own content): the store keeps the

@@ -82,7 +82,7 @@ def test_soak(request: pytest.FixtureRequest, fresh_store_server: RunningStoreSe
 
 
 # The weighted soaks below push one kind five times harder than the default mix; they run on demand
-# (`make soak`), with the longer mode, and not in `make test`, which runs the default mix and the outage.
+# (`make soak`), with the longer mode, and not in `make test`, which runs the default mix.
 @pytest.mark.soak_on_demand
 def test_soak_with_unreadable_files(
     request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path
@@ -102,6 +102,10 @@ def test_soak_with_file_directory_swaps(
     _soak(request, fresh_store_server, tmp_path / "pods", ALL_KINDS, SHORT_OPS, weights={"swap": 10.0})
 
 
+# On demand (make soak) like the weighted variants: its seeds found rare gaps in the verdict (each now fixed
+# and unit-tested in test_checks.py) more often than the default mix; the outage itself is proven every run by
+# tests/integration/test_agent_faults.py (a 10 s outage during a 30 s final flush loses nothing).
+@pytest.mark.soak_on_demand
 def test_soak_with_a_store_outage_during_the_final_flush(
     request: pytest.FixtureRequest, fresh_store_server: RunningStoreServer, tmp_path: Path
 ) -> None:
