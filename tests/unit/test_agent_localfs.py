@@ -277,6 +277,28 @@ def test_replace_if_keeps_an_edit_made_to_the_new_file_while_it_is_swapped_back(
     assert [p.read_bytes() for p in kept] == [b"second edit"]
 
 
+def test_replace_if_puts_an_edit_back_when_the_new_file_is_deleted_during_the_swap(
+    root, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "mnt/store/x.md"
+    root.write_bytes("x.md", b"one")
+    real = renames.exchange
+    calls: list[int] = []
+
+    def exchange(dir_fd: int, a: str, b: str) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            path.write_bytes(b"edited")  # in place, after the hash: the swap takes it out
+        real(dir_fd, a, b)
+        if len(calls) == 1:
+            path.unlink()  # the pulled file, deleted before it is swapped back out
+
+    monkeypatch.setattr(renames, "exchange", exchange)
+    assert root.replace_if("x.md", b"pulled", sha256_bytes(b"one")) is False
+    assert path.read_bytes() == b"edited"
+    assert _names(path.parent) == [MARKER_FILENAME, "x.md"]
+
+
 def test_replace_if_falls_back_to_rehash_and_rename_without_renameat2(
     root, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -303,15 +303,11 @@ class StoreRoot:
 
     def replace_if(self, rel: str, data: bytes, expected_sha: str | None) -> bool:
         """Write ``data`` at ``rel`` only if the file there still hashes to ``expected_sha`` (None: only if
-        nothing is there), as one compare-and-swap against the agent's own edits. False when it changed, and
-        then nothing was written.
+        nothing is there): a compare-and-swap against the agent's edits. False (nothing written) if changed.
 
-        A re-hash followed by a rename leaves a window in which a delete or an edit is silently undone (the
-        rename resurrects or clobbers it). Here a new file is created with ``RENAME_NOREPLACE``, and an
-        existing one is swapped with ``RENAME_EXCHANGE``: a file deleted meanwhile makes the swap fail, and
-        what the swap took out is hashed again and swapped back unless it is what was expected. Without
-        those renames (not Linux, or the filesystem lacks them) it falls back to re-hash and rename.
-        """
+        A new file is created with ``RENAME_NOREPLACE``; an existing one is swapped in with
+        ``RENAME_EXCHANGE``, which fails if it was deleted meanwhile, and what it took out is re-hashed and
+        swapped back unless expected. Without those renames: re-hash, then rename."""
         _, name = _split(rel)
         if self.sha_of(rel) != expected_sha:
             return False
@@ -334,7 +330,11 @@ class StoreRoot:
                 taken = None  # replaced by something that is not a file: swap it back untouched
             if taken == expected_sha:
                 return True  # the temp name now holds the replaced file, which _temp_file removes
-            renames.exchange(dir_fd, tmp, name)
+            try:
+                renames.exchange(dir_fd, tmp, name)
+            except FileNotFoundError:  # the new file was deleted meanwhile: the edit goes back to its name
+                _put_back(dir_fd, tmp, name)
+                return False
             if self.hash_at(dir_fd, tmp)[0] != sha256_bytes(data):
                 # written in place during the swap: keep that edit beside the file, never drop it
                 os.rename(
