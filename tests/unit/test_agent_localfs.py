@@ -254,23 +254,34 @@ def test_replace_if_never_clobbers_a_file_created_after_its_check(
     assert _names(path.parent) == [MARKER_FILENAME, "x.md"]
 
 
-def test_replace_if_keeps_an_edit_made_to_the_new_file_while_it_is_swapped_back(
-    root, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _around_first_exchange(
+    monkeypatch: pytest.MonkeyPatch, before: Callable[[], None], after: Callable[[], None]
 ) -> None:
-    path = tmp_path / "mnt/store/x.md"
-    root.write_bytes("x.md", b"one")
+    """The agent acts right before memsync's first swap (after its hash) and right after it (before the
+    swap back)."""
     real = renames.exchange
     calls: list[int] = []
 
     def exchange(dir_fd: int, a: str, b: str) -> None:
         calls.append(1)
         if len(calls) == 1:
-            path.write_bytes(b"first edit")  # in place, after the hash: the swap takes it out
+            before()
         real(dir_fd, a, b)
         if len(calls) == 1:
-            path.write_bytes(b"second edit")  # into the pulled file, before it is swapped back out
+            after()
 
     monkeypatch.setattr(renames, "exchange", exchange)
+
+
+def test_replace_if_keeps_an_edit_made_to_the_new_file_while_it_is_swapped_back(
+    root, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "mnt/store/x.md"
+    root.write_bytes("x.md", b"one")
+    # in place after the hash (the swap takes it out), then into the pulled file before it is swapped back
+    _around_first_exchange(
+        monkeypatch, lambda: path.write_bytes(b"first edit"), lambda: path.write_bytes(b"second edit")
+    )
     assert root.replace_if("x.md", b"pulled", sha256_bytes(b"one")) is False
     assert path.read_bytes() == b"first edit"
     kept = [p for p in path.parent.iterdir() if p.name.startswith("x.md.memsync-kept-")]
@@ -282,18 +293,8 @@ def test_replace_if_puts_an_edit_back_when_the_new_file_is_deleted_during_the_sw
 ) -> None:
     path = tmp_path / "mnt/store/x.md"
     root.write_bytes("x.md", b"one")
-    real = renames.exchange
-    calls: list[int] = []
-
-    def exchange(dir_fd: int, a: str, b: str) -> None:
-        calls.append(1)
-        if len(calls) == 1:
-            path.write_bytes(b"edited")  # in place, after the hash: the swap takes it out
-        real(dir_fd, a, b)
-        if len(calls) == 1:
-            path.unlink()  # the pulled file, deleted before it is swapped back out
-
-    monkeypatch.setattr(renames, "exchange", exchange)
+    # in place after the hash (the swap takes it out); then the pulled file is deleted before the swap back
+    _around_first_exchange(monkeypatch, lambda: path.write_bytes(b"edited"), path.unlink)
     assert root.replace_if("x.md", b"pulled", sha256_bytes(b"one")) is False
     assert path.read_bytes() == b"edited"
     assert _names(path.parent) == [MARKER_FILENAME, "x.md"]
