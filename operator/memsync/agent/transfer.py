@@ -193,12 +193,13 @@ async def pull_one(ctx: StoreContext, root: StoreRoot, item: Pull, journal: Jour
         try:
             if item.local_sha is None:  # no file was there; an empty folder may be, left by a move
                 root.remove_empty_folder(item.rel)
-            if root.sha_of(item.rel) != item.local_sha:
-                return CHANGED_SINCE_SCAN
             if item.conflict and ctx.config.conflict_policy == "keepLocalCopy":
+                if root.sha_of(item.rel) != item.local_sha:
+                    return CHANGED_SINCE_SCAN  # before any copy of content that is no longer there
                 copy, problem = write_conflict_copy(ctx, root, item.rel, item.local_sha)
                 if copy is None:
                     return problem
+            # replace_if re-hashes first: the one check of an ordinary pull
             if not root.replace_if(item.rel, data, item.local_sha):
                 return CHANGED_SINCE_SCAN  # edited or deleted during the download: never undone
         except OSError as exc:
