@@ -45,6 +45,7 @@ NAMESPACE = "bench"
 TARGET_SECONDS = 60.0
 TARGET_RSS_MB = 250.0
 CREATE_STREAMS = 4
+OPERATOR_DEPLOYMENT = ("-n", "memsync-system", "deployment/memsync-operator")
 HEAP_FILE = "/tmp/memsync-heap.txt"  # noqa: S108 (in the operator container: its /tmp is its own emptyDir)
 
 
@@ -216,9 +217,8 @@ def percentile(ordered: list[float], q: float) -> float:
 def trace_operator(info: ClusterInfo) -> None:
     """Run the operator with tracemalloc, and without its liveness probe (tracing slows it too much)."""
     no_probe = [{"op": "remove", "path": "/spec/template/spec/containers/0/livenessProbe"}]
-    deployment = ("-n", "memsync-system", "deployment/memsync-operator")
-    kubectl(info, "patch", *deployment, "--type=json", "-p", json.dumps(no_probe))
-    kubectl(info, "set", "env", *deployment, f"{ENV_PATH}={HEAP_FILE}")
+    kubectl(info, "patch", *OPERATOR_DEPLOYMENT, "--type=json", "-p", json.dumps(no_probe))
+    kubectl(info, "set", "env", *OPERATOR_DEPLOYMENT, f"{ENV_PATH}={HEAP_FILE}")
 
 
 def dump_heap(pid: int, target: Path) -> None:
@@ -235,7 +235,11 @@ def dump_heap(pid: int, target: Path) -> None:
 
 
 def run(
-    count_: int, timeout: float, operator_log: Path | None = None, trace_memory: Path | None = None
+    count_: int,
+    timeout: float,
+    operator_log: Path | None = None,
+    trace_memory: Path | None = None,
+    operator_env: tuple[str, ...] = (),
 ) -> int:
     with tempfile.TemporaryDirectory(prefix="memsync-scale-") as tmp:
         state = Path(tmp)
@@ -245,6 +249,8 @@ def run(
             kubectl(info, "apply", "--server-side", "-k", str(REPO / "manifests/overlays/kind"))
             if trace_memory is not None:
                 trace_operator(info)
+            if operator_env:
+                kubectl(info, "set", "env", *OPERATOR_DEPLOYMENT, *operator_env)
             kubectl(
                 info,
                 "-n",
@@ -356,8 +362,15 @@ def main() -> int:
         help="run the operator with tracemalloc and write its heap report (by allocation site) here at "
         "the end; tracing slows the operator, so its times are not comparable",
     )
+    parser.add_argument(
+        "--operator-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set this in the operator's environment (repeatable), e.g. to compare allocator settings",
+    )
     args = parser.parse_args()
-    return run(args.count, args.timeout, args.operator_log, args.trace_memory)
+    return run(args.count, args.timeout, args.operator_log, args.trace_memory, tuple(args.operator_env))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ against the emulated API server (real HTTP), and plays the kubelet and kopf's fi
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 from collections.abc import AsyncIterator
@@ -243,3 +244,39 @@ async def test_the_recheck_of_an_active_session_reads_only_its_pod(
     assert smem_reads == []
     status = cluster.smem_status("s1")
     assert (status["phase"], status["podName"]) == ("Failed", pod_name), status
+
+
+async def test_pod_events_that_wait_for_a_slot_are_written_once_from_the_latest_state(
+    cluster: Cluster, runtime: rm.Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Pod watcher hands its events to ``Runtime.pod_updates``: events that arrive while every handler
+    slot is busy (a burst of creates) are remembered at once and written as one status, from the last one."""
+    await cluster.create_secret("work-secret", {"secret": base64.b64encode(b"opaque").decode()})
+    await cluster.create_smem(smem_body("s1"))
+    await h.reconcile(runtime, cluster.smem("s1") or {})
+    pod_name = pod_name_for("s1")
+    writes: list[str] = []
+    real_patch = runtime.kube.patch_session_memory_status
+
+    async def counting_patch(namespace: str, name: str, *args: object, **kwargs: object) -> object:
+        writes.append(name)
+        return await real_patch(namespace, name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runtime.kube, "patch_session_memory_status", counting_patch)
+    for _ in range(rm.HANDLER_SLOTS):
+        await runtime.slots.acquire()  # every slot busy: the derivation waits
+    for state in ({"phase": "Pending"}, RUNNING_POD):  # two events, handed over as the watcher does
+        await cluster.set_pod_status(pod_name, state)
+        key = h.see_pod_event(runtime, "MODIFIED", cluster.pod(pod_name) or {})
+        assert key == (NAMESPACE, "s1")
+        runtime.pod_updates.ask(key, lambda k: h.record_pod_later(runtime, k))
+    await asyncio.sleep(0.05)
+    assert writes == [] and runtime.pod_updates.pending == 1
+    for _ in range(rm.HANDLER_SLOTS):
+        runtime.slots.release()
+    for _ in range(200):
+        if not runtime.pod_updates.pending:
+            break
+        await asyncio.sleep(0.01)
+    assert cluster.smem_status("s1")["phase"] == "Running"
+    assert writes == ["s1"]  # the second ask found nothing new to write

@@ -21,15 +21,17 @@ world, decides with pure functions, and converges; running it twice changes noth
    message, re-checked like the others (a quota may free up, a namespace label may change). A transient
    answer (429, 5xx, the 403 of a ``default`` ServiceAccount not created yet) is retried by kopf.
 
-The Pod watcher (by label, server-side selector) derives the status from every Pod event with
-``status.derive_status`` and patches it. Every status write is a read-modify-write with a resourceVersion
-precondition (retried on conflict) under a per-object lock, and posts a Kubernetes Event when the phase (or
-the reason of a failure) changes. kopf does not retry event handlers, so a watcher write that fails (an API
-hiccup) would be lost: the same periodic re-check therefore also checks every session that has a Pod and
-no outcome yet against its Pod (level-based: it repairs a lost write or a missed event; ``recheck`` reads
-the Pod only, and starts from the SessionMemory as this process last wrote it), and the watcher remembers each
-Pod's last state it saw, so a Pod that is gone is judged by what it last reported (its termination
-messages), not as lost.
+The Pod watcher (by label, server-side selector) remembers each Pod event's state and derives the status
+from the latest one with ``status.derive_status`` and patches it: once per session however many events
+arrived while it waited for a handler slot (``controller/coalescing.py``; the handler itself returns at
+once, so kopf does not hold the Pod's body meanwhile). Every status write is a read-modify-write with a
+resourceVersion precondition (retried on conflict) under a per-object lock, and posts a Kubernetes Event
+when the phase (or the reason of a failure) changes. kopf does not retry event handlers, so a watcher write
+that fails (an API hiccup) would be lost: the same periodic re-check therefore also checks every session
+that has a Pod and no outcome yet against its Pod (level-based: it repairs a lost write or a missed event;
+``recheck`` reads the Pod only, and starts from the SessionMemory as this process last wrote it), and the
+watcher remembers each Pod's last state it saw, so a Pod that is gone is judged by what it last reported
+(its termination messages), not as lost.
 
 Spec updates after a Pod exists cannot reach it (a Pod's containers and environment are immutable): the
 operator records the new generation as observed and posts a ``SpecChangeNotApplied`` warning; the change
@@ -56,6 +58,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -90,6 +93,7 @@ from memsync.controller.periodic import (
 )
 from memsync.controller.pod import build_sandbox_pod, pod_name_for
 from memsync.controller.remembered import (
+    Key,
     Runtime,
     StorePaths,
     identity,
@@ -723,19 +727,49 @@ async def finalize(runtime: Runtime, body: Mapping[str, Any], elapsed: float) ->
 # --------------------------------------------------------------------------------------------------
 
 
-async def observe_pod(runtime: Runtime, event_type: str | None, pod: Mapping[str, Any]) -> None:
-    """Derive the owner's status from one Pod event (ADDED/MODIFIED/DELETED or the initial listing)."""
+def see_pod_event(runtime: Runtime, event_type: str | None, pod: Mapping[str, Any]) -> Key | None:
+    """Remember one Pod event's state for its owner (ADDED/MODIFIED/DELETED or the initial listing); the
+    owner's (namespace, name), or None for a Pod no SessionMemory controls.
+
+    Remembered before any write: if the write fails, the re-check and the delete handler still know."""
     uid = owner_uid(pod)
     name = owner_name(pod)
     namespace = meta_of(pod).namespace
     if uid is None or name is None or not namespace:
+        return None
+    runtime.see_pod(str(namespace), name, uid, pod, gone=event_type == "DELETED")
+    return str(namespace), name
+
+
+async def record_seen_pod(runtime: Runtime, key: Key) -> None:
+    """Derive SessionMemory ``key``'s status from the last Pod state the watcher saw, and write it."""
+    seen = runtime.seen_pods.get(key)
+    if seen is None:
         return
-    pod_gone = event_type == "DELETED"
-    key = (str(namespace), name)
-    # Remembered before the write: if the write fails, the re-check and the delete handler still know.
-    runtime.see_pod(key[0], name, uid, pod, gone=pod_gone)
-    if await _record_pod(runtime, str(namespace), name, uid, pod, pod_gone=pod_gone) is None:
+    written = await _record_pod(runtime, key[0], key[1], seen.owner_uid, seen.pod, pod_gone=seen.gone)
+    if written is None and runtime.seen_pods.get(key) is seen:
         runtime.seen_pods.pop(key, None)  # the SessionMemory is gone: nothing to remember it for
+
+
+async def observe_pod(runtime: Runtime, event_type: str | None, pod: Mapping[str, Any]) -> None:
+    """Derive the owner's status from one Pod event, at once (the watcher coalesces: ``record_pod_later``)."""
+    key = see_pod_event(runtime, event_type, pod)
+    if key is not None:
+        await record_seen_pod(runtime, key)
+
+
+async def record_pod_later(runtime: Runtime, key: Key) -> None:
+    """``record_seen_pod`` in a handler slot, run by ``Runtime.pod_updates`` for the Pod watcher. kopf does
+    not retry event handlers: a write that fails is logged, and the next event of the Pod (or the periodic
+    re-check) derives the status again."""
+    try:
+        async with runtime.slots:
+            await record_seen_pod(runtime, key)
+    except (KubeApiError, kopf.TemporaryError) as exc:
+        logger.warning(
+            "could not record a Pod event",
+            extra={"namespace": key[0], "sessionmemory": key[1], "error": str(exc)},
+        )
 
 
 async def note_spec_change(runtime: Runtime, body: Mapping[str, Any], claims: Claims | None = None) -> None:
@@ -915,11 +949,12 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
     kopf.on.startup(registry=registry, id="periodic")(start_periodic)
 
     async def stop_periodic(memo: kopf.Memo, **_: Any) -> None:
-        task = _runtime(memo).periodic
-        if task is not None:
-            task.cancel()
+        runtime = _runtime(memo)
+        if runtime.periodic is not None:
+            runtime.periodic.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await task
+                await runtime.periodic
+        await runtime.pod_updates.close()
 
     kopf.on.cleanup(registry=registry, id="periodic")(stop_periodic)
 
@@ -930,18 +965,14 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
 
     kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, id="cleanup")(on_delete)
 
+    # The Pod watcher remembers the Pod's digest and returns at once (kopf then drops the Pod's body); the
+    # status is derived later, once per session however many events arrived meanwhile (``coalescing.py``).
     async def on_pod(type: str | None, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-        runtime, pod = _runtime(memo), pod_digest(body)
+        runtime = _runtime(memo)
         runtime.indexed.set()  # kopf runs handlers once every SessionMemory is indexed
-        try:
-            async with runtime.slots:
-                await observe_pod(runtime, type, pod)
-        except (KubeApiError, kopf.TemporaryError) as exc:
-            # Event handlers are not retried; the next event of this Pod derives the status again.
-            logger.warning(
-                "could not record a Pod event",
-                extra={"pod": meta_of(pod).name, "error": str(exc)},
-            )
+        key = see_pod_event(runtime, type, pod_digest(body))
+        if key is not None:
+            runtime.pod_updates.ask(key, functools.partial(record_pod_later, runtime))
 
     kopf.on.event("v1", "pods", labels={LABEL_MANAGED_BY: MANAGED_BY}, registry=registry, id="pod-status")(
         on_pod

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from memsync.controller import status as st
+from memsync.controller.coalescing import Coalescer
 from memsync.controller.kube import CALL_THREADS, KubeApi
 from memsync.controller.objects import meta_of
 from memsync.controller.pod import SYNC_CONTAINER
@@ -149,6 +150,8 @@ class Runtime:
     # periodic jobs (``controller/periodic.py``, their loop in ``periodic``) wait for it.
     indexed: asyncio.Event = field(default_factory=asyncio.Event)
     periodic: asyncio.Task[None] | None = None
+    # The Pod watcher's status derivations, one at a time per SessionMemory (``controller/coalescing.py``).
+    pod_updates: Coalescer[Key] = field(default_factory=Coalescer)
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
         return self.locks.setdefault((namespace, name), asyncio.Lock())
