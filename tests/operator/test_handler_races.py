@@ -33,6 +33,13 @@ from memsync.controller.pod import pod_name_for
 from memsync.crd.models import FINALIZER
 
 
+async def _observe(runtime: rm.Runtime, event_type: str, pod: dict[str, object]) -> None:
+    """One Pod event as the watcher sees it, its status derived at once (the watcher itself coalesces)."""
+    key = h.see_pod_event(runtime, event_type, pod)
+    if key is not None:
+        await h.record_seen_pod(runtime, key)
+
+
 @pytest.fixture
 async def runtime(cluster: Cluster) -> AsyncIterator[rm.Runtime]:
     kube = KubeApi.for_host(cluster.url)
@@ -56,7 +63,7 @@ async def test_the_final_flush_report_survives_a_failed_watcher_write(
     await h.reconcile(runtime, cluster.smem("s1") or {})
     assert cluster.pod(pod_name) is not None
     await cluster.set_pod_status(pod_name, RUNNING_POD)
-    await h.observe_pod(runtime, "MODIFIED", cluster.pod(pod_name) or {})
+    await _observe(runtime, "MODIFIED", cluster.pod(pod_name) or {})
     assert cluster.smem_status("s1")["phase"] == "Running"
 
     await cluster.delete_smem("s1")
@@ -64,7 +71,7 @@ async def test_the_final_flush_report_survives_a_failed_watcher_write(
         await h.finalize(runtime, cluster.smem("s1") or {}, 0.0)
     terminating = cluster.pod(pod_name) or {}
     assert terminating["metadata"].get("deletionTimestamp")
-    await h.observe_pod(runtime, "MODIFIED", terminating)
+    await _observe(runtime, "MODIFIED", terminating)
     assert cluster.smem_status("s1")["phase"] == "Flushing"
 
     # The kubelet: the sandbox ends, the sidecar reports a complete final flush, the Pod is removed.
@@ -82,7 +89,7 @@ async def test_the_final_flush_report_survives_a_failed_watcher_write(
 
     cluster.kmock.refuse_status_writes = 1  # type: ignore[attr-defined]
     with pytest.raises(KubeApiError):
-        await h.observe_pod(runtime, "DELETED", last)
+        await _observe(runtime, "DELETED", last)
     assert cluster.smem_status("s1")["phase"] == "Flushing"  # the write was really lost
 
     await h.finalize(runtime, cluster.smem("s1") or {}, 1.0)  # returns: the object may be released
@@ -161,7 +168,7 @@ async def test_the_duplicate_check_reads_the_index_and_writes_start_from_the_kno
 
     # The Pod watcher's event of the Pod just created: nothing changed, nothing read or written.
     before = cluster.smem("first") or {}
-    await h.observe_pod(runtime, "ADDED", cluster.pod(pod_name) or {})
+    await _observe(runtime, "ADDED", cluster.pod(pod_name) or {})
     assert reads == ["second", "first"]
     assert (cluster.smem("first") or {})["metadata"]["resourceVersion"] == before["metadata"][
         "resourceVersion"
@@ -170,7 +177,7 @@ async def test_the_duplicate_check_reads_the_index_and_writes_start_from_the_kno
     # A spec update behind the operator's back: the next write conflicts, reads, carries the new generation.
     await cluster.patch_smem_spec("first", {"sandbox": {"image": "example.com/agent-sandbox:2.0"}})
     await cluster.set_pod_status(pod_name, RUNNING_POD)
-    await h.observe_pod(runtime, "MODIFIED", cluster.pod(pod_name) or {})
+    await _observe(runtime, "MODIFIED", cluster.pod(pod_name) or {})
     assert reads == ["second", "first", "first"]
     status = cluster.smem_status("first")
     assert status["phase"] == "Running" and status["observedGeneration"] == 2
@@ -226,7 +233,7 @@ async def test_the_recheck_of_an_active_session_reads_only_its_pod(
     await h.reconcile(runtime, cluster.smem("s1") or {})
     pod_name = pod_name_for("s1")
     await cluster.set_pod_status(pod_name, RUNNING_POD)
-    await h.observe_pod(runtime, "MODIFIED", cluster.pod(pod_name) or {})
+    await _observe(runtime, "MODIFIED", cluster.pod(pod_name) or {})
     assert cluster.smem_status("s1")["phase"] == "Running"
     smem_reads = _count(monkeypatch, runtime.kube, "get_session_memory")
     pod_reads = _count(monkeypatch, runtime.kube, "get_pod")

@@ -751,13 +751,6 @@ async def record_seen_pod(runtime: Runtime, key: Key) -> None:
         runtime.seen_pods.pop(key, None)  # the SessionMemory is gone: nothing to remember it for
 
 
-async def observe_pod(runtime: Runtime, event_type: str | None, pod: Mapping[str, Any]) -> None:
-    """Derive the owner's status from one Pod event, at once (the watcher coalesces: ``record_pod_later``)."""
-    key = see_pod_event(runtime, event_type, pod)
-    if key is not None:
-        await record_seen_pod(runtime, key)
-
-
 async def record_pod_later(runtime: Runtime, key: Key) -> None:
     """``record_seen_pod`` in a handler slot, run by ``Runtime.pod_updates`` for the Pod watcher. kopf does
     not retry event handlers: a write that fails is logged, and the next event of the Pod (or the periodic
