@@ -10,15 +10,10 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export GOWORK=off GOFLAGS=-mod=readonly CGO_ENABLED=0
 
-pinned() {  # the version go.mod $2 requires of module $1
-  awk -v m="$1" '{for (i = 1; i < NF; i++) if ($i == m && $(i + 1) ~ /^v[0-9]/) {print $(i + 1); exit}}' "$2"
-}
-k8s_version="$(pinned k8s.io/kubernetes "$here/kubernetes/go.mod")"
-etcd_version="$(pinned go.etcd.io/etcd/server/v3 "$here/etcd/go.mod")"
-[[ -n "$k8s_version" && -n "$etcd_version" ]] || { echo "cannot read the pinned versions" >&2; exit 1; }
+source "$here/pins.sh"
 cache_root="${MEMSYNC_CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memsync/controlplane}"
 out="$cache_root/kubernetes-$k8s_version-etcd-$etcd_version"
-key="$(cat "$here/build.sh" "$here"/kubernetes/go.{mod,sum} "$here"/etcd/go.{mod,sum} | sha256sum | cut -d' ' -f1)"
+key="$(cat "$here/build.sh" "$here/pins.sh" "$here"/kubernetes/go.{mod,sum} "$here"/etcd/go.{mod,sum} | sha256sum | cut -d' ' -f1)"
 binaries=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 current() {
@@ -37,16 +32,10 @@ mkdir -p "$cache_root"
 work="$(mktemp -d "$cache_root/.build.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 start=$SECONDS
-minor="${k8s_version#v1.}"; minor="${minor%%.*}"
-ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  ldflags+=" -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-done
 echo "building etcd $etcd_version" >&2
 (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$work/etcd" go.etcd.io/etcd/server/v3)
 echo "building kubernetes $k8s_version (kube-apiserver, kube-controller-manager, kube-scheduler, kubectl)" >&2
-(cd "$here/kubernetes" && go build -trimpath -ldflags "$ldflags" -o "$work/" \
+(cd "$here/kubernetes" && go build -trimpath -ldflags "$k8s_ldflags" -o "$work/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
 echo "$key" > "$work/.stamp"

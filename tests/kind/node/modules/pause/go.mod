@@ -1,0 +1,3 @@
+module memsync.dev/tests/kind/pause
+
+go 1.26.8
