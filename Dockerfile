@@ -3,6 +3,8 @@
 # run time (it is compiled at build time), and nothing else writes outside mounted volumes.
 #
 #   make image                      # docker build -t memsync:<tag> .
+#   make image BASE=debootstrap     # where no registry answers: a Debian 12 + Python 3.11 base made here
+#   make image EXTRA_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt   # behind a TLS-intercepting proxy
 #   docker run --rm memsync:<tag> --help
 
 # The base image by digest (the multi-arch index of python:3.11-slim, Python 3.11.15 on Debian trixie, as
@@ -13,9 +15,15 @@ ARG PYTHON_IMAGE=python:3.11-slim@sha256:90744cff8f32887f075c47d747a173ff333e9e9
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md LICENSE constraints.txt ./
+# build/image/extra-ca.pem, when `make image EXTRA_CA_BUNDLE=...` put it there, is trusted by pip in this stage
+# only, beside pip's own roots; the final stage below never sees it.
+COPY pyproject.toml README.md LICENSE constraints.txt build/image/extra-ca.pe[m] ./
 COPY operator ./operator
 RUN python -m venv /opt/memsync \
+ && if [ -s extra-ca.pem ]; then \
+      cat "$(/opt/memsync/bin/python -c 'from pip._vendor import certifi; print(certifi.where())')" extra-ca.pem \
+        > /tmp/build-ca.pem && export PIP_CERT=/tmp/build-ca.pem; \
+    fi \
  && /opt/memsync/bin/pip install --no-compile -c constraints.txt . \
  && /opt/memsync/bin/python -m compileall -q /opt/memsync/lib
 

@@ -6,10 +6,11 @@ STAMP       := $(VENV)/.installed
 IMAGE       ?= memsync
 TAG         ?= dev-$(shell git rev-parse --short HEAD 2>/dev/null || echo local)
 KIND_CLUSTER ?= memsync-e2e
+KIND_CONFIG  ?= kind-config.yaml
 PYTEST_ARGS ?=
 
 .PHONY: soak install constraints tools test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean core-schema \
-	controlplane cluster-up cluster-down cluster-test
+	controlplane cluster-up cluster-down cluster-test kind-tier
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -34,20 +35,24 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The test command CI runs: lint, types, then every tier that this machine can run.
+# The test command CI runs: lint, types, then every tier that this machine can run, each phase timed by
+# tests/timed.sh (with MEMSYNC_PHASE_LOG set, .ci/run prints the phases' times as a table at its end).
 # 0. with Go installed, helm and promtool are built first (cached outside the clone);
 # 1. every tier but kind and cluster, on two xdist workers (with the randomized soak's default mix; its
 #    final-flush outage, the weighted variants and the long mode run on demand, `make soak`);
-# 2. the kind tier apart, serially (its tests share one cluster; it skips itself, with the reason, when docker
-#    or kind is absent);
+# 2. the kind tier, serially, through tests/kind/tier.sh: it starts dockerd when none runs, builds kind, the
+#    node image and the memsync image here (cached outside the clone), and makes a kind test that would skip
+#    fail instead; without docker or Go installed the kind tests skip, each with the reason;
 # 3. the cluster tier in one pytest process with one control plane; with Go installed its binaries are built
 #    first (cached outside the clone).
-test: lint typecheck
-	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory tools; fi
-	$(BIN)/pytest -n 2 -m "not kind and not cluster and not soak_on_demand" $(PYTEST_ARGS)
-	$(BIN)/pytest -m kind tests/kind $(PYTEST_ARGS)
-	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory controlplane; fi
-	$(BIN)/pytest -p no:xdist -m cluster tests/cluster $(PYTEST_ARGS)
+TIMED := tests/timed.sh
+test: $(STAMP)
+	@$(TIMED) "lint, types" $(MAKE) --no-print-directory lint typecheck
+	@if command -v go >/dev/null 2>&1; then $(TIMED) "helm, promtool" $(MAKE) --no-print-directory tools; fi
+	$(TIMED) "xdist tier" $(BIN)/pytest -n 2 -m "not kind and not cluster and not soak_on_demand" $(PYTEST_ARGS)
+	$(TIMED) "kind tier" tests/kind/tier.sh $(BIN)/pytest -p no:xdist -m kind tests/kind $(PYTEST_ARGS)
+	@if command -v go >/dev/null 2>&1; then $(TIMED) "control plane" $(MAKE) --no-print-directory controlplane; fi
+	$(TIMED) "cluster tier" $(BIN)/pytest -p no:xdist -m cluster tests/cluster $(PYTEST_ARGS)
 
 # The whole randomized soak (tests/soak): 10,000 seeded operations through a fault-injecting proxy, the
 # final-flush outage and the weighted variants (make test runs the first); each prints its seed.
@@ -74,25 +79,45 @@ crds: $(STAMP)
 core-schema: $(STAMP)
 	$(BIN)/python -m memsync.devtools.core_schema
 
+# The image of the operator, the sync agent and the store server. BASE=debootstrap builds on a Debian 12 +
+# Python 3.11 base made on this machine (images/debian-base.sh) where the published base cannot be pulled;
+# PYTHON_IMAGE=... names any other base. EXTRA_CA_BUNDLE=FILE is trusted by pip during the build only (a
+# TLS-intercepting proxy); it never reaches the image. --network=host: the build needs no NAT of the daemon.
+BASE            ?= published
+PYTHON_IMAGE    ?=
+EXTRA_CA_BUNDLE ?=
 image:
-	docker build -t $(IMAGE):$(TAG) .
+	@mkdir -p build/image && rm -f build/image/extra-ca.pem
+	@if [ -n "$(EXTRA_CA_BUNDLE)" ]; then cp "$(EXTRA_CA_BUNDLE)" build/image/extra-ca.pem; fi
+	@base="$(PYTHON_IMAGE)"; \
+	if [ -z "$$base" ] && [ "$(BASE)" = debootstrap ]; then base="$$(images/debian-base.sh python)" || exit 1; fi; \
+	set -x; docker build --network=host $${base:+--build-arg PYTHON_IMAGE=$$base} -t $(IMAGE):$(TAG) .
 
 kind-up:
-	kind create cluster --name $(KIND_CLUSTER) --config kind-config.yaml
+	kind create cluster --name $(KIND_CLUSTER) --config $(KIND_CONFIG) --wait 5m
 
 kind-load: image
 	kind load docker-image $(IMAGE):$(TAG) --name $(KIND_CLUSTER)
 
 # Applies to the kind cluster's context only (never whatever context is current), with the image that
 # kind-load loaded in place of the overlay's memsync:kind.
+# The CRDs go first and must be Established before the operator starts: it resolves its resources once.
 deploy:
+	kubectl --context kind-$(KIND_CLUSTER) apply --server-side -k crds/
+	kubectl --context kind-$(KIND_CLUSTER) wait --for=condition=Established --timeout=120s \
+	  crd/sessionmemories.agents.memsync.dev crd/agentenvironments.agents.memsync.dev
 	kubectl kustomize manifests/overlays/kind | sed 's#memsync:kind#$(IMAGE):$(TAG)#g' \
 	  | kubectl --context kind-$(KIND_CLUSTER) apply --server-side -f -
 
 # Creates the cluster, builds and loads the image, deploys overlays/kind, runs the kind scenarios,
-# and deletes the cluster unless KEEP_CLUSTER=1.
+# and deletes the cluster unless KEEP_CLUSTER=1 (with your docker, kind and the published node image).
 e2e: $(STAMP)
-	MEMSYNC_IMAGE=$(IMAGE):$(TAG) KIND_CLUSTER=$(KIND_CLUSTER) $(BIN)/pytest -m kind tests/kind $(PYTEST_ARGS)
+	MEMSYNC_IMAGE=$(IMAGE):$(TAG) KIND_CLUSTER=$(KIND_CLUSTER) $(BIN)/pytest -p no:xdist -m kind tests/kind $(PYTEST_ARGS)
+
+# The kind tier as `make test` runs it, on a machine with no registry: dockerd, kind, the node image and the
+# memsync image all built here (root, Go, docker.io and debootstrap needed); KEEP_CLUSTER=1 keeps it.
+kind-tier: $(STAMP)
+	tests/kind/tier.sh $(BIN)/pytest -p no:xdist -m kind tests/kind $(PYTEST_ARGS)
 
 # The cluster tier: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl built from the
 # pinned Go modules in tests/cluster/controlplane into a cache outside the clone (reused when current).

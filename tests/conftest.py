@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from hypothesis import settings
 
 from support.postgres import MISSING as PG_MISSING
 from support.postgres import PostgresServer, find_pg_bin
@@ -32,6 +33,11 @@ from support.server_process import (
 
 if TYPE_CHECKING:
     from memsync.client import StoreClient
+
+# No time limit per generated example: a test's verdict never depends on how busy the machine is (a 200 ms
+# deadline failed on a 2-core machine while other tiers built). Speed is the benchmarks' business.
+settings.register_profile("memsync", deadline=None)
+settings.load_profile("memsync")
 
 __all__ = [
     "API_HEADERS",

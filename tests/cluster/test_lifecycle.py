@@ -81,11 +81,12 @@ async def test_operator_pod_deleted_and_rescheduled(
     await assert_store_holds_final_files(tier_store, store, agent_report(deployed, namespace, pod), "n")
 
 
-async def test_sandbox_pid1_ignores_sigterm(
+async def test_sandbox_that_ignores_sigterm(
     deployed: Cluster, tier_store: RunningStoreServer, namespace: str
 ) -> None:
-    """A shell as PID 1 ignores SIGTERM: the kubelet kills the sandbox at the deadline, and the sidecar
-    still gets its SIGTERM afterwards and flushes what the sandbox wrote."""
+    """A sandbox that ignores SIGTERM (``trap '' TERM``, which any process can; a PID 1 with no handler at all
+    is a kind scenario, the process kubelet has no PID namespace): the kubelet kills it at the deadline, and
+    the sidecar still gets its SIGTERM afterwards and flushes what the sandbox wrote."""
     store = await make_store(tier_store, "stubborn", {})
     script = "trap '' TERM; echo one > /mnt/memory/n/one.md; while true; do sleep 0.2; done"
     await start_session(

@@ -13,114 +13,30 @@ import asyncio
 import base64
 import json
 import subprocess
-import sys
 import time
-from typing import Any
 
 import pytest
 
 from memsync.agent import messages
 from memsync.api.hashing import content_sha256
 from memsync.controller.pod import pod_name_for
-from support import k8s_scenarios as k8s
 from support.k8s_scenarios import (
     FINAL,
     as_store_paths,
     container,
     make_store,
     report_from_logs,
-    secret_object,
-    session_id,
-    smem_object,
     store_files,
     versions,
     wait_store_has,
 )
 
-from .conftest import CLUSTER, IN_CLUSTER_STORE_URL, KindEnv, apply, kubectl, kubectl_json, run
+from .conftest import CLUSTER, IN_CLUSTER_STORE_URL, KindEnv, kubectl, kubectl_json, run
+from .scenario import agent, agent_report, create_secret, create_smem, mint, pod_status, sid, wait_phase
 
 # The timeout covers each test's own body only: the cluster (created, image built and loaded, operator
 # deployed) is set up once by the session fixture, bounded by its own subprocess timeouts.
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(600, func_only=True)]
-
-
-# --------------------------------------------------------------------------------------------------------
-# helpers
-# --------------------------------------------------------------------------------------------------------
-
-
-def sid() -> str:
-    return session_id("kind")
-
-
-def mint(env: KindEnv, stores: list[tuple[str, str]], session: str) -> str:
-    """``memsync store token`` against the in-cluster server (through the port-forward)."""
-    args = [sys.executable, "-m", "memsync", "store", "token", "--url", env.store_url, "--session", session]
-    for store_id, access in stores:
-        args += ["--store", f"{store_id}:{access}"]
-    return run(*args, env={"MEMSYNC_ADMIN_KEY": env.admin_key}).stdout.strip()
-
-
-def create_secret(namespace: str, name: str, value: str) -> None:
-    apply(secret_object(namespace, name, value))
-
-
-def agent(*args: str, image: str) -> dict[str, Any]:
-    return k8s.agent(*args, image=image, pull_policy="IfNotPresent")
-
-
-def create_smem(
-    namespace: str,
-    name: str,
-    session: str,
-    stores: list[tuple[str, str, str]],
-    sandbox: dict[str, Any],
-    *,
-    secret_name: str | None = None,  # default: the Secret "work"
-    interval: int = 5,
-) -> None:
-    apply(
-        smem_object(
-            namespace,
-            name,
-            session=session,
-            base_url=IN_CLUSTER_STORE_URL,
-            stores=stores,
-            sandbox=sandbox,
-            secret_name=secret_name or "work",
-            interval=interval,
-        )
-    )
-
-
-def smem_status(namespace: str, name: str) -> dict[str, Any]:
-    out = kubectl("-n", namespace, "get", "smem", name, "-o", "json", check=False)
-    if not out.strip():
-        return {}
-    status: dict[str, Any] = json.loads(out).get("status") or {}
-    return status
-
-
-async def wait_phase(
-    namespace: str, name: str, phases: tuple[str, ...], timeout: float = 300
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    status: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        status = smem_status(namespace, name)
-        if status.get("phase") in phases:
-            return status
-        await asyncio.sleep(1)
-    raise AssertionError(f"SessionMemory {namespace}/{name} never reached {phases}; last status: {status}")
-
-
-def pod_status(namespace: str, pod: str) -> dict[str, Any]:
-    status: dict[str, Any] = kubectl_json("-n", namespace, "get", "pod", pod).get("status") or {}
-    return status
-
-
-def agent_report(namespace: str, pod: str) -> dict[str, Any]:
-    return report_from_logs(kubectl("-n", namespace, "logs", pod, "-c", "sandbox"))
 
 
 # --------------------------------------------------------------------------------------------------------

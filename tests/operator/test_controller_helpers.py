@@ -134,7 +134,10 @@ def test_a_remembered_pod_keeps_what_the_status_health_and_deletion_read() -> No
         "status": {
             "phase": "Running",
             "podIP": "10.0.0.2",
-            "conditions": [{"type": "Ready"}],
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI", "x": 1},
+            ],
             "initContainerStatuses": [
                 {"name": "memsync-sync", "ready": True, "state": running, "image": "i", "imageID": "x"}
             ],
@@ -153,6 +156,7 @@ def test_a_remembered_pod_keeps_what_the_status_health_and_deletion_read() -> No
         "status": {
             "phase": "Running",
             "podIP": "10.0.0.2",
+            "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}],
             "initContainerStatuses": [{"name": "memsync-sync", "ready": True, "state": running}],
             "containerStatuses": [{"name": "sandbox", "ready": False, "state": running}],
         },

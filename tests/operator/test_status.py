@@ -124,6 +124,52 @@ def test_parse_mount_report_ignores_malformed_entries() -> None:
     assert st.parse_termination_message('{"phase":"mounted","stores":[1,2]}') == st.MountReport({})
 
 
+def disrupted(p: dict[str, Any], reason: str, message: str, status: str = "True") -> dict[str, Any]:
+    p["status"]["conditions"] = [
+        {"type": "Ready", "status": "False"},
+        {"type": "DisruptionTarget", "status": status, "reason": reason, "message": message},
+    ]
+    return p
+
+
+def test_a_disrupted_pod_is_interrupted_and_says_what_was_flushed() -> None:
+    # Evicted through the API (drain, preemption): SIGTERM, a clean exit, a complete final flush.
+    evicted = disrupted(
+        ended_pod(0, flushed(), phase="Failed", deleting=True), "EvictionByEvictionAPI", "by API"
+    )
+    status = derive(evicted)
+    assert summary(status) == ("Failed", "Interrupted", "True", "True", "FlushComplete")
+    assert "interrupted (EvictionByEvictionAPI: by API)" in status["message"]
+    assert "the final flush completed" in status["message"]
+    # Evicted by the kubelet with no time to speak of: the final flush never reported.
+    kubelet = disrupted(
+        ended_pod(137, None, phase="Failed", sync_code=137), "TerminationByKubelet", "emptyDir over its limit"
+    )
+    kubelet["status"]["reason"] = "Evicted"
+    status = derive(kubelet)
+    assert summary(status) == ("Failed", "Interrupted", "True", "False", "FlushNotReported")
+    assert "TerminationByKubelet: emptyDir over its limit" in status["message"]
+    assert "did not report a final flush" in status["message"]
+    # A DisruptionTarget that is not True (the disruption was called off) changes nothing.
+    called_off = disrupted(ended_pod(0, flushed()), "PreemptionByScheduler", "no", status="False")
+    assert summary(derive(called_off))[:2] == ("Succeeded", "SessionSucceeded")
+
+
+def test_a_pod_stopped_at_its_active_deadline_has_its_own_reason() -> None:
+    late = ended_pod(0, flushed(), phase="Failed")
+    late["status"]["reason"] = "DeadlineExceeded"
+    late["status"]["message"] = "Pod was active on the node longer than the specified deadline"
+    status = derive(late)
+    assert summary(status) == ("Failed", "DeadlineExceeded", "True", "True", "FlushComplete")
+    assert "activeDeadlineSeconds" in status["message"] and "the final flush completed" in status["message"]
+    # A sandbox that ignored its SIGTERM and was killed at the deadline is still the deadline, not a failure.
+    stubborn = ended_pod(137, None, phase="Failed", sync_code=137)
+    stubborn["status"]["reason"] = "DeadlineExceeded"
+    status = derive(stubborn)
+    assert summary(status) == ("Failed", "DeadlineExceeded", "True", "False", "FlushNotReported")
+    assert "did not report a final flush" in status["message"]
+
+
 @pytest.mark.parametrize(
     "error",
     [

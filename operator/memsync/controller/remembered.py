@@ -54,6 +54,7 @@ _POD_META: Final = (
 )
 _POD_STATUS: Final = ("phase", "reason", "message", "podIP")
 _CONTAINER_STATUS: Final = ("name", "ready", "state")
+_CONDITION: Final = ("type", "status", "reason", "message")
 
 
 def _pick(source: Any, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -93,6 +94,15 @@ def pod_digest(pod: Mapping[str, Any]) -> dict[str, Any]:
         for key in ("initContainerStatuses", "containerStatuses"):
             if isinstance(status.get(key), list | tuple):
                 out_status[key] = [_pick(c, _CONTAINER_STATUS) for c in status[key]]
+        # Of the conditions, only a disruption (eviction, preemption, node shutdown) changes the outcome.
+        if isinstance(status.get("conditions"), list | tuple):
+            disruptions = [
+                _pick(c, _CONDITION)
+                for c in status["conditions"]
+                if isinstance(c, Mapping) and c.get("type") == st.DISRUPTION_TARGET
+            ]
+            if disruptions:
+                out_status["conditions"] = disruptions
     return {"metadata": _pick(pod.get("metadata"), _POD_META), "spec": out_spec, "status": out_status}
 
 

@@ -106,6 +106,13 @@ REFUSAL_REASONS: Final = frozenset(
 MOUNT_FAILED: Final = "MountFailed"
 SANDBOX_FAILED: Final = "SandboxFailed"
 SANDBOX_KILLED: Final = "SandboxKilled"
+#: The Pod carried a DisruptionTarget condition: evicted (by the Eviction API or the kubelet), preempted, or
+#: stopped by a node shutdown or a taint; the session did not end of its own accord.
+INTERRUPTED: Final = "Interrupted"
+#: The kubelet ended the Pod at its ``activeDeadlineSeconds``.
+DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
+#: The Pod condition the API server and the kubelet set on a Pod they are about to end for a disruption.
+DISRUPTION_TARGET: Final = "DisruptionTarget"
 POD_FAILED: Final = "PodFailed"
 POD_LOST: Final = "PodLost"
 DELETION_TIMED_OUT: Final = "DeletionTimedOut"
@@ -158,6 +165,7 @@ class PodView:
     mount: ContainerView
     sync: ContainerView
     sandbox: ContainerView
+    disruption: str | None = None  # "reason: message" of a DisruptionTarget condition that is True
 
 
 def _str(value: Any) -> str | None:
@@ -197,6 +205,20 @@ def _container_view(statuses: Any, name: str) -> ContainerView:
     return ContainerView()
 
 
+def _disruption(conditions: Any) -> str | None:
+    if not isinstance(conditions, list | tuple):
+        return None
+    for cond in conditions:
+        if (
+            isinstance(cond, Mapping)
+            and cond.get("type") == DISRUPTION_TARGET
+            and cond.get("status") == "True"
+        ):
+            reason, message = _str(cond.get("reason")), _str(cond.get("message"))
+            return ": ".join(part for part in (reason or "Disrupted", message) if part)
+    return None
+
+
 def pod_view(pod: Mapping[str, Any]) -> PodView:
     """The parts of a Pod that the status depends on; tolerant of any missing or odd field."""
     meta = pod.get("metadata")
@@ -213,6 +235,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         mount=_container_view(init_statuses, MOUNT_CONTAINER),
         sync=_container_view(init_statuses, SYNC_CONTAINER),
         sandbox=_container_view(status.get("containerStatuses"), SANDBOX_CONTAINER),
+        disruption=_disruption(status.get("conditions")),
     )
 
 
@@ -437,13 +460,22 @@ def _terminal_outcome(view: PodView, mounted: Cond, pod_gone: bool) -> Outcome |
         else:
             why = view.message or view.reason or "it ended before the stores were mounted"
             reason, text = POD_FAILED, f"the sandbox Pod {view.name} failed: {why}"
+    elif view.reason == DEADLINE_EXCEEDED:
+        why = f" ({view.message})" if view.message else ""
+        reason = DEADLINE_EXCEEDED
+        text = f"the sandbox Pod {view.name} reached its activeDeadlineSeconds and was stopped{why}"
+        text = f"{text}; {flushed.message}" if flushed.status == "True" else text
+    elif view.disruption is not None:
+        reason = INTERRUPTED
+        text = f"the sandbox Pod {view.name} was interrupted ({view.disruption})"
+        text = f"{text}; {flushed.message}" if flushed.status == "True" else text
     elif _killed_at_deadline(view):
         reason = SANDBOX_KILLED
         text = (
             "the sandbox container ignored SIGTERM and was killed at the end of the grace period (exit "
             f"code {SIGKILL_EXIT_CODE}); memsync-sync got its SIGTERM only then, with about 2 s left for its "
-            "final sync and flush. The sandbox's PID 1 must handle SIGTERM (run the agent under tini, or "
-            "exec it from the shell)"
+            "final sync and flush. The sandbox's PID 1 must handle SIGTERM: a PID 1 without a handler never "
+            "sees it (run the agent under tini, or install a handler; exec alone installs none)"
         )
     elif sandbox_ended and sandbox.exit_code not in (0, None) and not view.deleting:
         why = f" ({sandbox.reason})" if sandbox.reason else ""

@@ -2,9 +2,11 @@
 
 ``serve`` runs the whole cluster in the foreground: the tier's network, the control plane, and the process
 kubelet; it writes ``cluster.json`` into the state directory once the Node is Ready and untainted, and
-tears everything down on SIGTERM or SIGINT. ``up`` starts ``serve`` in the background, waits for
-``cluster.json`` and prints ``KUBECONFIG=...`` and the time to ready; ``down`` stops it. The pytest
-fixture of ``tests/cluster`` runs ``serve`` the same way."""
+tears everything down on SIGTERM or SIGINT. Each ``serve`` starts from an empty etcd and no Pod directories:
+the process kubelet cannot adopt the Pods of an earlier run (their processes are gone), so a cluster that
+came back with them bound would show them Running forever and hang every finalizer. ``up`` starts ``serve``
+in the background, waits for ``cluster.json`` and prints ``KUBECONFIG=...`` and the time to ready; ``down``
+stops it. The pytest fixture of ``tests/cluster`` runs ``serve`` the same way."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +32,9 @@ from .pod import NodeContext
 
 NODE = "memsync-node"
 INFO_FILE = "cluster.json"
+#: What an earlier run leaves in the state directory that a new run must not find: etcd's data (the objects,
+#: Pods bound to the node among them) and the process kubelet's Pod directories.
+FRESH_EACH_START = ("etcd", "pods")
 DEFAULT_STATE = Path(__file__).resolve().parents[3] / ".memsync" / "cluster"
 
 
@@ -71,6 +77,8 @@ async def serve(state: Path) -> None:
         raise SystemExit(why)
     state.mkdir(parents=True, exist_ok=True)
     (state / INFO_FILE).unlink(missing_ok=True)
+    for leftover in FRESH_EACH_START:
+        shutil.rmtree(state / leftover, ignore_errors=True)
     network = TierNetwork.create()
     plane = ControlPlane(bin_dir, state, network.gateway)
     stop = asyncio.Event()

@@ -1,0 +1,139 @@
+"""What the kind scenarios share: sessions on the in-cluster store server, their SessionMemories and Secrets,
+and waiting on what the cluster reports."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import Any
+
+from memsync.controller.pod import pod_name_for
+from support import k8s_scenarios as k8s
+from support.k8s_scenarios import report_from_logs, secret_object, session_id, smem_object
+
+from .conftest import IN_CLUSTER_STORE_URL, NODE, KindEnv, apply, kubectl, kubectl_json, run
+
+
+def sid() -> str:
+    return session_id("kind")
+
+
+def mint(env: KindEnv, stores: list[tuple[str, str]], session: str) -> str:
+    """``memsync store token`` against the in-cluster server (through the port-forward)."""
+    args = [sys.executable, "-m", "memsync", "store", "token", "--url", env.store_url, "--session", session]
+    for store_id, access in stores:
+        args += ["--store", f"{store_id}:{access}"]
+    return run(*args, env={"MEMSYNC_ADMIN_KEY": env.admin_key}).stdout.strip()
+
+
+def create_secret(namespace: str, name: str, value: str) -> None:
+    apply(secret_object(namespace, name, value))
+
+
+def agent(*args: str, image: str) -> dict[str, Any]:
+    return k8s.agent(*args, image=image, pull_policy="IfNotPresent")
+
+
+def create_smem(
+    namespace: str,
+    name: str,
+    session: str,
+    stores: list[tuple[str, str, str]],
+    sandbox: dict[str, Any],
+    *,
+    secret_name: str | None = None,  # default: the Secret "work"
+    interval: int = 5,
+    final_flush: int = 10,
+    pod_spec: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Applies the SessionMemory and returns it (``pod_spec`` adds to its template's Pod spec)."""
+    obj = smem_object(
+        namespace,
+        name,
+        session=session,
+        base_url=IN_CLUSTER_STORE_URL,
+        stores=stores,
+        sandbox=sandbox,
+        secret_name=secret_name or "work",
+        interval=interval,
+        final_flush=final_flush,
+        pod_spec=pod_spec,
+    )
+    apply(obj)
+    return obj
+
+
+async def start_session(
+    env: KindEnv,
+    namespace: str,
+    name: str,
+    store: str,
+    *,
+    slug: str,
+    sandbox: dict[str, Any],
+    **smem: Any,
+) -> str:
+    """A session over one read-write store: its Secret, then its SessionMemory; returns the Pod's name."""
+    session = sid()
+    create_secret(namespace, "work", mint(env, [(store, "read_write")], session))
+    create_smem(namespace, name, session, [(store, slug, "read_write")], sandbox, **smem)
+    return pod_name_for(name)
+
+
+def smem_status(namespace: str, name: str) -> dict[str, Any]:
+    out = kubectl("-n", namespace, "get", "smem", name, "-o", "json", check=False)
+    if not out.strip():
+        return {}
+    status: dict[str, Any] = json.loads(out).get("status") or {}
+    return status
+
+
+async def wait_phase(
+    namespace: str, name: str, phases: tuple[str, ...], timeout: float = 300
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    status: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        status = smem_status(namespace, name)
+        if status.get("phase") in phases:
+            return status
+        await asyncio.sleep(1)
+    raise AssertionError(f"SessionMemory {namespace}/{name} never reached {phases}; last status: {status}")
+
+
+def pod_status(namespace: str, pod: str) -> dict[str, Any]:
+    status: dict[str, Any] = kubectl_json("-n", namespace, "get", "pod", pod).get("status") or {}
+    return status
+
+
+def agent_report(namespace: str, pod: str) -> dict[str, Any]:
+    return report_from_logs(kubectl("-n", namespace, "logs", pod, "-c", "sandbox"))
+
+
+def pod(namespace: str, name: str) -> dict[str, Any] | None:
+    """The Pod, or None once it is gone."""
+    out = kubectl("-n", namespace, "get", "pod", name, "-o", "json", "--ignore-not-found")
+    return json.loads(out) if out.strip() else None
+
+
+def condition(pod_status: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for cond in pod_status.get("conditions") or []:
+        if cond.get("type") == kind:
+            found: dict[str, Any] = cond
+            return found
+    return None
+
+
+def events_of(namespace: str, name: str) -> list[dict[str, Any]]:
+    """The Events about the object ``name`` in ``namespace``."""
+    items: list[dict[str, Any]] = kubectl_json(
+        "-n", namespace, "get", "events", "--field-selector", f"involvedObject.name={name}"
+    )["items"]
+    return items
+
+
+def node_exec(*args: str, check: bool = True) -> str:
+    """A command on the kind node itself (crictl, the kubelet's files)."""
+    return run("docker", "exec", NODE, *args, check=check).stdout

@@ -1,0 +1,332 @@
+"""What a real kubelet does to a session, proven on kind (none of it can be proven on the process kubelet of
+the control-plane tier, which has no PID namespace, no cgroups, no eviction manager and no image):
+
+- the init container gates everything and the native sidecar serves /readyz before the sandbox starts;
+- deleting a session gives the sandbox its SIGTERM and the sidecar its final flush within the grace period;
+- a sandbox whose PID 1 installs no SIGTERM handler is not signalled at all (pid_namespaces(7)) and is
+  killed at the end of the grace period, and the session says so;
+- the sidecar OOM-killed under its memory limit is restarted by the kubelet and loses nothing;
+- ``activeDeadlineSeconds`` ends the Pod, the sandbox gets SIGTERM and the final flush runs;
+- an eviction through the Eviction API marks the Pod ``DisruptionTarget`` and still flushes;
+- an emptyDir over its ``sizeLimit`` gets the Pod evicted by the kubelet, and the session says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from memsync.api.hashing import content_sha256
+from memsync.controller import status as s
+from memsync.controller.pod import grace_period_seconds
+from support.k8s_scenarios import (
+    FINAL,
+    as_store_paths,
+    container,
+    make_store,
+    report_from_logs,
+    store_files,
+    wait_store_has,
+)
+
+from .conftest import CLUSTER, KindEnv, kubectl
+from .scenario import (
+    agent,
+    agent_report,
+    condition,
+    pod,
+    pod_status,
+    start_session,
+    wait_phase,
+)
+
+pytestmark = [pytest.mark.kind, pytest.mark.timeout(600, func_only=True)]
+
+
+def shell(image: str, script: str) -> dict[str, Any]:
+    """A sandbox that runs ``script`` under ``sh -c`` (as PID 1 of its container)."""
+    return {"image": image, "imagePullPolicy": "IfNotPresent", "command": ["sh", "-c", script]}
+
+
+def started_at(state: dict[str, Any], key: str = "startedAt") -> datetime:
+    for phase in ("running", "terminated"):
+        if key in (state.get(phase) or {}):
+            return datetime.fromisoformat(state[phase][key].replace("Z", "+00:00"))
+    raise AssertionError(f"no {key} in {state}")
+
+
+class LogFollower:
+    """``kubectl logs -f`` of one container, read to the end: the report of an agent whose Pod goes away."""
+
+    def __init__(self, namespace: str, pod_name: str, container_name: str = "sandbox") -> None:
+        self.proc = subprocess.Popen(
+            [
+                "kubectl",
+                "--context",
+                f"kind-{CLUSTER}",
+                "-n",
+                namespace,
+                "logs",
+                "-f",
+                pod_name,
+                "-c",
+                container_name,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def report(self, timeout: float = 240) -> dict[str, Any]:
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        finally:
+            self.proc.kill()
+        return report_from_logs(out)
+
+
+async def statuses_until_gone(namespace: str, name: str, timeout: float = 300) -> list[dict[str, Any]]:
+    """Every distinct status of a SessionMemory being deleted, until the object is gone."""
+    seen: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = kubectl("-n", namespace, "get", "smem", name, "-o", "json", "--ignore-not-found", check=False)
+        if not out.strip():
+            return seen
+        current = json.loads(out).get("status") or {}
+        if not seen or seen[-1] != current:
+            seen.append(current)
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"SessionMemory {namespace}/{name} was not gone after {timeout} s")
+
+
+def ready_reason(status: dict[str, Any]) -> str | None:
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Ready":
+            reason: str | None = cond.get("reason")
+            return reason
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------
+# start order
+# --------------------------------------------------------------------------------------------------------
+
+
+async def test_the_sandbox_starts_after_the_mount_and_a_serving_sidecar(
+    kind_env: KindEnv, namespace: str
+) -> None:
+    store = await make_store(kind_env, "gate", {"/existing.md": "from the store\n"})
+    # The sandbox's first act: read what the mount downloaded and ask the sidecar's /readyz in the Pod's own
+    # network namespace; either failing ends the sandbox with an error instead of writing gate.md.
+    probe = (
+        "import pathlib, urllib.request; "
+        "seen = pathlib.Path('/mnt/memory/gate/existing.md').read_text().strip(); "
+        "code = urllib.request.urlopen('http://127.0.0.1:9477/readyz', timeout=5).status; "
+        "pathlib.Path('/mnt/memory/gate/gate.md').write_text(f'{seen} / readyz {code}\\n')"
+    )
+    sandbox = {"image": kind_env.image, "imagePullPolicy": "IfNotPresent", "command": ["python", "-c", probe]}
+    pod_name = await start_session(kind_env, namespace, "gate", store, slug="gate", sandbox=sandbox)
+    status = await wait_phase(namespace, "gate", FINAL)
+    assert status["phase"] == "Succeeded", status
+    assert (await store_files(kind_env, store))["/gate.md"] == content_sha256("from the store / readyz 200\n")
+    ps = pod_status(namespace, pod_name)
+    mount, sync, sandbox_status = (container(ps, n) for n in ("memsync-mount", "memsync-sync", "sandbox"))
+    assert mount["state"]["terminated"]["exitCode"] == 0
+    assert started_at(mount["state"], "finishedAt") <= started_at(sync["state"])
+    assert started_at(sync["state"]) <= started_at(sandbox_status["state"])
+
+
+# --------------------------------------------------------------------------------------------------------
+# termination
+# --------------------------------------------------------------------------------------------------------
+
+
+async def test_deletion_gives_the_final_flush_its_time(kind_env: KindEnv, namespace: str) -> None:
+    """The agent keeps writing for 20 s after its SIGTERM; the sidecar, signalled only after the sandbox has
+    ended, still has its 30 s final flush: everything the agent wrote is in the store."""
+    store = await make_store(kind_env, "late", {})
+    sandbox = agent(
+        "--scenario", "steady", "--duration", "600", "--interval", "0.5", "--term-linger", "20",
+        image=kind_env.image,
+    )  # fmt: skip
+    pod_name = await start_session(
+        kind_env, namespace, "late", store, slug="late", sandbox=sandbox, final_flush=30
+    )
+    await wait_phase(namespace, "late", ("Running",))
+    spec = (pod(namespace, pod_name) or {})["spec"]
+    assert spec["terminationGracePeriodSeconds"] == grace_period_seconds(30)
+    logs = LogFollower(namespace, pod_name)
+    await wait_store_has(kind_env, store, 3, timeout=180)
+    started = time.monotonic()
+    kubectl("-n", namespace, "delete", "smem", "late", "--wait=true", "--timeout=300s", timeout=320)
+    took = time.monotonic() - started
+    report = logs.report()
+    assert report["interrupted"] is True
+    assert report["ticks"] - report["sigterm_tick"] >= 30  # 20 s at 0.5 s: it kept writing after SIGTERM
+    assert took >= 20, f"the Pod was gone {took:.1f} s after the delete, before the agent's 20 s linger"
+    assert await store_files(kind_env, store) == as_store_paths(report["stores"]["/mnt/memory/late"]["files"])
+
+
+async def test_a_pid1_without_a_sigterm_handler_runs_out_the_grace_period(
+    kind_env: KindEnv, namespace: str
+) -> None:
+    """``exec sleep`` as the container's PID 1 installs no handler, so SIGTERM does nothing to it in its own
+    PID namespace; the kubelet kills it when the grace period ends, the sidecar flushes only then, and the
+    session names the cause."""
+    store = await make_store(kind_env, "stubborn", {})
+    sandbox = shell(kind_env.image, "echo one > /mnt/memory/n/one.md && exec sleep 3600")
+    pod_name = await start_session(
+        kind_env, namespace, "stubborn", store, slug="n", sandbox=sandbox, final_flush=5
+    )
+    await wait_phase(namespace, "stubborn", ("Running",))
+    await wait_store_has(kind_env, store, 1)
+    grace = (pod(namespace, pod_name) or {})["spec"]["terminationGracePeriodSeconds"]
+    started = time.monotonic()
+    kubectl("-n", namespace, "delete", "smem", "stubborn", "--wait=false")
+    seen = await statuses_until_gone(namespace, "stubborn")
+    took = time.monotonic() - started
+    assert took >= grace - 2, (
+        f"PID 1 ignored SIGTERM, yet the session was gone after {took:.1f} s < {grace} s"
+    )
+    assert s.SANDBOX_KILLED in {ready_reason(st) for st in seen}, seen
+    assert set(await store_files(kind_env, store)) == {"/one.md"}
+
+
+async def test_the_sidecar_oom_killed_is_restarted_and_loses_nothing(
+    kind_env: KindEnv, namespace: str
+) -> None:
+    """A real memory limit: a process in the sidecar's container allocates past it while the sidecar's own
+    process is the OOM killer's first choice (oom_score_adj 1000, which any process may raise). The kubelet
+    reports OOMKilled, restarts the native sidecar, and the session ends with every file in the store."""
+    store = await make_store(kind_env, "oom", {})
+    sandbox = agent("--scenario", "steady", "--duration", "60", "--interval", "0.3", image=kind_env.image)
+    limits = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
+    pod_name = await start_session(
+        kind_env,
+        namespace,
+        "oom",
+        store,
+        slug="oom",
+        sandbox=sandbox,
+        pod_spec={"memsync": {"resources": limits}},
+    )
+    await wait_phase(namespace, "oom", ("Running",))
+    await wait_store_has(kind_env, store, 3, timeout=180)
+    hog = "echo 1000 > /proc/1/oom_score_adj && exec python -c 'b = bytearray(600 * 2**20); print(len(b))'"
+    kubectl("-n", namespace, "exec", pod_name, "-c", "memsync-sync", "--", "sh", "-c", hog, check=False)
+    deadline = time.monotonic() + 120
+    sync = container(pod_status(namespace, pod_name), "memsync-sync")
+    while sync.get("restartCount", 0) < 1:
+        assert time.monotonic() < deadline, f"the sidecar was not restarted: {sync}"
+        await asyncio.sleep(1)
+        sync = container(pod_status(namespace, pod_name), "memsync-sync")
+    assert sync["lastState"]["terminated"]["reason"] == "OOMKilled", sync
+    status = await wait_phase(namespace, "oom", FINAL)
+    assert status["phase"] == "Succeeded", status
+    report = agent_report(namespace, pod_name)
+    assert await store_files(kind_env, store) == as_store_paths(report["stores"]["/mnt/memory/oom"]["files"])
+
+
+async def test_active_deadline_ends_the_pod_and_the_final_flush_runs(
+    kind_env: KindEnv, namespace: str
+) -> None:
+    store = await make_store(kind_env, "deadline", {})
+    sandbox = agent("--scenario", "steady", "--duration", "600", "--interval", "0.5", image=kind_env.image)
+    pod_name = await start_session(
+        kind_env,
+        namespace,
+        "deadline",
+        store,
+        slug="d",
+        sandbox=sandbox,
+        pod_spec={"activeDeadlineSeconds": 45},
+    )
+    logs = LogFollower(namespace, pod_name)
+    status = await wait_phase(namespace, "deadline", FINAL, timeout=300)
+    report = logs.report()
+    assert report["interrupted"] is True  # SIGTERM, not the end of its 600 s
+    assert (pod(namespace, pod_name) or {})["status"]["reason"] == "DeadlineExceeded"
+    assert status["phase"] == "Failed" and ready_reason(status) == s.DEADLINE_EXCEEDED, status
+    assert "activeDeadlineSeconds" in status["message"] and "final flush completed" in status["message"], (
+        status
+    )
+    assert await store_files(kind_env, store) == as_store_paths(report["stores"]["/mnt/memory/d"]["files"])
+
+
+# --------------------------------------------------------------------------------------------------------
+# evictions
+# --------------------------------------------------------------------------------------------------------
+
+
+async def test_an_eviction_through_the_api_marks_the_pod_and_still_flushes(
+    kind_env: KindEnv, namespace: str
+) -> None:
+    store = await make_store(kind_env, "evicted", {})
+    sandbox = agent(
+        "--scenario", "steady", "--duration", "600", "--interval", "0.5", "--term-linger", "3",
+        image=kind_env.image,
+    )  # fmt: skip
+    pod_name = await start_session(kind_env, namespace, "evicted", store, slug="e", sandbox=sandbox)
+    await wait_phase(namespace, "evicted", ("Running",))
+    await wait_store_has(kind_env, store, 3, timeout=180)
+    logs = LogFollower(namespace, pod_name)
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod_name, "namespace": namespace},
+    }
+    kubectl(
+        "create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{pod_name}/eviction", "-f", "-",
+        input=json.dumps(eviction),
+    )  # fmt: skip
+    disruption = None
+    deadline = time.monotonic() + 60
+    while disruption is None and time.monotonic() < deadline:
+        current = pod(namespace, pod_name)
+        disruption = condition(current["status"], "DisruptionTarget") if current else None
+        await asyncio.sleep(0.3)
+    assert disruption is not None and disruption["reason"] == "EvictionByEvictionAPI", disruption
+    status = await wait_phase(namespace, "evicted", FINAL)
+    report = logs.report()
+    assert report["interrupted"] is True
+    assert ready_reason(status) == s.INTERRUPTED, status
+    assert "EvictionByEvictionAPI" in status["message"] and "final flush completed" in status["message"], (
+        status
+    )
+    assert await store_files(kind_env, store) == as_store_paths(report["stores"]["/mnt/memory/e"]["files"])
+
+
+async def test_an_emptydir_over_its_size_limit_gets_the_pod_evicted(
+    kind_env: KindEnv, namespace: str
+) -> None:
+    """The kubelet's eviction manager measures the emptyDir and evicts the Pod (with no grace to speak of):
+    what the periodic sync had sent is in the store, and the session names the eviction."""
+    store = await make_store(kind_env, "full", {})
+    script = "echo one > /mnt/memory/f/one.md; sleep 12; head -c 8388608 /dev/zero > /scratch/fill; sleep 600"
+    sandbox = {
+        **shell(kind_env.image, script),
+        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+    }
+    await start_session(
+        kind_env,
+        namespace,
+        "full",
+        store,
+        slug="f",
+        sandbox=sandbox,
+        interval=5,
+        pod_spec={"volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}]},
+    )
+    await wait_store_has(kind_env, store, 1, timeout=180)
+    status = await wait_phase(namespace, "full", FINAL, timeout=240)
+    assert status["phase"] == "Failed", status
+    assert ready_reason(status) == s.INTERRUPTED, status
+    assert "scratch" in status["message"] and "exceeds the limit" in status["message"], status
+    assert set(await store_files(kind_env, store)) == {"/one.md"}
