@@ -46,7 +46,8 @@ typecheck: $(STAMP)
 # 3. the cluster tier in one pytest process with one control plane; with Go installed its binaries are built
 #    first (cached outside the clone).
 TIMED := tests/timed.sh
-test: $(STAMP)
+test:
+	@$(TIMED) "virtualenv" $(MAKE) --no-print-directory install
 	@$(TIMED) "lint, types" $(MAKE) --no-print-directory lint typecheck
 	@if command -v go >/dev/null 2>&1; then $(TIMED) "helm, promtool" $(MAKE) --no-print-directory tools; fi
 	$(TIMED) "xdist tier" $(BIN)/pytest -n 2 -m "not kind and not cluster and not soak_on_demand" $(PYTEST_ARGS)

@@ -202,12 +202,14 @@ async def test_a_pid1_without_a_sigterm_handler_runs_out_the_grace_period(
 async def test_the_sidecar_oom_killed_is_restarted_and_loses_nothing(
     kind_env: KindEnv, namespace: str
 ) -> None:
-    """A real memory limit: a process in the sidecar's container allocates past it while the sidecar's own
-    process is the OOM killer's first choice (oom_score_adj 1000, which any process may raise). The kubelet
-    reports OOMKilled, restarts the native sidecar, and the session ends with every file in the store."""
+    """A real memory limit and the kernel's OOM killer: a small process in the sidecar's container fills the
+    Pod's /dev/shm (tmpfs pages, charged to the container's memory cgroup but to no process's RSS), so the
+    container goes over its 100 Mi limit and the largest process in it, the sidecar itself (about 60 MB), is
+    killed. The kubelet reports OOMKilled, restarts the native sidecar, and the session ends with every file
+    in the store."""
     store = await make_store(kind_env, "oom", {})
     sandbox = agent("--scenario", "steady", "--duration", "60", "--interval", "0.3", image=kind_env.image)
-    limits = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
+    limits = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "100Mi"}}
     pod_name = await start_session(
         kind_env,
         namespace,
@@ -219,8 +221,8 @@ async def test_the_sidecar_oom_killed_is_restarted_and_loses_nothing(
     )
     await wait_phase(namespace, "oom", ("Running",))
     await wait_store_has(kind_env, store, 3, timeout=180)
-    hog = "echo 1000 > /proc/1/oom_score_adj && exec python -c 'b = bytearray(600 * 2**20); print(len(b))'"
-    kubectl("-n", namespace, "exec", pod_name, "-c", "memsync-sync", "--", "sh", "-c", hog, check=False)
+    fill = "head -c 80m /dev/zero > /dev/shm/memsync-oom-test"
+    kubectl("-n", namespace, "exec", pod_name, "-c", "memsync-sync", "--", "sh", "-c", fill, check=False)
     deadline = time.monotonic() + 120
     sync = container(pod_status(namespace, pod_name), "memsync-sync")
     while sync.get("restartCount", 0) < 1:
@@ -228,6 +230,7 @@ async def test_the_sidecar_oom_killed_is_restarted_and_loses_nothing(
         await asyncio.sleep(1)
         sync = container(pod_status(namespace, pod_name), "memsync-sync")
     assert sync["lastState"]["terminated"]["reason"] == "OOMKilled", sync
+    assert sync["lastState"]["terminated"]["exitCode"] == 137, sync
     status = await wait_phase(namespace, "oom", FINAL)
     assert status["phase"] == "Succeeded", status
     report = agent_report(namespace, pod_name)

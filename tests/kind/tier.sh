@@ -66,6 +66,9 @@ tag="kind-$( { git ls-files -s pyproject.toml README.md LICENSE constraints.txt 
 if ! docker image inspect "memsync:$tag" >/dev/null 2>&1; then
   make --no-print-directory image IMAGE=memsync TAG="$tag" "${base_args[@]}" >&2
 fi
+for old in $(docker images --format '{{.Repository}}:{{.Tag}}' memsync | grep '^memsync:kind-'); do
+  [[ "$old" == "memsync:$tag" ]] || docker rmi "$old" >/dev/null 2>&1 || true  # earlier code's images
+done
 
 export KIND_CLUSTER="${KIND_CLUSTER:-memsync-ci}"
 export KIND_CONFIG="$repo/.memsync/kind/config.yaml"

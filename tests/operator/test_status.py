@@ -150,6 +150,13 @@ def test_a_disrupted_pod_is_interrupted_and_says_what_was_flushed() -> None:
     assert summary(status) == ("Failed", "Interrupted", "True", "False", "FlushNotReported")
     assert "TerminationByKubelet: emptyDir over its limit" in status["message"]
     assert "did not report a final flush" in status["message"]
+    # The kubelet's local-storage eviction (an emptyDir over its sizeLimit) sets the reason and no condition.
+    full = ended_pod(137, None, phase="Failed", sync_code=137)
+    full["status"]["reason"] = "Evicted"
+    full["status"]["message"] = 'Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". '
+    status = derive(full)
+    assert summary(status) == ("Failed", "Interrupted", "True", "False", "FlushNotReported")
+    assert 'interrupted (Evicted: Usage of EmptyDir volume "scratch" exceeds the limit' in status["message"]
     # A DisruptionTarget that is not True (the disruption was called off) changes nothing.
     called_off = disrupted(ended_pod(0, flushed()), "PreemptionByScheduler", "no", status="False")
     assert summary(derive(called_off))[:2] == ("Succeeded", "SessionSucceeded")

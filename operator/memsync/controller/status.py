@@ -113,6 +113,8 @@ INTERRUPTED: Final = "Interrupted"
 DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 #: The Pod condition the API server and the kubelet set on a Pod they are about to end for a disruption.
 DISRUPTION_TARGET: Final = "DisruptionTarget"
+#: The Pod reason of every kubelet eviction (local-storage evictions set it without a DisruptionTarget).
+EVICTED: Final = "Evicted"
 POD_FAILED: Final = "PodFailed"
 POD_LOST: Final = "PodLost"
 DELETION_TIMED_OUT: Final = "DeletionTimedOut"
@@ -205,17 +207,20 @@ def _container_view(statuses: Any, name: str) -> ContainerView:
     return ContainerView()
 
 
-def _disruption(conditions: Any) -> str | None:
-    if not isinstance(conditions, list | tuple):
-        return None
-    for cond in conditions:
-        if (
-            isinstance(cond, Mapping)
-            and cond.get("type") == DISRUPTION_TARGET
-            and cond.get("status") == "True"
-        ):
+def _disruption(status: Mapping[str, Any]) -> str | None:
+    """What disrupted the Pod, as "reason: message": its DisruptionTarget condition (the Eviction API, a
+    pressure eviction, preemption, a node shutdown), or the kubelet's own eviction for local storage (an
+    emptyDir over its sizeLimit, a container over its ephemeral-storage limit), which sets the Pod's reason
+    ``Evicted`` and no condition."""
+    conditions = status.get("conditions")
+    for cond in conditions if isinstance(conditions, list | tuple) else ():
+        if not isinstance(cond, Mapping) or cond.get("type") != DISRUPTION_TARGET:
+            continue
+        if cond.get("status") == "True":
             reason, message = _str(cond.get("reason")), _str(cond.get("message"))
             return ": ".join(part for part in (reason or "Disrupted", message) if part)
+    if status.get("reason") == EVICTED:
+        return ": ".join(part for part in (EVICTED, _str(status.get("message"))) if part)
     return None
 
 
@@ -235,7 +240,7 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         mount=_container_view(init_statuses, MOUNT_CONTAINER),
         sync=_container_view(init_statuses, SYNC_CONTAINER),
         sandbox=_container_view(status.get("containerStatuses"), SANDBOX_CONTAINER),
-        disruption=_disruption(status.get("conditions")),
+        disruption=_disruption(status),
     )
 
 

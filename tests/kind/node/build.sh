@@ -9,8 +9,8 @@
 #   build.sh           build what is missing, print the node image
 #   build.sh --check   print the node image if it is built and current, else exit 1 (never builds)
 #
-# Binaries are cached outside the clone, keyed by every pin ($MEMSYNC_KIND_CACHE, default
-# ~/.cache/memsync/kind); the images live in docker, tagged with the same key. What the host lacks is
+# The binaries come from binaries.sh beside this (cached outside the clone, keyed by every pin); the images
+# live in docker, tagged with a key of this script, the base files and the binaries' key. What the host lacks is
 # detected here: without CAP_SYS_RESOURCE in the bounding set, containerd inside the node is told to restrict
 # oom_score_adj (it cannot set negative values). Intermediate images are removed once the node image exists.
 set -euo pipefail
@@ -21,36 +21,33 @@ source "$repo/tests/cluster/controlplane/pins.sh"
 
 modules="$here/modules"
 kind_version="$(pinned sigs.k8s.io/kind "$repo/tests/tools/kind/go.mod")"
-containerd_version="$(pinned github.com/containerd/containerd/v2 "$modules/containerd/go.mod")"
-crictl_version="$(pinned sigs.k8s.io/cri-tools "$modules/crictl/go.mod")"
 coredns_version="$(pinned github.com/coredns/coredns "$modules/coredns/go.mod")"
-lpp_version="$(pinned github.com/rancher/local-path-provisioner "$modules/local-path-provisioner/go.mod")"
-for v in kind_version containerd_version crictl_version coredns_version lpp_version; do
-  [[ -n "${!v}" ]] || { echo "cannot read $v from the go.mod files under $here" >&2; exit 1; }
-done
+[[ -n "$kind_version" && -n "$coredns_version" ]] || { echo "cannot read the kind or CoreDNS pin" >&2; exit 1; }
 
 # The node's containerd must not ask for negative oom_score_adj values without CAP_SYS_RESOURCE.
 bnd="$(awk '/^CapBnd:/ {print $2}' /proc/self/status)"
 restrict_oom=false; (( (16#$bnd >> 24 & 1) == 0 )) && restrict_oom=true
 
-cache_root="${MEMSYNC_KIND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memsync/kind}"
+bin_key="$("$here/binaries.sh" --key)"
 key="$( { cat "$here/build.sh" "$here/Dockerfile.base" "$here/10-bridge.conflist" "$repo/images/debian-base.sh" \
-  "$repo/tests/cluster/controlplane/pins.sh" "$repo/tests/cluster/controlplane/build.sh" \
-  "$repo"/tests/cluster/controlplane/{kubernetes,etcd}/go.{mod,sum} "$repo/tests/tools/kind/go.mod" \
-  "$modules"/*/go.mod "$modules"/*/go.sum "$modules"/*/*.go 2>/dev/null; echo "restrict_oom=$restrict_oom"; } \
-  | sha256sum | cut -c1-12)"
+  "$repo/tests/tools/kind/go.mod"; echo "$bin_key restrict_oom=$restrict_oom"; } | sha256sum | cut -c1-12)"
 node_image="memsync-kind-node:$k8s_version-$key"
-bin="$cache_root/bin-$key"
 
 if docker image inspect "$node_image" >/dev/null 2>&1; then echo "$node_image"; exit 0; fi
 if [[ "${1:-}" == "--check" ]]; then echo "the kind node image $node_image is not built" >&2; exit 1; fi
 command -v go >/dev/null || { echo "go is not installed: the kind node image cannot be built" >&2; exit 1; }
 start=$SECONDS
 step() { echo "[kind node $((SECONDS - start)) s] $*" >&2; }
+quiet() {  # run a command; show its output only when it fails (docker build's chatter and warnings)
+  local log; log="$(mktemp)"
+  if "$@" >"$log" 2>&1; then rm -f "$log"; return 0; fi
+  cat "$log" >&2; rm -f "$log"; return 1
+}
 
 # --- disk: a cold build peaks near 11 GB in docker's data root and needs about 3 GB of Go caches ----------
 need_gb=15
 docker_root="$(docker info -f '{{.DockerRootDir}}')"
+cache_root="${MEMSYNC_KIND_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/memsync/kind}"
 for dir in "$docker_root" "$(go env GOCACHE)" "$cache_root"; do
   mkdir -p "$dir"
   free_gb=$(( $(df --output=avail -k "$dir" | tail -1) / 1024 / 1024 ))
@@ -62,37 +59,8 @@ for dir in "$docker_root" "$(go env GOCACHE)" "$cache_root"; do
 done
 
 # --- binaries -----------------------------------------------------------------------------------------
-tools_of() {  # the packages a go.mod names with tool directives
-  awk '$1 == "tool" && $2 != "(" {print $2} $1 == "tool" && $2 == "(" {t = 1; next} t && $1 == ")" {t = 0} t {print $1}' "$1"
-}
-if [[ ! -f "$bin/.stamp" ]]; then
-  mkdir -p "$cache_root"
-  work="$(mktemp -d "$cache_root/.build.XXXXXX")"
-  trap 'rm -rf "$work"' EXIT
-  step "control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl)"
-  cp_dir="$("$repo/tests/cluster/controlplane/build.sh")"
-  cp "$cp_dir"/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubectl} "$work/"
-  step "kubelet, kubeadm, kube-proxy $k8s_version"
-  (cd "$repo/tests/cluster/controlplane/kubernetes" && go build -trimpath -ldflags "$k8s_ldflags" -o "$work/" \
-    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubeadm k8s.io/kubernetes/cmd/kube-proxy)
-  step "containerd $containerd_version"
-  (cd "$modules/containerd" && go build -trimpath -tags "no_aufs no_zfs no_btrfs no_devmapper" \
-    -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$containerd_version" \
-    -o "$work/" $(tools_of go.mod))
-  step "crictl $crictl_version"
-  (cd "$modules/crictl" && go build -trimpath \
-    -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$crictl_version" -o "$work/" $(tools_of go.mod))
-  step "local-path-provisioner $lpp_version"
-  (cd "$modules/local-path-provisioner" && go build -trimpath -ldflags "-s -w" -o "$work/" $(tools_of go.mod))
-  step "coredns $coredns_version (kubeadm's plugins)"
-  (cd "$modules/coredns" && go build -trimpath \
-    -ldflags "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$coredns_version" -o "$work/coredns" .)
-  step "pause"
-  (cd "$modules/pause" && go build -trimpath -ldflags "-s -w" -o "$work/pause" .)
-  echo "$key" > "$work/.stamp"
-  rm -rf "$bin"; mv "$work" "$bin"
-  trap - EXIT
-fi
+step "binaries"
+bin="$("$here/binaries.sh")"
 
 # --- images -------------------------------------------------------------------------------------------
 step "Debian base"
@@ -121,7 +89,7 @@ image() {
     for b in "$@"; do cp "$bin/$b" "$dir/"; echo "COPY $b /usr/local/bin/$b"; done
     [[ -n "$entrypoint" ]] && echo "ENTRYPOINT $entrypoint"
     echo "LABEL org.memsync.kind-key=$key"; } > "$dir/Dockerfile"
-  docker build -q -t "$name" "$dir" >/dev/null
+  quiet docker build -q -t "$name" "$dir"
   images+=("$name")
 }
 step "component images"
@@ -130,7 +98,7 @@ for component in kube-apiserver kube-controller-manager kube-scheduler; do
 done
 # kube-proxy programs iptables; build it on a layer with Debian's iptables and conntrack
 proxy_base="memsync-kind-proxy-base:$key"
-docker build -q --network=host -t "$proxy_base" - >/dev/null <<DOCKERFILE
+quiet docker build -q --network=host -t "$proxy_base" - <<DOCKERFILE
 FROM $debian_image
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends iptables conntrack \
  && rm -rf /var/lib/apt/lists/*
@@ -161,29 +129,30 @@ if [[ "$restrict_oom" == true ]]; then
 fi
 cp "$here/Dockerfile.base" "$context/base/Dockerfile"
 base_image="memsync-kind-base:$key"
-docker build -q --network=host --build-arg "DEBIAN_IMAGE=$debian_image" -t "$base_image" "$context/base" >/dev/null
+quiet docker build -q --network=host --build-arg "DEBIAN_IMAGE=$debian_image" -t "$base_image" "$context/base"
 
 step "node image: Kubernetes binaries and ${#images[@]} images imported into the node's containerd"
 sed -n '/^const defaultStorageManifest = `/,/^`/p' "$storage_go" | sed '1s/^const defaultStorageManifest = `//; $d' \
   | sed "s#\` + storageProvisionerImage + \`#$lpp_image#; s#\` + storageHelperImage + \`#$helper_image#" \
   > "$context/default-storage.yaml"
 grep -q "$lpp_image" "$context/default-storage.yaml"
-docker run -d --name "$node_container" --privileged --entrypoint sleep "$base_image" infinity >/dev/null
+quiet docker run -d --name "$node_container" --privileged --entrypoint sleep "$base_image" infinity
 for b in kubelet kubeadm kubectl; do docker cp "$bin/$b" "$node_container:/usr/bin/$b"; done
 docker exec "$node_container" mkdir -p /kind/manifests
 docker cp "$context/default-storage.yaml" "$node_container:/kind/manifests/default-storage.yaml"
 echo "$k8s_version" | docker exec -i "$node_container" sh -c 'cat > /kind/version'
-docker exec -d "$node_container" containerd
+docker exec -d "$node_container" sh -c 'containerd >/var/log/containerd-build.log 2>&1'
 for _ in $(seq 60); do docker exec "$node_container" ctr version >/dev/null 2>&1 && break; sleep 0.5; done
-docker save "${images[@]}" | docker exec -i "$node_container" \
-  ctr -n k8s.io images import --label=io.cri-containerd.pinned=pinned --all-platforms --no-unpack --digests - >/dev/null
-imported="$(docker exec "$node_container" ctr -n k8s.io images ls -q)"
+docker save "${images[@]}" | quiet docker exec -i "$node_container" \
+  ctr -n k8s.io images import --label=io.cri-containerd.pinned=pinned --all-platforms --no-unpack --digests -
+imported="$(docker exec "$node_container" ctr -n k8s.io images ls -q 2>/dev/null)"
 for name in "${images[@]}"; do
   grep -qx "$(echo "$name" | sed 's#^\([^/]*\)$#docker.io/library/\1#')" <<<"$imported" \
     || { echo "image $name is not in the node's containerd" >&2; exit 1; }
 done
 docker exec "$node_container" pkill containerd
 for _ in $(seq 60); do docker exec "$node_container" pgrep -x containerd >/dev/null || break; sleep 0.5; done
+docker exec "$node_container" rm -f /var/log/containerd-build.log
 docker commit --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'CMD []' \
   "$node_container" "$node_image" >/dev/null
 
@@ -194,6 +163,5 @@ for old in $(docker images --format '{{.Repository}}:{{.Tag}}' memsync-kind-node
   [[ "$old" == "$node_image" ]] || docker rmi "$old" >/dev/null 2>&1 || true
 done
 docker image prune -f >/dev/null
-for old in "$cache_root"/bin-*; do [[ "$old" == "$bin" ]] || rm -rf "$old"; done
 step "built $node_image"
 echo "$node_image"
