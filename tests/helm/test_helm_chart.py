@@ -124,6 +124,13 @@ def by_key(objs: list[dict[str, Any]], drop_helm_labels: bool = False) -> dict[K
             STORE_POSTGRES, "store-postgres", (), {("Namespace", "", NAMESPACE)}, id="store-postgres"
         ),
         pytest.param(
+            {**PRODUCTION, "rbac": {"scope": "namespaced"}, "operator": {"watchNamespaces": ["agents"]}},
+            "namespaced",
+            (),
+            {("Namespace", "", NAMESPACE)},
+            id="namespaced",
+        ),
+        pytest.param(
             KIND,
             "kind",
             (),
