@@ -118,3 +118,35 @@ async def test_secret_read_forbidden_by_rbac(
         assert deployed.get("-n", namespace, "pods")["items"] == []
     finally:
         deployed.kubectl("apply", "--server-side", "-k", str(REPO / "manifests/overlays/kind"), timeout=180)
+
+
+async def test_a_service_account_that_does_not_exist_is_refused_after_the_wait(
+    deployed: Cluster, tier_store: RunningStoreServer, namespace: str
+) -> None:
+    """ServiceAccount admission refuses the Pod (403) while its serviceAccountName is missing: retried for the
+    operator's --service-account-wait (60 s by default), then ServiceAccountNotFound with a Warning Event;
+    the refusal is re-checked, so the session starts once the ServiceAccount exists."""
+    body = await one_store_session(deployed, tier_store, namespace, "nosa")
+    body["spec"]["template"]["spec"]["serviceAccountName"] = "agent-runner"
+    deployed.apply(body)
+    assert_refused(deployed, namespace, "nosa", "ServiceAccountNotFound", 'serviceaccount "agent-runner"')
+    ready = condition(deployed.get("-n", namespace, "smem", "nosa")["status"], "Ready")
+    assert "spec.template.spec.serviceAccountName" in ready["message"], ready
+    assert deployed.get("-n", namespace, "pods")["items"] == []
+    deployed.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "agent-runner", "namespace": namespace},
+        }
+    )
+    deployed.wait(
+        "the sandbox Pod once the ServiceAccount exists",
+        lambda: deployed.get("-n", namespace, "pods")["items"],
+        timeout=120,
+        explain=deployed.dump,
+    )
+    status = wait_phase(
+        deployed, namespace, "nosa", ("Pending", "Mounting", "Running", "Flushing", "Succeeded")
+    )
+    assert status["podName"], status

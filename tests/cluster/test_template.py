@@ -104,6 +104,18 @@ GUARDS: list[tuple[dict[str, Any], dict[str, Any], str, str]] = [
         "spec.template.spec.containers[0].securityContext.seLinuxOptions.type",
         "container_t",
     ),
+    (
+        {"livenessProbe": {"httpGet": {"host": "169.254.169.254", "port": 80, "path": "/"}}},
+        {},
+        "spec.template.spec.containers[0]",
+        "livenessProbe.httpGet.host must not be set",
+    ),
+    (
+        {"lifecycle": {"preStop": {"tcpSocket": {"host": "10.0.0.1", "port": 22}}}},
+        {},
+        "spec.template.spec.containers[0]",
+        "lifecycle.preStop.tcpSocket.host must not be set",
+    ),
 ]
 
 
@@ -115,6 +127,19 @@ def test_the_isolation_guards_are_refused_at_apply(
     obj = body(namespace, "guard", sandbox={**agent(), **sandbox}, pod_spec=pod_spec)
     stderr = refused(deployed, obj)
     assert path in stderr and words in stderr, stderr
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "container.apparmor.security.beta.kubernetes.io/memsync-sync",
+        "seccomp.security.alpha.kubernetes.io/pod",
+    ],
+)
+def test_profile_annotations_are_refused_at_apply(deployed: Cluster, namespace: str, key: str) -> None:
+    obj = body(namespace, "annotated", sandbox=agent(), metadata={"annotations": {key: "unconfined"}})
+    stderr = refused(deployed, obj)
+    assert "spec.template.metadata.annotations" in stderr and "AppArmor or seccomp" in stderr, stderr
 
 
 async def test_the_templates_fields_reach_a_running_session(

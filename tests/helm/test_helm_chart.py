@@ -124,6 +124,13 @@ def by_key(objs: list[dict[str, Any]], drop_helm_labels: bool = False) -> dict[K
             STORE_POSTGRES, "store-postgres", (), {("Namespace", "", NAMESPACE)}, id="store-postgres"
         ),
         pytest.param(
+            {**PRODUCTION, "rbac": {"scope": "namespaced"}, "operator": {"watchNamespaces": ["agents"]}},
+            "namespaced",
+            (),
+            {("Namespace", "", NAMESPACE)},
+            id="namespaced",
+        ),
+        pytest.param(
             KIND,
             "kind",
             (),
@@ -171,6 +178,13 @@ def test_helm_renders_the_same_objects_as_kustomize(
         pytest.param(
             {"rbac": {"scope": "namespaced"}, "operator": {"watchNamespaces": ["agents"]}}, id="namespaced"
         ),
+        pytest.param(
+            {
+                "rbac": {"scope": "namespaced"},
+                "operator": {"watchNamespaces": ["agents"], "environments": True},
+            },
+            id="namespaced+environments",
+        ),
     ],
 )
 def test_helm_lint(tmp_path: Path, values: dict[str, Any]) -> None:
@@ -210,6 +224,39 @@ def test_namespaced_rbac_grants_the_same_rules_in_each_watched_namespace(tmp_pat
     assert command[-4:] == ["--namespace", "agents-a", "--namespace", "agents-b"]
     pod_monitor = objs[("PodMonitor", NAMESPACE, "memsync-sidecars")]
     assert pod_monitor["spec"]["namespaceSelector"] == {"matchNames": ["agents-a", "agents-b"]}
+
+
+@pytest.mark.parametrize(
+    ("values", "kustomization"),
+    [
+        pytest.param({}, "environments", id="cluster"),
+        pytest.param(
+            {"rbac": {"scope": "namespaced"}, "operator": {"watchNamespaces": ["agents"]}},
+            "environments/namespaced",
+            id="namespaced",
+        ),
+    ],
+)
+def test_the_environments_add_on_renders_the_kustomize_rbac_in_each_scope(
+    tmp_path: Path, values: dict[str, Any], kustomization: str
+) -> None:
+    """operator.environments: the add-on's RBAC exactly as manifests/environments (cluster) or
+    manifests/environments/namespaced (rbac.scope=namespaced, only in the watched namespace), and
+    --environments in the operator's command; without it, neither."""
+    operator = {**values.get("operator", {}), "environments": True}
+    chart = by_key(helm_objects(tmp_path, {**values, "operator": operator}), drop_helm_labels=True)
+    result = run([str(shutil.which("kubectl")), "kustomize", str(REPO / "manifests" / kustomization)])
+    assert result.returncode == 0, result.stderr
+    kustomized = by_key([doc for doc in yaml.safe_load_all(result.stdout) if doc])
+    assert kustomized and all(k[2] == "memsync-operator-environments" for k in kustomized)
+    for k, obj in kustomized.items():
+        assert chart[k] == obj, (
+            f"{k} differs:\nhelm:\n{yaml.safe_dump(chart[k])}\nkustomize:\n{yaml.safe_dump(obj)}"
+        )
+    assert "--environments" in operator_container(chart)["command"]
+    without = by_key(helm_objects(tmp_path, values))
+    assert not [k for k in without if k[2] == "memsync-operator-environments"]
+    assert "--environments" not in operator_container(without)["command"]
 
 
 def test_namespace_patterns_get_namespace_and_crd_watches_cluster_wide(tmp_path: Path) -> None:

@@ -6,15 +6,17 @@ an invalid field) or RBAC answers it; the SessionMemory must say so, and start o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import kmock as km
 import pytest
-from smem_harness import Cluster, eventually, run_operator, smem_body
+from smem_harness import FAST, Cluster, eventually, run_operator, smem_body
 from test_lifecycle import SECRET_VALUE, cond, phase_is, with_secret
 
-from memsync.controller.kube import KubeApiError, is_refusal, refusal_message
+from memsync.controller import waits
+from memsync.controller.kube import KubeApiError, is_missing_service_account, is_refusal, refusal_message
 from memsync.controller.pod import pod_name_for
 
 POD_SECURITY = (
@@ -28,6 +30,10 @@ QUOTA = (
 NO_SERVICE_ACCOUNT = (
     'pods "s1-sandbox" is forbidden: error looking up service account agents/default: '
     'serviceaccount "default" not found'
+)
+NO_NAMED_SERVICE_ACCOUNT = (
+    'pods "s1-sandbox" is forbidden: error looking up service account agents/agent-runner: '
+    'serviceaccount "agent-runner" not found'
 )
 RBAC = (
     'secrets "work-secret" is forbidden: User "system:serviceaccount:memsync-system:memsync-operator" '
@@ -129,6 +135,64 @@ async def test_a_missing_default_service_account_is_waited_for_not_failed(cluste
         status = await eventually(phase_is(cluster, "s1", "Pending"), timeout=30, what="Pending")
         assert status["podName"] == pod_name_for("s1")
         assert "PodRejected" not in cluster.event_reasons("s1")
+
+
+async def test_a_service_account_that_never_appears_is_refused_after_the_wait(cluster: Cluster) -> None:
+    """A serviceAccountName nobody creates: retried for service_account_wait, then ServiceAccountNotFound
+    (a status and a Warning Event); re-checked, so the session starts once the ServiceAccount exists."""
+    await with_secret(cluster)
+    emulator(cluster).reject_pod_creates = forbidden(NO_NAMED_SERVICE_ACCOUNT)
+    body = smem_body("s1")
+    body["spec"]["template"]["spec"]["serviceAccountName"] = "agent-runner"
+    async with run_operator(cluster, dataclasses.replace(FAST, service_account_wait=2.0)):
+        await cluster.create_smem(body)
+        status = await eventually(phase_is(cluster, "s1", "Failed"), timeout=60, what="Failed")
+        assert emulator(cluster).rejected >= 2, "the create was retried during the wait"
+        ready = cond(status, "Ready")
+        assert ready["status"] == "False" and ready["reason"] == "ServiceAccountNotFound"
+        assert "ServiceAccount agent-runner (spec.template.spec.serviceAccountName)" in ready["message"]
+        assert "does not exist in namespace" in ready["message"]
+        assert "podName" not in status and cluster.pods() == []
+        warning = await eventually(
+            lambda: next((e for e in cluster.events("s1") if e["reason"] == "ServiceAccountNotFound"), None),
+            what="a ServiceAccountNotFound event",
+        )
+        assert warning["type"] == "Warning" and "agent-runner" in warning["message"]
+
+        emulator(cluster).reject_pod_creates = None  # the ServiceAccount is created
+        status = await eventually(
+            phase_is(cluster, "s1", "Pending"), timeout=30, what="Pending once it exists"
+        )
+        assert status["podName"] == pod_name_for("s1")
+
+
+@pytest.mark.parametrize(
+    ("first_seen", "now", "over"), [(100.0, 100.0, False), (100.0, 159.9, False), (100.0, 160.0, True)]
+)
+def test_the_service_account_wait_is_bounded(first_seen: float, now: float, over: bool) -> None:
+    assert waits.wait_is_over(first_seen, now, 60.0) is over
+
+
+@pytest.mark.parametrize(
+    ("spec", "named"),
+    [
+        ({}, "default"),
+        ({"template": {"spec": {"containers": []}}}, "default"),
+        ({"template": {"spec": {"serviceAccountName": ""}}}, "default"),
+        ({"template": {"spec": {"serviceAccountName": "runner"}}}, "runner"),
+    ],
+)
+def test_the_service_account_a_pod_asks_for(spec: dict[str, Any], named: str) -> None:
+    assert waits.service_account_of(spec) == named
+
+
+def test_the_missing_service_account_message_names_the_field() -> None:
+    assert "(spec.template.spec.serviceAccountName)" in waits.missing_service_account_message("r", "ns", 60)
+    assert "(the namespace's default ServiceAccount)" in waits.missing_service_account_message(
+        "default", "ns", 60
+    )
+    assert is_missing_service_account(_error(403, NO_NAMED_SERVICE_ACCOUNT))
+    assert not is_missing_service_account(_error(403, QUOTA))
 
 
 def _error(status: int, message: str = "m", reason: str = "R") -> KubeApiError:

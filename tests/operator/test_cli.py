@@ -42,6 +42,14 @@ def test_namespace_and_all_namespaces_exclude_each_other() -> None:
     assert "exclude each other" in result.output
 
 
+def test_there_is_no_peering_flag() -> None:
+    """One replica, standalone: kopf's peering would pause equal-priority replicas but not memsync's own
+    periodic loops, so the flag is gone rather than half-working (docs/operations.md)."""
+    result = CliRunner().invoke(cli, ["operator", "--peering", "memsync", "--agent-image", "x"])
+    assert result.exit_code == 2
+    assert "No such option '--peering'" in result.output
+
+
 async def test_the_operator_refuses_to_start_on_a_kubernetes_older_than_1_29(
     cluster: Cluster, tmp_path: Path
 ) -> None:

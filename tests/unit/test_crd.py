@@ -22,6 +22,7 @@ from test_crd_apiserver import admit, openapi_schema, structural_errors
 from test_manifests import K8S_VERSION
 
 from memsync.crd import core, models
+from memsync.crd.guards import handler_paths
 from memsync.crd.models import (
     API_VERSION,
     KIND,
@@ -958,6 +959,45 @@ CORPUS: list[tuple[str, Callable[[], dict[str, Any]], Mutation | None, bool | st
         "ports: must be an array",
     ),
     ("ports-item-not-object", base_spec, setting(f"{C}.ports", [80]), False, "ports[0]: must be an object"),
+    *[
+        (
+            f"host-in-{handler}",
+            base_spec,
+            setting(f"{C}.{handler}", {"host": "10.0.0.1", "port": 80}),
+            False,
+            f"spec.{C}.{handler}.host: must not be set",
+        )
+        for handler in handler_paths()
+    ],
+    (
+        "probe-host-empty",
+        base_spec,
+        setting(f"{C}.readinessProbe.httpGet", {"host": "", "port": 8080, "path": "/ready"}),
+        True,
+        "",
+    ),
+    ("probe-without-host", base_spec, setting(f"{C}.livenessProbe.tcpSocket", {"port": 8080}), True, ""),
+    *[
+        (
+            f"profile-annotation-{key.split('.', 1)[0]}",
+            base_spec,
+            setting("template.metadata", {"annotations": {key: "unconfined"}}),
+            False,
+            f"spec.template.metadata.annotations[{key}]: must not be set",
+        )
+        for key in (
+            "container.apparmor.security.beta.kubernetes.io/sandbox",
+            "seccomp.security.alpha.kubernetes.io/pod",
+            "container.seccomp.security.alpha.kubernetes.io/memsync-sync",
+        )
+    ],
+    (
+        "other-annotation",
+        base_spec,
+        setting("template.metadata", {"annotations": {"example.com/apparmor": "x"}}),
+        True,
+        "",
+    ),
     (
         "ports-too-many",
         base_spec,

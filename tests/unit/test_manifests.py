@@ -26,8 +26,16 @@ from support.pod_security import restricted_violations
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
-OVERLAYS = ("kind", "production", "store-postgres")
-KUSTOMIZATIONS = ("base", "overlays/kind", "overlays/production", "overlays/store-postgres")
+OVERLAYS = ("kind", "production", "store-postgres", "namespaced")
+KUSTOMIZATIONS = (
+    "base",
+    "overlays/kind",
+    "overlays/production",
+    "overlays/store-postgres",
+    "overlays/namespaced",
+)
+#: The namespace the namespaced overlay serves and grants the operator access in.
+SERVED = "agents"
 
 
 def kind_node_version() -> str:
@@ -93,7 +101,9 @@ def test_the_crd_is_the_generated_one_and_namespaced_objects_live_in_memsync_sys
     }
     cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
     for obj in objs:
-        if obj["kind"] not in cluster_scoped:
+        if obj["kind"] in {"Role", "RoleBinding"}:  # the namespaced overlay's grants
+            assert obj["metadata"].get("namespace") == SERVED, obj["metadata"]["name"]
+        elif obj["kind"] not in cluster_scoped:
             assert obj["metadata"].get("namespace") == "memsync-system", obj["metadata"]["name"]
 
 
@@ -141,6 +151,8 @@ def test_operator_deployment(overlay: str, image: str) -> None:
     assert container["command"][:2] == ["memsync", "operator"]
     liveness = container["livenessProbe"]["httpGet"]
     assert liveness["path"] == "/healthz"
+    # Ready only once kopf runs, i.e. after the start-up check that the API serves the CRDs.
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert any(arg.endswith(":8080/healthz") for arg in container["command"])
 
 
@@ -248,6 +260,61 @@ def test_rbac_is_least_privilege() -> None:
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "memsync-operator", "namespace": "memsync-system"}
         ]
+
+
+def _rules_of(objs: list[dict[str, Any]], kind: str) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    return {
+        (o["metadata"].get("namespace", ""), o["metadata"]["name"]): o["rules"]
+        for o in objs
+        if o["kind"] == kind
+    }
+
+
+def test_namespaced_rbac_grants_base_rules_in_the_served_namespace_only() -> None:
+    objs = render("overlays/namespaced")
+    kinds = {o["kind"] for o in objs}
+    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}, "namespaced RBAC grants nothing cluster-wide"
+    cluster_wide = _rules_of(render("overlays/production"), "ClusterRole")
+    roles = _rules_of(objs, "Role")
+    assert roles == {(SERVED, name): rules for (_, name), rules in cluster_wide.items()}
+    for binding in by_kind(objs, "RoleBinding").values():
+        assert binding["metadata"]["namespace"] == SERVED
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": binding["metadata"]["name"],
+        }
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "memsync-operator", "namespace": "memsync-system"}
+        ]
+    assert set(by_kind(objs, "RoleBinding")) == {name for _, name in roles}
+    command = by_kind(objs, "Deployment")["memsync-operator"]["spec"]["template"]["spec"]["containers"][0][
+        "command"
+    ]
+    assert command[-2:] == ["--namespace", SERVED]
+    parse_with_cli(command[1:])
+
+
+def test_environments_rbac_has_a_namespaced_twin_with_the_same_rules() -> None:
+    """The add-on's Secret create/delete: cluster-wide in manifests/environments, only in the served
+    namespace in manifests/environments/namespaced."""
+    cluster_wide = render("environments")
+    namespaced = render("environments/namespaced")
+    assert {o["kind"] for o in namespaced} == {"Role", "RoleBinding"}
+    assert _rules_of(namespaced, "Role") == {
+        (SERVED, name): rules for (_, name), rules in _rules_of(cluster_wide, "ClusterRole").items()
+    }
+    (binding,) = by_kind(namespaced, "RoleBinding").values()
+    (cluster_binding,) = by_kind(cluster_wide, "ClusterRoleBinding").values()
+    assert binding["metadata"]["namespace"] == SERVED
+    assert binding["subjects"] == cluster_binding["subjects"]
+    assert binding["roleRef"] == {**cluster_binding["roleRef"], "kind": "Role"}
+    secrets = [
+        r
+        for r in _rules_of(namespaced, "Role")[(SERVED, "memsync-operator-environments")]
+        if "secrets" in r["resources"]
+    ]
+    assert secrets == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]}]
 
 
 def test_sample_session_memory_is_valid_and_becomes_a_pod() -> None:

@@ -4,7 +4,10 @@
 operator crd`` prints the CustomResourceDefinition (``make crds`` writes it to ``crds/``).
 
 Before it starts it reads the API server's version and refuses (exit 1, with an error log) below
-Kubernetes 1.29, the first release whose native sidecar containers are on by default.
+Kubernetes 1.29, the first release whose native sidecar containers are on by default; then it asks API
+discovery for every resource it serves (SessionMemories; AgentEnvironments with ``--environments``) and
+refuses (exit 1, naming each missing group/version/resource) when one is not served: kopf would never look
+it up again and idle.
 
 The controller talks to the cluster with the credentials kopf uses: the in-cluster service account when it
 runs in a Pod, else the kubeconfig (``KUBECONFIG``, ``--context``). Every option is also an environment
@@ -25,6 +28,7 @@ import kopf
 from prometheus_client import start_http_server
 from pydantic import TypeAdapter, ValidationError
 
+from memsync.controller import discovery
 from memsync.controller.handlers import build_memo, build_registry
 from memsync.controller.kube import KubeApi, parse_server_version, version_refusal
 from memsync.controller.memtrace import install_from_env as install_memory_trace
@@ -98,15 +102,6 @@ def _run_options(fn: F) -> F:
             help="Serve Prometheus metrics on this port (/metrics); 0 = off.",
         ),
         click.option(
-            "--peering",
-            "peering_name",
-            envvar="MEMSYNC_OPERATOR_PEERING",
-            default=None,
-            metavar="NAME",
-            help="Coordinate with other operator instances through this KopfPeering object. Default: "
-            "standalone (run exactly one replica with the Recreate strategy).",
-        ),
-        click.option(
             "--context",
             envvar="MEMSYNC_KUBE_CONTEXT",
             default=None,
@@ -120,6 +115,16 @@ def _run_options(fn: F) -> F:
             show_default=True,
             help="Seconds between re-checks of a SessionMemory refused before its Pod (missing Secret or "
             "key, duplicate session, invalid spec), and of an active session against its Pod.",
+        ),
+        click.option(
+            "--service-account-wait",
+            envvar="MEMSYNC_SERVICE_ACCOUNT_WAIT",
+            type=click.FloatRange(0.0),
+            default=60.0,
+            show_default=True,
+            help="Seconds a sandbox Pod refused because its ServiceAccount does not exist is retried (a new "
+            "namespace's default one appears moments later) before the session fails with "
+            "ServiceAccountNotFound.",
         ),
         click.option(
             "--memsync-env",
@@ -199,6 +204,27 @@ def _check_server_version(kube: KubeApi) -> None:
         logger.warning("cannot tell the Kubernetes version; starting anyway", extra={"version": info})
 
 
+def _check_served_resources(kube: KubeApi, *, environments: bool) -> None:
+    """Refuse to start (exit 1, with an error log) unless discovery serves every resource the operator
+    serves: kopf would resolve a missing one never again and idle (``controller/discovery.py``)."""
+    wanted = discovery.served_resources(environments=environments)
+    try:
+        found = asyncio.run(discovery.discover(kube, wanted))
+    except Exception as exc:  # KubeApiError, or the connection itself failed
+        kube.close()
+        logger.error("cannot read the Kubernetes API discovery", extra={"error": str(exc)})
+        raise click.ClickException(f"cannot read the Kubernetes API discovery: {exc}") from None
+    absent = discovery.missing(wanted, found)
+    if absent:
+        kube.close()
+        message = discovery.missing_message(absent)
+        logger.error(
+            "a resource the operator serves is not served by the API server; not starting",
+            extra={"missing": [str(r) for r in absent], "error": message},
+        )
+        raise click.ClickException(message)
+
+
 def _run(
     *,
     namespaces: tuple[str, ...],
@@ -207,9 +233,9 @@ def _run(
     agent_image_pull_policy: str,
     liveness: str | None,
     metrics_port: int,
-    peering_name: str | None,
     context: str | None,
     recheck_interval: float,
+    service_account_wait: float,
     memsync_env: str | None,
     environments: bool,
 ) -> None:
@@ -226,6 +252,7 @@ def _run(
         agent_image=agent_image,
         agent_image_pull_policy=agent_image_pull_policy,
         recheck_interval=recheck_interval,
+        service_account_wait=service_account_wait,
         memsync_env=parse_memsync_env(memsync_env),
         environments=environments,
     )
@@ -240,6 +267,7 @@ def _run(
         raise click.ClickException(f"cannot configure the Kubernetes client: {exc}") from None
 
     _check_server_version(kube)
+    _check_served_resources(kube, environments=environments)
 
     async def login(**_: Any) -> kopf.ConnectionInfo | kopf.AiohttpSession:
         info = kube.connection_info()
@@ -257,7 +285,6 @@ def _run(
             "agent_image": agent_image,
             "liveness": liveness,
             "metrics_port": metrics_port or None,
-            "standalone": peering_name is None,
         },
     )
     try:
@@ -265,8 +292,7 @@ def _run(
             registry=build_registry(config, login=login),
             settings=settings,
             memo=build_memo(kube, config),
-            standalone=peering_name is None,
-            peering_name=peering_name,
+            standalone=True,
             liveness_endpoint=liveness,
             clusterwide=not namespaces,
             namespaces=list(namespaces),

@@ -19,7 +19,9 @@ world, decides with pure functions, and converges; running it twice changes noth
    and adopt it as in 1. A create the API refuses (any 4xx ``kube.is_refusal`` counts as one: Pod
    Security, ResourceQuota, LimitRange, an invalid field) is the refusal ``PodRejected`` with the API's
    message, re-checked like the others (a quota may free up, a namespace label may change). A transient
-   answer (429, 5xx, the 403 of a ``default`` ServiceAccount not created yet) is retried by kopf.
+   answer (429, 5xx) is retried by kopf; so is the 403 of a ServiceAccount that does not exist (a
+   namespace's ``default`` one appears moments after the namespace), but only for the configured
+   ``service_account_wait`` since the first such answer: then it is the refusal ``ServiceAccountNotFound``.
 
 The Pod watcher (by label, server-side selector) remembers each Pod event's state and derives the status
 from the latest one with ``status.derive_status`` and patches it: once per session however many events
@@ -66,7 +68,7 @@ from typing import Any, Final, cast
 
 import kopf
 
-from memsync.controller import metrics
+from memsync.controller import metrics, waits
 from memsync.controller import status as st
 from memsync.controller.environment import daemon as environment_daemon
 from memsync.controller.health import health_url, read_health
@@ -76,6 +78,7 @@ from memsync.controller.kube import (
     KubeApiError,
     KubeConflict,
     KubeNotFound,
+    is_missing_service_account,
     is_refusal,
     refusal_message,
 )
@@ -572,6 +575,11 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any], claims: Cla
         await _adopt_or_refuse(runtime, body, existing, created=False, stores=stores)
         return
     except KubeApiError as exc:
+        if is_missing_service_account(exc):
+            await _wait_for_service_account(
+                runtime, namespace=namespace, name=name, raw_spec=raw_spec, exc=exc, stores=stores
+            )
+            return
         if not is_refusal(exc):
             raise
         await _refuse(
@@ -583,7 +591,35 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any], claims: Cla
             stores=stores,
         )
         return
+    runtime.service_account_missing_since.pop((namespace, name), None)
     await _adopt_or_refuse(runtime, body, created, created=True, stores=stores)
+
+
+async def _wait_for_service_account(
+    runtime: Runtime,
+    *,
+    namespace: str,
+    name: str,
+    raw_spec: Mapping[str, Any],
+    exc: KubeApiError,
+    stores: StorePaths,
+) -> None:
+    """The Pod's ServiceAccount does not exist: retried (``exc`` re-raised) until the configured wait since
+    the first such answer is over, then the refusal ``ServiceAccountNotFound``."""
+    now = time.monotonic()
+    first = runtime.service_account_missing_since.setdefault((namespace, name), now)
+    wait = runtime.config.service_account_wait
+    if not waits.wait_is_over(first, now, wait):
+        raise exc
+    message = waits.missing_service_account_message(waits.service_account_of(raw_spec), namespace, wait)
+    await _refuse(
+        runtime,
+        namespace,
+        name,
+        st.SERVICE_ACCOUNT_NOT_FOUND,
+        f"{message}: {refusal_message(exc)}",
+        stores=stores,
+    )
 
 
 async def recheck(runtime: Runtime, event_body: Mapping[str, Any], claims: Claims | None = None) -> None:

@@ -71,7 +71,12 @@ def is_refusal(exc: KubeApiError) -> bool:
     """True when the API refused the request itself (repeating it unchanged cannot help)."""
     if exc.status >= 500 or exc.status < 400 or exc.status in TRANSIENT_STATUSES:
         return False
-    return not (exc.status == 403 and _MISSING_SERVICE_ACCOUNT.search(exc.message))
+    return not is_missing_service_account(exc)
+
+
+def is_missing_service_account(exc: KubeApiError) -> bool:
+    """True for the ServiceAccount admission plugin's 403: the Pod's ServiceAccount does not exist (yet)."""
+    return exc.status == 403 and _MISSING_SERVICE_ACCOUNT.search(exc.message) is not None
 
 
 def refusal_message(exc: KubeApiError) -> str:
@@ -281,6 +286,21 @@ class KubeApi:
     async def server_version(self) -> dict[str, Any]:
         """The API server's ``/version`` answer (major, minor, gitVersion, ...)."""
         return await self._call("GET", "/version/")
+
+    async def served_plurals(self, group: str, version: str) -> frozenset[str] | None:
+        """The resources discovery lists at ``/apis/<group>/<version>`` (subresources left out); None when
+        the API server does not serve that group/version (404)."""
+        try:
+            listing = await self._call("GET", f"/apis/{quote(group, safe='')}/{quote(version, safe='')}")
+        except KubeNotFound:
+            return None
+        resources = listing.get("resources")
+        names = (
+            str(r.get("name"))
+            for r in (resources if isinstance(resources, list) else [])
+            if isinstance(r, dict) and "/" not in str(r.get("name"))
+        )
+        return frozenset(names)
 
     # --- Pods --------------------------------------------------------------------------------------------
 

@@ -145,6 +145,8 @@ class Runtime:
     locks: dict[Key, asyncio.Lock] = field(default_factory=dict)
     # When the deletion first saw the Pod gone (monotonic seconds), per SessionMemory.
     gone_since: dict[Key, float] = field(default_factory=dict)
+    # When a Pod create was first refused for a missing ServiceAccount (monotonic seconds), per SessionMemory.
+    service_account_missing_since: dict[Key, float] = field(default_factory=dict)
     # Pods (by uid) this operator process created or has already announced as adopted.
     known_pods: set[str] = field(default_factory=set)
     # The last Pod state the watcher saw (``pod_digest``), per SessionMemory (namespace, name).
@@ -220,4 +222,5 @@ class Runtime:
             self.paths.pop(str(meta_of(known).uid), None)
         self.locks.pop((namespace, name), None)
         self.gone_since.pop((namespace, name), None)
+        self.service_account_missing_since.pop((namespace, name), None)
         self.seen_pods.pop((namespace, name), None)

@@ -59,6 +59,9 @@ class ControllerConfig:
       ``Synced`` condition then turns False within a pass plus this of a failing pass).
     - ``health_address``: the URL of a Pod's ``/status`` (default: the Pod IP and the sidecar's metrics
       port); a test that runs Pods on one machine with remapped ports passes its own.
+    - ``service_account_wait``: how long a Pod create refused because its ServiceAccount does not exist is
+      retried (a namespace's ``default`` one appears moments after the namespace) before the session is
+      refused with ``ServiceAccountNotFound``.
     - ``memsync_env``: extra environment for the memsync containers of every Pod (a proxy, a CA bundle);
       a SessionMemory's ``spec.template.spec.memsync.env`` entries of the same name replace these.
     """
@@ -72,6 +75,7 @@ class ControllerConfig:
     report_settle_seconds: float = 10.0
     default_grace_seconds: float = 120.0
     health_interval: float = 5.0
+    service_account_wait: float = 60.0
     health_address: Callable[[Mapping[str, Any]], str | None] | None = None
     memsync_env: tuple[EnvVarSpec, ...] = field(default_factory=tuple)
     # Serve AgentEnvironments too (one poll loop each); off unless asked for.

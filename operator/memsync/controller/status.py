@@ -90,6 +90,8 @@ POD_NAME_TAKEN: Final = "PodNameTaken"
 # field; or RBAC on the Secret read): the message is the API's own.
 POD_REJECTED: Final = "PodRejected"
 SECRET_FORBIDDEN: Final = "SecretForbidden"  # noqa: S105 - a reason, not a password
+# The Pod's ServiceAccount did not appear within the operator's --service-account-wait.
+SERVICE_ACCOUNT_NOT_FOUND: Final = "ServiceAccountNotFound"
 REFUSAL_REASONS: Final = frozenset(
     {
         INVALID_SPEC,
@@ -99,6 +101,7 @@ REFUSAL_REASONS: Final = frozenset(
         POD_NAME_TAKEN,
         POD_REJECTED,
         SECRET_FORBIDDEN,
+        SERVICE_ACCOUNT_NOT_FOUND,
     }
 )
 

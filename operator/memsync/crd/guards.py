@@ -17,7 +17,12 @@ What they refuse, and why:
   unmasked ``/proc``, Windows host processes; ``runAsUser`` other than 65532 (the sync agent keeps the store
   files private to that uid);
 * the fields the operator owns: the container's ``name`` (always ``sandbox``), ``restartPolicy``,
-  ``restartPolicyRules`` and ``volumeDevices``.
+  ``restartPolicyRules`` and ``volumeDevices``;
+* a ``host`` in a probe's or lifecycle hook's ``httpGet`` or ``tcpSocket`` (the baseline Pod Security
+  Standard forbids it since Kubernetes 1.34): the kubelet would connect to another host on the Pod's behalf;
+* AppArmor and seccomp annotations in the template's metadata: the operator copies the template's annotations
+  onto the Pod, where they would apply to memsync's own containers too; the sandbox container's
+  ``securityContext.appArmorProfile`` and ``seccompProfile`` are the place for a profile.
 """
 
 from __future__ import annotations
@@ -48,6 +53,23 @@ ALLOWED_SELINUX_TYPES: Final = ("", "container_t", "container_init_t", "containe
 APPARMOR_UNCONFINED: Final = "Unconfined"
 #: A clean absolute path: one or more segments, none empty, ``.`` or ``..`` (RE2 and Python alike).
 CLEAN_PATH_PATTERN: Final = r"^(/([^/.]|[.][^/.]|[.][.][^/])[^/]*)+$"
+#: The container fields holding probe and lifecycle-hook handlers, and the handler kinds that take a ``host``.
+PROBE_FIELDS: Final = ("livenessProbe", "readinessProbe", "startupProbe")
+LIFECYCLE_HOOKS: Final = ("postStart", "preStop")
+HOST_HANDLERS: Final = ("httpGet", "tcpSocket")
+#: Annotation keys (prefixes) that set AppArmor or seccomp profiles the old way, for every container of a Pod.
+PROFILE_ANNOTATION_PREFIXES: Final = (
+    "container.apparmor.security.beta.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+)
+
+
+def handler_paths() -> list[str]:
+    """The dotted paths below a container of every handler that may name a ``host``, e.g.
+    ``livenessProbe.httpGet`` or ``lifecycle.preStop.tcpSocket``."""
+    owners = [*PROBE_FIELDS, *(f"lifecycle.{hook}" for hook in LIFECYCLE_HOOKS)]
+    return [f"{owner}.{kind}" for owner in owners for kind in HOST_HANDLERS]
 
 
 def mount_root_ancestors() -> list[str]:
@@ -110,6 +132,34 @@ def mount_path_problem(mount_path: str) -> str | None:
     return None
 
 
+def _at(data: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = data
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node
+
+
+def handler_host_problems(container: Mapping[str, Any], path: str) -> list[str]:
+    """A ``host`` set in any probe or lifecycle hook handler of ``container`` (at ``path``)."""
+    return [
+        f"{path}.{handler}.host: must not be set (probes and hooks may only reach the Pod's own IP, "
+        "the default; leave host unset or empty)"
+        for handler in handler_paths()
+        if _at(container, f"{handler}.host")
+    ]
+
+
+def annotation_problems(annotations: Mapping[str, Any], path: str) -> list[str]:
+    """AppArmor or seccomp annotations among the template's ``annotations`` (at ``path``)."""
+    return [
+        f"{path}[{key}]: must not be set (AppArmor and seccomp annotations would apply to memsync's "
+        "containers too; set containers[0].securityContext.appArmorProfile or seccompProfile instead, "
+        "RuntimeDefault or Localhost)"
+        for key in sorted(annotations)
+        if key.startswith(PROFILE_ANNOTATION_PREFIXES)
+    ]
+
+
 def container_problems(container: Mapping[str, Any], path: str) -> list[str]:
     """Why ``container`` (at ``path``) cannot become the Pod's sandbox container; empty when it can."""
     problems: list[str] = []
@@ -132,6 +182,7 @@ def container_problems(container: Mapping[str, Any], path: str) -> list[str]:
         problem = mount_path_problem(str(mount.get("mountPath", "")))
         if problem is not None:
             problems.append(f"{path}.volumeMounts[{i}].mountPath: {problem}")
+    problems.extend(handler_host_problems(container, path))
     problems.extend(
         security_context_problems(container.get("securityContext") or {}, f"{path}.securityContext")
     )

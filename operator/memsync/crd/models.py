@@ -55,7 +55,7 @@ from memsync.api.paths import default_mount_path, is_ancestor
 from memsync.contracts.env import CONFLICT_POLICIES, RESERVED_PREFIXES, ConflictPolicy, is_reserved
 from memsync.crd import core
 from memsync.crd.core import schema_problems
-from memsync.crd.guards import SANDBOX_CONTAINER_NAME, pod_spec_problems
+from memsync.crd.guards import SANDBOX_CONTAINER_NAME, annotation_problems, pod_spec_problems
 
 # --- names -------------------------------------------------------------------------------------------------
 
@@ -334,8 +334,11 @@ class TemplateMetadata(_SpecModel):
     @field_validator("annotations")
     @classmethod
     def _check_annotations(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        problems = annotation_problems(value or {}, "")
         if DEFAULT_CONTAINER_ANNOTATION in (value or {}):
-            raise ValueError(f"{DEFAULT_CONTAINER_ANNOTATION}: set by the operator (always sandbox)")
+            problems.insert(0, f"{DEFAULT_CONTAINER_ANNOTATION}: set by the operator (always sandbox)")
+        if problems:
+            raise ValueError("\n".join(problems))
         return value
 
 

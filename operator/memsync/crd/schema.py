@@ -328,8 +328,19 @@ def container_schema(container: dict[str, Any]) -> dict[str, Any]:
             _forbidden(f"!has(self.{field})", f"{field} must not be set: the operator owns it", field)
             for field in g.OWNED_CONTAINER_FIELDS
         ),
+        *(handler_host_rule(handler) for handler in g.handler_paths()),
     )
     return container
+
+
+def handler_host_rule(handler: str) -> Any:
+    """No ``host`` in the probe or hook handler at ``handler`` (``livenessProbe.httpGet``, ...)."""
+    parts = handler.split(".")
+    present = " && ".join(f"has(self.{'.'.join(parts[: i + 1])})" for i in range(len(parts)))
+    return _forbidden(
+        f"!({present} && has(self.{handler}.host)) || self.{handler}.host == ''",
+        f"{handler}.host must not be set: probes and hooks may only reach the Pod's own IP (the default)",
+    )
 
 
 def pod_spec_schema() -> dict[str, Any]:
@@ -408,6 +419,15 @@ def template_schema() -> dict[str, Any]:
         _forbidden(
             f"!('{m.DEFAULT_CONTAINER_ANNOTATION}' in self)",
             f"annotations must not set {m.DEFAULT_CONTAINER_ANNOTATION}: the operator sets it",
+        ),
+        _forbidden(
+            "self.all(k, "
+            + " && ".join(f"!k.startsWith('{prefix}')" for prefix in g.PROFILE_ANNOTATION_PREFIXES)
+            + ")",
+            "annotations must not set AppArmor or seccomp profiles ("
+            + ", ".join(f"{prefix}*" for prefix in g.PROFILE_ANNOTATION_PREFIXES)
+            + "): they would apply to memsync's containers too; set containers[0].securityContext."
+            "appArmorProfile or seccompProfile instead (RuntimeDefault or Localhost)",
         ),
     )
     return {
