@@ -67,7 +67,16 @@ class LeaseHolder:
         task.add_done_callback(functools.partial(self._done, item.work_id))
 
     def _done(self, work_id: str, task: asyncio.Task[str]) -> None:
-        outcome = "released" if task.cancelled() else (task.result() if task.exception() is None else "lost")
+        if task.cancelled():
+            outcome = "released"
+        elif (error := task.exception()) is not None:
+            logger.error(
+                "holding the work item's lease ended with an error",
+                extra=self.fields(work_id=work_id, error=repr(error)),
+            )
+            outcome = "lost"
+        else:
+            outcome = task.result()
         self.outcomes[work_id] = outcome
         metrics.LEASES_RELEASED.labels(outcome=outcome).inc()
         if self.tasks.get(work_id) is task:
