@@ -26,7 +26,7 @@ from support.environment_objects import Objects
 
 NS, NAME = "agents", "team-a"
 LEASE_TTL = 2
-FIRST_HEARTBEAT_S = 1
+FIRST_HEARTBEAT_S = 2
 
 
 @pytest.fixture(scope="module")

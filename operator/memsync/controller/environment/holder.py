@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import anthropic
+
 from memsync.contracts import lease
 from memsync.controller import metrics
 from memsync.controller.environment.queue import QueueError, WorkQueue
@@ -94,11 +96,20 @@ class LeaseHolder:
 
     async def _beat(self, queue: WorkQueue, item: Hold) -> str:
         fields = self.fields(work_id=item.work_id, session_id=item.session_id)
+        client = queue.item_client(item.sessions_token)
+        try:
+            return await self._beat_with(queue, client, item, fields)
+        finally:
+            await client.close()
+
+    async def _beat_with(
+        self, queue: WorkQueue, client: anthropic.AsyncAnthropic, item: Hold, fields: dict[str, Any]
+    ) -> str:
         last, ttl = lease.NO_HEARTBEAT, lease.ASSUMED_TTL_S
         last_ok = self.monotonic()
         while True:
             try:
-                beat = await queue.heartbeat(item.work_id, last, item.sessions_token)
+                beat = await queue.heartbeat(client, item.work_id, last)
             except QueueError as exc:
                 if exc.status == 412:
                     return self._refused(item, exc, fields)

@@ -138,18 +138,21 @@ class WorkQueue:
         except Exception as exc:
             raise _error(exc, f"stop of {work_id}") from None
 
-    async def heartbeat(self, work_id: str, expected: str, sessions_token: str | None) -> dict[str, Any]:
-        """One heartbeat of an item, with its sessions token (the environment key when there is none)."""
-        client = self._client if sessions_token is None else _client(self.base_url, sessions_token)
+    def item_client(self, sessions_token: str | None) -> anthropic.AsyncAnthropic:
+        """A client for one held item's heartbeats: its sessions token (the environment key when there is
+        none); the caller closes it."""
+        return _client(self.base_url, sessions_token or self._key)
+
+    async def heartbeat(
+        self, client: anthropic.AsyncAnthropic, work_id: str, expected: str
+    ) -> dict[str, Any]:
+        """One heartbeat of an item, through ``item_client``'s client."""
         try:
             beat = await client.beta.environments.work.heartbeat(
                 work_id, environment_id=self.environment_id, expected_last_heartbeat=expected
             )
         except Exception as exc:
             raise _error(exc, f"heartbeat of {work_id}") from None
-        finally:
-            if client is not self._client:
-                await client.close()
         data: dict[str, Any] = beat.model_dump(mode="json")
         return data
 
