@@ -168,7 +168,9 @@ def deployed(cluster: Cluster) -> Cluster:
 
 
 @contextlib.contextmanager
-def store_on_bridge(cluster: Cluster, directory: Path) -> Iterator[RunningStoreServer]:
+def store_on_bridge(
+    cluster: Cluster, directory: Path, extra_args: tuple[str, ...] = ()
+) -> Iterator[RunningStoreServer]:
     """A store server on the tier's bridge address, where the sandbox Pods reach it; stopped at the end."""
     host = cluster.info.gateway
     port = free_port(host)
@@ -178,7 +180,7 @@ def store_on_bridge(cluster: Cluster, directory: Path) -> Iterator[RunningStoreS
         db_path=directory / "store.db",
         log_path=directory / "server.log",
         port=port,
-        extra_args=("--host", host),
+        extra_args=("--host", host, *extra_args),
     )
     server.start()
     try:

@@ -2,11 +2,14 @@
 the AgentEnvironment add-on (``kubectl apply -k manifests/environments``, ``--environments`` through
 ``MEMSYNC_ENVIRONMENTS``), it polls the tier's store server's work queue, claims a session, and its sandbox
 Pod runs ``memsync session run``: the scripted write lands in the store, the work item is stopped after the
-last memory write, the SessionMemory is Succeeded and then removed with its Secret after the retention."""
+last memory write, the SessionMemory is Succeeded and then removed with its Secret after the retention.
+Against a store server whose first-heartbeat window is shorter than the Pod takes to start, the operator's
+own heartbeats hold the item until the runner takes the lease over, and the session is still served."""
 
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,9 +20,15 @@ from memsync.controller.environment import decisions as d
 from memsync.controller.pod import pod_name_for
 from memsync.crd import agentenv as a
 from memsync.crd.models import sandbox_template
-from support.environments import memories_of, scripted_session, stopped_after_the_last_write
+from support.environments import (
+    ScriptedSession,
+    memories_of,
+    scripted_session,
+    stopped_after_the_last_write,
+    timestamp,
+)
 
-from .conftest import REPO, SYSTEM_NS, Cluster
+from .conftest import REPO, SYSTEM_NS, Cluster, store_on_bridge
 from .scenario import IMAGE, container, pod_status, smem_status, wait_phase
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -41,12 +50,13 @@ def environments(deployed: Cluster) -> Cluster:
     return deployed
 
 
-def test_the_operator_serves_a_session_from_claim_to_stop(
-    environments: Cluster, tier_store: RunningStoreServer, namespace: str
-) -> None:
-    cluster = environments
-    admin = httpx.Client(base_url=tier_store.url, headers={"x-api-key": tier_store.admin_key}, timeout=30)
-    scripted = scripted_session(admin, "/mnt/memory/{slug}/hello.md", "from the tier\n")
+def serve_one_session(
+    cluster: Cluster, store: RunningStoreServer, namespace: str, content: str
+) -> tuple[httpx.Client, ScriptedSession, str, dict[str, Any]]:
+    """An AgentEnvironment against ``store`` serving one scripted session to its end; the admin client, the
+    session, the SessionMemory's name and its sandbox container's terminated state."""
+    admin = httpx.Client(base_url=store.url, headers={"x-api-key": store.admin_key}, timeout=30)
+    scripted = scripted_session(admin, "/mnt/memory/{slug}/hello.md", content)
     cluster.apply(
         {
             "apiVersion": "v1",
@@ -63,7 +73,7 @@ def test_the_operator_serves_a_session_from_claim_to_stop(
         "spec": {
             "environmentId": scripted.environment_id,
             "environmentKeySecretRef": {"name": "env-key", "key": "key"},
-            "apiBaseUrl": tier_store.url,
+            "apiBaseUrl": store.url,
             "maxConcurrentSessions": 2,
             "finishedRetentionSeconds": RETENTION_S,
             "sync": {"intervalSeconds": 3600, "finalFlushSeconds": 30},  # only the final flush uploads
@@ -86,7 +96,7 @@ def test_the_operator_serves_a_session_from_claim_to_stop(
     assert sandbox["exitCode"] == 0, explain
 
     # the write is in the store, uploaded by the final flush (the interval never came), before the stop
-    assert memories_of(admin, scripted) == [("/hello.md", "from the tier\n")], explain
+    assert memories_of(admin, scripted) == [("/hello.md", content)], explain
     cluster.wait(
         "the work item stopped",
         lambda: (
@@ -96,6 +106,14 @@ def test_the_operator_serves_a_session_from_claim_to_stop(
         timeout=60,
     )
     stopped_after_the_last_write(admin, scripted)
+    return admin, scripted, name, sandbox
+
+
+def test_the_operator_serves_a_session_from_claim_to_stop(
+    environments: Cluster, tier_store: RunningStoreServer, namespace: str
+) -> None:
+    cluster = environments
+    admin, scripted, name, _ = serve_one_session(cluster, tier_store, namespace, "from the tier\n")
 
     # the AgentEnvironment counted it; the SessionMemory and its Secret go after the retention
     aenv = cluster.wait(
@@ -119,3 +137,24 @@ def test_the_operator_serves_a_session_from_claim_to_stop(
     )
     assert cluster.get_or_none("-n", namespace, "secret", d.secret_name(scripted.session_id)) is None
     admin.close()
+
+
+FIRST_HEARTBEAT_S = 1
+
+
+def test_a_first_heartbeat_window_shorter_than_the_pod_start_still_serves_the_session(
+    environments: Cluster, namespace: str, tmp_path: Path
+) -> None:
+    """The store server re-queues an acknowledged item that is not heartbeated within 1 s: far less than a
+    sandbox Pod needs to be scheduled, mount its stores and start its runner. The operator heartbeats the
+    item from its acknowledgement until the runner takes the lease over, so the session is served."""
+    cluster = environments
+    window = ("--first-heartbeat-window", str(FIRST_HEARTBEAT_S))
+    with store_on_bridge(cluster, tmp_path, window) as store:
+        admin, scripted, _, sandbox = serve_one_session(cluster, store, namespace, "held through the start\n")
+        item = admin.get(f"/v1/environments/{scripted.environment_id}/work/{scripted.work_id}").json()
+        acked = timestamp(item["acknowledged_at"])
+        runner_started = timestamp(sandbox["startedAt"])
+        # the runner started well after the window had closed: only the operator's hold kept the item
+        assert (runner_started - acked).total_seconds() > FIRST_HEARTBEAT_S + 1, (item, sandbox)
+        admin.close()

@@ -5,27 +5,36 @@ items it must fail, the environment key missing, refused and rotated, the API un
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
+import anthropic
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from conftest import RunningStoreServer, launch_store_server
 from memsync.api.secret import decode_work_secret
 from memsync.controller.environment import decisions as d
 from memsync.controller.environment.loop import EnvironmentLoop
-from memsync.controller.environment.queue import WorkQueue
+from memsync.controller.environment.queue import QueueError, WorkQueue
+from memsync.crd.agentenv import validate_environment_spec
 from memsync.crd.models import sandbox_template, validate_spec
+from memsync.session.takeover import runner_http_client
 from support.environment_objects import Objects
 
 NS, NAME = "agents", "team-a"
+LEASE_TTL = 2
+FIRST_HEARTBEAT_S = 2
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStoreServer]:
-    running = launch_store_server(tmp_path_factory.mktemp("env-loop"), extra_args=("--lease-ttl", "2"))
+    running = launch_store_server(
+        tmp_path_factory.mktemp("env-loop"),
+        extra_args=("--lease-ttl", str(LEASE_TTL), "--first-heartbeat-window", str(FIRST_HEARTBEAT_S)),
+    )
     try:
         yield running
     finally:
@@ -61,6 +70,33 @@ def admin(server: RunningStoreServer) -> Iterator[Admin]:
     client = Admin(server)
     yield client
     client.http.close()
+
+
+async def runner_first_heartbeat(
+    server: RunningStoreServer, env_id: str, work_id: str, token: str, chain: list[str] | None = None
+) -> int:
+    """The first heartbeat of a Pod's runner, as the SDK sends it (``NO_HEARTBEAT``), through the runner's
+    takeover transport; the HTTP status the SDK ends up seeing (``chain`` gets the value it answered)."""
+    http = runner_http_client(work_id)
+    client = anthropic.AsyncAnthropic(base_url=server.url, auth_token=token, http_client=http)
+    try:
+        beat = await client.beta.environments.work.heartbeat(
+            work_id, environment_id=env_id, expected_last_heartbeat="NO_HEARTBEAT"
+        )
+    except anthropic.APIStatusError as exc:
+        return exc.status_code
+    finally:
+        await client.close()
+    if chain is not None:
+        chain.append(beat.last_heartbeat)
+    return 200
+
+
+async def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.1)
 
 
 def environment(env_id: str, base_url: str, **spec: Any) -> dict[str, Any]:
@@ -102,15 +138,20 @@ async def test_a_claimed_session_gets_its_secret_and_session_memory_once(
     env_vars = {e["name"]: e for e in spec.template.spec.sandbox["env"]}
     assert env_vars["ANTHROPIC_WORK_ID"]["value"] == minted["work_id"]
     assert env_vars["ANTHROPIC_ENVIRONMENT_ID"]["value"] == env_id
-    assert admin.work(env_id, minted["work_id"])["state"] == "starting"  # acknowledged, lease running
+    await asyncio.sleep(0.3)
+    # acknowledged and heartbeated by the operator at once: the lease does not wait for the Pod
+    assert admin.work(env_id, minted["work_id"])["state"] == "active"
     status = objects.env["status"] if objects.env else {}
     assert (status["phase"], status["active"], status["claimed"]) == ("Polling", 1, 1)
     assert minted["work_secret"] not in str(status)
-    # the lease lapses (no Pod heartbeats here): the item is handed out again and finds what exists
-    await asyncio.sleep(2.5)
+    # no Pod takes over here: the operator keeps holding, the item is not handed out again
+    await asyncio.sleep(LEASE_TTL + 1)
     await loop.run_pass()
-    assert len(objects.created) == 2  # one Secret, one SessionMemory: the re-claim created nothing
+    assert len(objects.created) == 2  # one Secret, one SessionMemory
     assert set(objects.smems) == {name}
+    assert admin.work(env_id, minted["work_id"])["state"] == "active"
+    assert loop.holder.holding(minted["work_id"])
+    await loop.aclose()
 
 
 async def test_the_concurrency_cap_leaves_work_queued(server: RunningStoreServer, admin: Admin) -> None:
@@ -206,7 +247,7 @@ async def test_an_unreachable_api_backs_off_and_recovers(server: RunningStoreSer
     assert (status["phase"], status["conditions"][0]["reason"]) == ("Degraded", "PollFailing")
     assert "unreachable" in status["lastError"]
     objects.env["spec"]["apiBaseUrl"] = server.url
-    assert await loop.run_pass() == 0.0
+    assert 1.0 <= await loop.run_pass() <= 2.0  # no work: the idle pause
     assert objects.env["status"]["phase"] == "Polling"
     assert loop.failures == 0
 
@@ -220,6 +261,9 @@ async def test_finished_session_memories_are_removed_after_their_retention(
     await loop.run_pass()
     for minted in (old, young):  # their Pods stopped them
         admin.http.post(f"/v1/environments/{env_id}/work/{minted['work_id']}/stop", json={"force": True})
+    # the operator's next heartbeats see the items stopped and let them go
+    await eventually(lambda: len(loop.holder.outcomes) == 2)
+    assert loop.holder.outcomes == {old["work_id"]: "stopping", young["work_id"]: "stopping"}
     now = datetime.now(UTC)
     old_name, young_name = d.object_name(old["session"]["id"]), d.object_name(young["session"]["id"])
     objects.finish(old_name, "Succeeded", now - timedelta(seconds=61))
@@ -237,25 +281,44 @@ async def test_a_deleted_environment_ends_the_loop(server: RunningStoreServer, a
     assert await loop.run_pass() is None
 
 
-async def test_a_re_claimed_item_adopts_stops_or_replaces_what_exists(
-    server: RunningStoreServer, admin: Admin
-) -> None:
+async def test_a_re_delivered_item_is_served_to_its_end(server: RunningStoreServer, admin: Admin) -> None:
     env_id, _, objects, loop = setup(server, admin)
     first = admin.mint(env_id, "Again")
     await loop.run_pass()
     name = d.object_name(first["session"]["id"])
-    await asyncio.sleep(2.5)  # no Pod heartbeats: the lease lapses and the item is handed out again
-    objects.finish(name, "Succeeded", datetime.now(UTC))
-    await loop.run_pass()  # it already ran for this item: the item is stopped, nothing is created
-    assert admin.work(env_id, first["work_id"])["state"] == "stopped"
-    assert len(objects.created) == 2
-    # an earlier item's finished SessionMemory gives way to the new item of the same session
-    item = d.WorkItem(
-        id="work_later", environment_id=env_id, type="session", session_id=first["session"]["id"], secret="x"
-    )
-    assert d.on_existing(objects.smems[name], item) == "replace"
-    running = {**objects.smems[name], "status": {"phase": "Running"}}
+    work_id = first["work_id"]
+    token = decode_work_secret(first["work_secret"]).sessions_token
+    # the Pod's runner takes the lease over, then stops heartbeating (its node is cut off)
+    assert await runner_first_heartbeat(server, env_id, work_id, token) == 200
+    await asyncio.sleep(LEASE_TTL + 1.5)  # the lease lapses: the item is queued again
+    assert admin.work(env_id, work_id)["state"] == "queued"
+    await loop.run_pass()  # re-claimed: acknowledged and held; the running SessionMemory is waited for
+    assert admin.work(env_id, work_id)["state"] == "active"
+    assert set(loop.claims.pending) == {work_id}
+    objects.finish(name, "Succeeded", datetime.now(UTC))  # the old Pod lost the lease and ended
+    await loop.run_pass()  # not stopped: the finished SessionMemory makes way for a new one
+    assert name not in objects.smems
+    await loop.run_pass()
+    assert name in objects.smems and d.is_active(objects.smems[name])
+    assert d.work_id_of(objects.smems[name]) == work_id
+    assert loop.claims.pending == {}
+    assert admin.work(env_id, work_id)["state"] == "active"  # still held, for the new Pod to take over
+    assert await runner_first_heartbeat(server, env_id, work_id, token) == 200
+    await eventually(lambda: work_id in loop.holder.outcomes)
+    assert loop.holder.outcomes[work_id] == "taken_over"
+    await loop.aclose()
+
+
+def test_what_exists_for_a_session_is_adopted_replaced_or_done() -> None:
+    item = d.WorkItem(id="work_1", environment_id="env", type="session", session_id="sesn_1", secret="x")
+    smem = {"metadata": {"name": "s", "annotations": {"agents.memsync.dev/work-id": "work_1"}}}
+    running = {**smem, "status": {"phase": "Running"}}
+    finished = {**smem, "status": {"phase": "Succeeded"}}
     assert d.on_existing(running, item) == "adopt"
+    assert d.on_existing(finished, item) == "done"  # it had run for this item before the item came back
+    assert d.on_existing(finished, item, adopted=True) == "replace"  # it ended after the item came back
+    later = d.WorkItem(id="work_2", environment_id="env", type="session", session_id="sesn_1", secret="x")
+    assert d.on_existing(finished, later) == "replace"
 
 
 async def test_an_operator_restart_claims_nothing_twice_and_stops_what_finished(
@@ -264,19 +327,19 @@ async def test_an_operator_restart_claims_nothing_twice_and_stops_what_finished(
     env_id, _, objects, first_loop = setup(server, admin)
     minted = admin.mint(env_id, "Restart")
     await first_loop.run_pass()
-    # the Pod heartbeats the item (its runner holds the lease); the operator restarts
     token = decode_work_secret(minted["work_secret"]).sessions_token
+    await first_loop.aclose()  # the operator stops; the Pod's runner took the lease over
+    assert await runner_first_heartbeat(server, env_id, minted["work_id"], token) == 200
+    path = f"/v1/environments/{env_id}/work/{minted['work_id']}/heartbeat"
 
     async def pod_heartbeats() -> None:
-        last = "NO_HEARTBEAT"
         async with httpx.AsyncClient(
             base_url=server.url, headers={"authorization": f"Bearer {token}"}
         ) as http:
+            probe = await http.post(path, params={"expected_last_heartbeat": "NO_HEARTBEAT"})
+            last = probe.json()["error"]["details"]["current_state"]["last_heartbeat"]  # the runner's
             while True:
-                beat = await http.post(
-                    f"/v1/environments/{env_id}/work/{minted['work_id']}/heartbeat",
-                    params={"expected_last_heartbeat": last},
-                )
+                beat = await http.post(path, params={"expected_last_heartbeat": last})
                 last = beat.raise_for_status().json()["last_heartbeat"]
                 await asyncio.sleep(0.4)
 
@@ -292,3 +355,211 @@ async def test_an_operator_restart_claims_nothing_twice_and_stops_what_finished(
     objects.finish(d.object_name(minted["session"]["id"]), "Failed", datetime.now(UTC))
     await restarted.run_pass()
     assert admin.work(env_id, minted["work_id"])["state"] == "stopped"
+
+
+def handovers() -> float:
+    return REGISTRY.get_sample_value("memsync_operator_environment_handover_seconds_count") or 0.0
+
+
+async def test_the_operator_holds_the_lease_past_the_first_heartbeat_window_and_hands_it_over(
+    server: RunningStoreServer, admin: Admin
+) -> None:
+    env_id, key, _ = admin.environment()
+    # the window is real: an item acknowledged and not heartbeated is queued again after it
+    unheld = admin.mint(env_id, "Unheld")
+    raw = httpx.get(
+        f"{server.url}/v1/environments/{env_id}/work/poll", headers={"authorization": f"Bearer {key}"}
+    ).json()
+    httpx.post(
+        f"{server.url}/v1/environments/{env_id}/work/{raw['id']}/ack",
+        headers={"authorization": f"Bearer {key}"},
+    ).raise_for_status()
+    await asyncio.sleep(FIRST_HEARTBEAT_S + 0.5)
+    assert admin.work(env_id, unheld["work_id"])["state"] == "queued"
+    admin.http.post(f"/v1/environments/{env_id}/work/{unheld['work_id']}/stop", json={"force": True})
+
+    objects = Objects(environment(env_id, server.url), {"env-key": {"key": key}})
+    loop = EnvironmentLoop(objects, NS, NAME, jitter=lambda: 0.0)
+    minted = admin.mint(env_id, "Slow Pod")
+    before = handovers()
+    await loop.run_pass()
+    await asyncio.sleep(FIRST_HEARTBEAT_S + LEASE_TTL + 1)  # the Pod is slower than the window and the TTL
+    item = admin.work(env_id, minted["work_id"])
+    assert item["state"] == "active"  # held by the operator, never queued again
+    assert item["acknowledged_at"] is not None
+    token = decode_work_secret(minted["work_secret"]).sessions_token
+    chain: list[str] = []
+    assert await runner_first_heartbeat(server, env_id, minted["work_id"], token, chain) == 200
+    path = f"/v1/environments/{env_id}/work/{minted['work_id']}/heartbeat"
+    async with httpx.AsyncClient(base_url=server.url, headers={"authorization": f"Bearer {token}"}) as http:
+
+        async def runner_beats() -> None:  # the runner's chain, at its own pace, never broken
+            while True:
+                await asyncio.sleep(0.5)
+                beat = await http.post(path, params={"expected_last_heartbeat": chain[-1]})
+                chain.append(beat.raise_for_status().json()["last_heartbeat"])
+
+        runner = asyncio.create_task(runner_beats())
+        # the operator's next heartbeat is refused: the runner holds the lease, the operator lets it go
+        await eventually(lambda: minted["work_id"] in loop.holder.outcomes)
+        assert loop.holder.outcomes[minted["work_id"]] == "taken_over"
+        assert handovers() == before + 1
+        await asyncio.sleep(2.0)  # no double owner: the runner's chain goes on, nobody else beats
+        assert not runner.done()
+        runner.cancel()
+    assert len(chain) >= 4
+    await loop.aclose()
+
+
+class Recorded(WorkQueue):
+    """The real queue, recording each call in order (shared by the instances a test makes)."""
+
+    calls: ClassVar[list[tuple[str, str]]] = []
+    rewrite_type: ClassVar[str | None] = None
+
+    async def poll(self, block_ms: int | None = 999) -> dict[str, Any] | None:
+        item = await super().poll(block_ms)
+        self.calls.append(("poll", "" if item is None else item["id"]))
+        if item is not None and self.rewrite_type is not None:
+            item["data"]["type"] = self.rewrite_type
+        return item
+
+    async def ack(self, work_id: str) -> dict[str, Any]:
+        self.calls.append(("ack", work_id))
+        return await super().ack(work_id)
+
+    async def stop(self, work_id: str, *, force: bool = True) -> None:
+        self.calls.append(("stop", work_id))
+        await super().stop(work_id, force=force)
+
+    async def session(self, session_id: str, sessions_token: str | None) -> dict[str, Any]:
+        self.calls.append(("session", "token" if sessions_token else "environment key"))
+        return await super().session(session_id, sessions_token)
+
+
+async def test_an_item_it_will_not_run_is_acknowledged_first_then_force_stopped(
+    server: RunningStoreServer, admin: Admin
+) -> None:
+    env_id, key, _ = admin.environment()
+    objects = Objects(environment(env_id, server.url), {"env-key": {"key": key}})
+    Recorded.calls, Recorded.rewrite_type = [], "healthcheck"
+    loop = EnvironmentLoop(objects, NS, NAME, queue_factory=Recorded)
+    minted = admin.mint(env_id, "Health")
+    await loop.run_pass()
+    assert Recorded.calls == [
+        ("poll", minted["work_id"]),
+        ("ack", minted["work_id"]),
+        ("stop", minted["work_id"]),
+    ]
+    item = admin.work(env_id, minted["work_id"])
+    assert (item["state"], item["acknowledged_at"] is not None) == ("stopped", True)
+    assert objects.smems == {}
+    # an item without a secret: acknowledged before the session is read with the environment key
+    Recorded.calls, Recorded.rewrite_type = [], None
+    loop = EnvironmentLoop(objects, NS, NAME, queue_factory=type("NoSecret", (Recorded, NoSecretQueue), {}))
+    bare = admin.mint(env_id, "Bare")
+    await loop.run_pass()
+    assert [c[0] for c in Recorded.calls] == ["poll", "ack", "session", "stop"]
+    assert admin.work(env_id, bare["work_id"])["state"] == "stopped"
+    await loop.aclose()
+
+
+async def test_retention_zero_stops_the_item_before_the_session_memory_goes(
+    server: RunningStoreServer, admin: Admin
+) -> None:
+    env_id, key, _ = admin.environment()
+    objects = Objects(environment(env_id, server.url, finishedRetentionSeconds=0), {"env-key": {"key": key}})
+    Recorded.calls, Recorded.rewrite_type = [], None
+    loop = EnvironmentLoop(objects, NS, NAME, queue_factory=Recorded)
+    minted = admin.mint(env_id, "Gone At Once")
+    await loop.run_pass()
+    name = d.object_name(minted["session"]["id"])
+    objects.finish(name, "Failed", datetime.now(UTC))  # its Pod never ran: nobody stopped the item
+    Recorded.calls = []
+    await loop.run_pass()
+    assert Recorded.calls[0] == ("stop", minted["work_id"])
+    assert name not in objects.smems
+    assert admin.work(env_id, minted["work_id"])["state"] == "stopped"
+    await loop.aclose()
+
+
+async def test_an_archived_environment_ends_polling_with_a_condition_and_an_event(
+    server: RunningStoreServer, admin: Admin
+) -> None:
+    env_id, key, _ = admin.environment()
+    objects = Objects(environment(env_id, server.url), {"env-key": {"key": key}})
+    Recorded.calls, Recorded.rewrite_type = [], None
+    loop = EnvironmentLoop(objects, NS, NAME, queue_factory=Recorded)
+    admin.http.post(f"/v1/environments/{env_id}/archive").raise_for_status()
+    assert await loop.run_pass() == 30.0
+    status = (objects.env or {})["status"]
+    assert (status["phase"], status["conditions"][0]["reason"]) == ("Failed", d.REASON_UNAVAILABLE)
+    assert "archived" in status["lastError"]
+    assert [(t, r) for t, r, _ in objects.events] == [("Warning", d.REASON_UNAVAILABLE)]
+    Recorded.calls = []
+    await loop.run_pass()
+    assert Recorded.calls == []  # polling ended
+    assert objects.env is not None
+    objects.env["metadata"]["generation"] = 2  # the spec changed: polling resumes (and is refused again)
+    await loop.run_pass()
+    assert [c[0] for c in Recorded.calls] == ["poll"] or Recorded.calls == []
+    assert len(objects.events) == 2
+    await loop.aclose()
+
+
+class Throttled(WorkQueue):
+    async def poll(self, block_ms: int | None = 999) -> dict[str, Any] | None:
+        raise QueueError(429, "poll: HTTP 429: slow down", retry_after=7.0)
+
+
+async def test_retry_after_is_honoured(server: RunningStoreServer, admin: Admin) -> None:
+    _, _, objects, _ = setup(server, admin)
+    loop = EnvironmentLoop(objects, NS, NAME, queue_factory=Throttled, jitter=lambda: 0.0)
+    assert [await loop.run_pass() for _ in range(2)] == [7.0, 7.0]  # longer than the backoff's 1 and 2 s
+    assert (objects.env or {})["status"]["phase"] == "Degraded"
+
+
+async def test_credential_custom_headers_are_dropped_and_worker_ids_differ_per_start(
+    server: RunningStoreServer, admin: Admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "ANTHROPIC_CUSTOM_HEADERS", "X-Api-Key: sk-wrong\nAuthorization: Bearer wrong\nX-Extra: 1"
+    )
+    env_id, _, objects, loop = setup(server, admin)
+    minted = admin.mint(env_id, "Headers")
+    await loop.run_pass()
+    assert d.object_name(minted["session"]["id"]) in objects.smems  # the environment key alone went out
+    other = EnvironmentLoop(objects, NS, NAME)
+    assert loop.queue is not None
+    await other._queue_for(validate_environment_spec((objects.env or {})["spec"]), "k")
+    assert other.queue is not None
+    assert loop.queue.worker_id != other.queue.worker_id
+    assert loop.queue.worker_id.startswith(f"{NS}.{NAME}.")
+    await loop.aclose()
+    await other.aclose()
+
+
+class Counting(WorkQueue):
+    polls = 0
+
+    async def poll(self, block_ms: int | None = 999) -> dict[str, Any] | None:
+        Counting.polls += 1
+        return await super().poll(block_ms)
+
+
+async def test_the_idle_poll_rate_per_environment(server: RunningStoreServer, admin: Admin) -> None:
+    """The measured figure in docs/performance.md: an idle AgentEnvironment's polls per minute."""
+    env_id, key, _ = admin.environment()
+    objects = Objects(environment(env_id, server.url), {"env-key": {"key": key}})
+    Counting.polls = 0
+    loop = EnvironmentLoop(objects, NS, NAME, queue_factory=Counting)  # real jitter
+    stop = asyncio.Event()
+    window = 30.0
+    task = asyncio.create_task(loop.run(stop))
+    await asyncio.sleep(window)
+    stop.set()
+    await task
+    per_minute = Counting.polls * 60 / window
+    print(f"idle polls: {Counting.polls} in {window:.0f} s = {per_minute:.1f} per minute")
+    assert per_minute <= 30  # the budget: a poll starts at most every 2 s
+    assert per_minute >= 12  # and it does poll: at least every 4 s (plus the long poll's own second)

@@ -11,7 +11,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import httpx
 import pytest
 
@@ -117,7 +116,7 @@ class Session:
         port = await self.start_sidecar()
         await run_session(
             self.runner_config(port),
-            client=anthropic.AsyncAnthropic(base_url=self.server.url, api_key=None),
+            base_url=self.server.url,
             max_idle=max_idle,
             work_secret=self.item["secret"],
         )

@@ -10,6 +10,7 @@ import pytest
 
 from memsync.contracts import runner
 from memsync.controller.environment import decisions as d
+from memsync.crd import agentenv as a
 from memsync.crd.agentenv import AgentEnvironmentSpec
 from memsync.crd.models import sandbox_template, validate_spec
 
@@ -164,8 +165,11 @@ def test_retention_and_activity() -> None:
     old = _smem("Succeeded", now - timedelta(seconds=100))
     young = _smem("Failed", now - timedelta(seconds=10))
     running = _smem("Running")
-    assert d.expired([old, young, running], now, 60) == [old]
-    assert d.expired([old, young], now, 0) == [old, young]
+    assert d.expired([old, young, running], now, 60, set()) == [old]
+    assert d.expired([old, young], now, 0, set()) == [old, young]
+    owned = {**old, "metadata": {**old["metadata"], "annotations": {a.ANNOTATION_WORK_ID: "work_9"}}}
+    assert d.expired([owned], now, 0, set()) == []  # its work item is not stopped yet: kept
+    assert d.expired([owned], now, 0, {"work_9"}) == [owned]
     assert [d.is_active(s) for s in (old, running, _smem(None), _smem("Running", deleting=True))] == [
         False,
         True,
@@ -220,9 +224,10 @@ def test_finished_session_memories_name_the_work_items_to_stop() -> None:
     assert d.work_id_of(d.work_secret_manifest(ENV, ITEM)) == "work_1"
     running = {**smem, "status": {"phase": "Running"}}
     failed = {**smem, "status": {"phase": "Failed"}}
-    assert d.items_to_stop([running], set()) == []
-    assert d.items_to_stop([failed], set()) == ["work_1"]
-    assert d.items_to_stop([failed], {"work_1"}) == []
+    assert d.items_to_stop([running], set(), set()) == []
+    assert d.items_to_stop([failed], set(), set()) == ["work_1"]
+    assert d.items_to_stop([failed], {"work_1"}, set()) == []
+    assert d.items_to_stop([failed], set(), {"work_1"}) == []  # held: a new SessionMemory serves it
     assert d.on_existing(failed, ITEM) == "done"
 
 
@@ -240,3 +245,16 @@ def test_the_runner_contract_names_are_spelled_once() -> None:
     assert all(
         files <= {"contracts/runner.py", "contracts/env.py"} and len(files) == 1 for files in where.values()
     ), where
+
+
+def test_pacing_worker_ids_and_retry_after() -> None:
+    assert d.idle_pause(0.0, 1.0) == 1.0  # a 1 s long poll, then 1 to 3 s: polls start 2 to 4 s apart
+    assert d.idle_pause(1.0, 1.0) == 3.0
+    assert d.idle_pause(0.5, 0.0) == 3.0  # an instant answer still waits out the cycle
+    assert d.idle_pause(0.0, 5.0) == 1.0  # and never less than 1 s after a poll
+    assert d.retry_delay(1, 0.5, None) == 1.5
+    assert d.retry_delay(1, 0.5, 30.0) == 30.0  # retry-after longer than the backoff: honoured
+    assert d.retry_delay(7, 0.0, 3.0) == 60.0  # shorter: the backoff
+    assert d.retry_delay(1, 0.0, 99999.0) == d.RETRY_AFTER_MAX_S
+    assert d.worker_id(None, "ns", "env", "op-7f9", "a1b2") == "ns.env.op-7f9-a1b2"
+    assert d.worker_id("team", "ns", "env", "op-7f9", "c3d4") == "team.op-7f9-c3d4"

@@ -33,16 +33,17 @@ def test_every_agent_metric_has_its_type() -> None:
     assert {f.name: f.type for f in agent_families()} == AGENT_TYPES
 
 
-def test_every_operator_metric_is_a_counter() -> None:
+def test_the_operator_metrics_and_their_types() -> None:
     families = operator_families()
-    assert {f.name for f in families} == {
-        "memsync_operator_phase_changes",
-        "memsync_operator_pods_created",
-        "memsync_operator_pods_adopted",
-        "memsync_operator_flush_unconfirmed",
-        "memsync_operator_api_errors",
+    assert {f.name: f.type for f in families} == {
+        "memsync_operator_phase_changes": "counter",
+        "memsync_operator_pods_created": "counter",
+        "memsync_operator_pods_adopted": "counter",
+        "memsync_operator_flush_unconfirmed": "counter",
+        "memsync_operator_api_errors": "counter",
+        "memsync_operator_environment_leases_released": "counter",
+        "memsync_operator_environment_handover_seconds": "histogram",
     }
-    assert {f.type for f in families} == {"counter"}
 
 
 async def test_the_request_counter_reads_the_clients_count() -> None:

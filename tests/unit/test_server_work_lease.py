@@ -10,8 +10,8 @@ from memsync.server.session_events import check_posted, script_due, session_stat
 QUEUED = wl.Lease(state="queued", ttl_seconds=10)
 
 
-def claimed(now: float = 100.0) -> wl.Lease:
-    return wl.on_ack(wl.on_poll(QUEUED, now), now)
+def claimed(now: float = 100.0, first_heartbeat_s: int = 10) -> wl.Lease:
+    return wl.on_ack(wl.on_poll(QUEUED, now), now, first_heartbeat_s)
 
 
 def test_a_queued_item_is_pollable_until_polled_then_again_after_the_reclaim_window() -> None:
@@ -24,12 +24,20 @@ def test_a_queued_item_is_pollable_until_polled_then_again_after_the_reclaim_win
 
 def test_only_a_polled_queued_item_can_be_acknowledged() -> None:
     with pytest.raises(wl.LeaseRefused) as unpolled:
-        wl.on_ack(QUEUED, 1.0)
+        wl.on_ack(QUEUED, 1.0, 10)
     assert unpolled.value.status == 409
     lease = claimed(100.0)
     assert (lease.state, lease.lease_expires_at) == ("starting", 110.0)
     with pytest.raises(wl.LeaseRefused):
-        wl.on_ack(lease, 101.0)
+        wl.on_ack(lease, 101.0, 10)
+
+
+def test_the_first_heartbeat_window_is_its_own_and_heartbeats_then_extend_by_the_ttl() -> None:
+    lease = claimed(100.0, first_heartbeat_s=3)
+    assert lease.lease_expires_at == 103.0  # the window, not the 10 s TTL
+    assert wl.expire(lease, 103.0).state == "queued"
+    beaten, _ = wl.on_heartbeat(lease, 102.0, "t1", wl.NO_HEARTBEAT, 10)
+    assert wl.expire(beaten, 111.9).state == "active"
 
 
 def test_heartbeats_chain_on_the_last_value_and_extend_the_lease() -> None:

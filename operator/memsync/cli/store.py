@@ -37,6 +37,7 @@ from memsync.server.backup import BackupError, backup_sqlite, restore_sqlite
 from memsync.server.observe import MULTIPROC_ENV
 from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
 from memsync.server.work_items import DEFAULT_LEASE_TTL_S, LEASE_TTL_MAX_S, LEASE_TTL_MIN_S
+from memsync.server.work_lease import DEFAULT_FIRST_HEARTBEAT_S
 from memsync.server.worker import FACTORY, SETTINGS_ENV, ServeSettings, build_app, worker_run_kwargs
 
 logger = logging.getLogger("memsync.store")
@@ -157,6 +158,14 @@ def admin_key_from(key_file: Path | None) -> str:
     help="Seconds a work item's lease lasts without a heartbeat (self-hosted environments).",
 )
 @click.option(
+    "--first-heartbeat-window",
+    default=DEFAULT_FIRST_HEARTBEAT_S,
+    show_default=True,
+    type=click.IntRange(1, LEASE_TTL_MAX_S),
+    envvar="MEMSYNC_FIRST_HEARTBEAT_WINDOW",
+    help="Seconds an acknowledged work item waits for its first heartbeat before it is queued again.",
+)
+@click.option(
     "--request-read-timeout",
     default=DEFAULT_READ_TIMEOUT_S,
     show_default=True,
@@ -221,6 +230,7 @@ def serve(
     cursor_ttl: int,
     max_memories: int,
     lease_ttl: int,
+    first_heartbeat_window: int,
     session_token_ttl: int,
     request_read_timeout: float,
     db_pool_size: int,
@@ -256,6 +266,7 @@ def serve(
         max_memories_per_store=max_memories,
         session_token_ttl_s=session_token_ttl,
         lease_ttl_s=lease_ttl,
+        first_heartbeat_s=first_heartbeat_window,
         db_pool_size=db_pool_size,
         read_timeout_s=request_read_timeout,
         http=http_impl,

@@ -1,14 +1,15 @@
 """Prometheus metrics of the operator (served by ``memsync operator --metrics-port N``).
 
-Counters only: what happened to SessionMemories, as the operator saw it. Labels are bounded sets (phases
-and condition reasons), never object names, so cardinality stays small in a large cluster.
+Counters of what happened to SessionMemories, as the operator saw it, and the work-item lease handover of
+self-hosted environments. Labels are bounded sets (phases, condition reasons, outcomes), never object names,
+so cardinality stays small in a large cluster.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 
 PHASE_CHANGES: Final = Counter(
     "memsync_operator_phase_changes_total",
@@ -32,4 +33,17 @@ API_ERRORS: Final = Counter(
     "memsync_operator_api_errors_total",
     "Kubernetes API calls that failed and were retried, by HTTP status.",
     ["status"],
+)
+HANDOVER_SECONDS: Final = Histogram(
+    "memsync_operator_environment_handover_seconds",
+    "From the operator's acknowledgement of a work item to the first heartbeat of the Pod's runner, which "
+    "took the lease over from the operator (the server's timestamps of both).",
+    buckets=(1, 2, 5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600),
+)
+LEASES_RELEASED: Final = Counter(
+    "memsync_operator_environment_leases_released_total",
+    "Work-item leases the operator stopped holding, by outcome: taken_over (the runner holds it), stopping "
+    "(the item is being stopped), lost (refused, re-queued or no heartbeat answered within the TTL), "
+    "released (the operator gave the item up itself).",
+    ["outcome"],
 )

@@ -80,7 +80,8 @@ class AgentEnvironmentSpec(_SpecModel):
         MAX_CONCURRENT_DEFAULT
     )
     finished_retention_seconds: Annotated[int, Field(ge=RETENTION_MIN, le=RETENTION_MAX)] = RETENTION_DEFAULT
-    # None: the operator uses "<namespace>.<name>" (stable across restarts, so a restart is the same worker).
+    # The worker id's prefix (None: "<namespace>.<name>"); each operator replica and start adds its host
+    # name and a new token, so two replicas or a restarted operator are never one worker.
     worker_id: str | None = None
 
     @field_validator("environment_id")

@@ -84,7 +84,8 @@ def spec_schema() -> dict[str, Any]:
                 "default": a.RETENTION_DEFAULT,
             },
             "workerId": _string(
-                "Sent with every poll (Anthropic-Worker-ID). Default: <namespace>.<name>.",
+                "The prefix of the worker id sent with every poll (Anthropic-Worker-ID): "
+                "<workerId>.<operator host>-<token new at each start>. Default: <namespace>.<name>.",
                 pattern=a.WORKER_ID_PATTERN,
                 maxLength=a.WORKER_ID_MAX,
             ),

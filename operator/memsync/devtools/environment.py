@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import httpx
 
 from memsync.agent.commands import SyncAgent, mount, run_sync
@@ -98,6 +97,7 @@ async def run_environment_demo(url: str, admin_key: str, base: Path, flush_timeo
             "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": _now()}],
         }
         await loop.run_pass()
+        await loop.aclose()
         say(f"SessionMemory {name} Succeeded and was removed after its retention (0 s)")
         ok = work["state"] == "stopped" and written < work["stopped_at"]
         return code if ok else 1
@@ -169,7 +169,7 @@ async def _run_pod(objects: MemoryObjects, name: str, url: str, root: Path, say:
         say("memsync session run: serving the work item")
         await run_session(
             served,
-            client=anthropic.AsyncAnthropic(base_url=url, api_key=None),
+            base_url=url,
             max_idle=5,
             work_secret=secret,
         )

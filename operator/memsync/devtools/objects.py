@@ -17,6 +17,7 @@ class MemoryObjects:
         self.smems: dict[str, dict[str, Any]] = {}
         self.created: list[dict[str, Any]] = []
         self.deleted: list[tuple[str, str]] = []
+        self.events: list[tuple[str, str, str]] = []  # (type, reason, message)
 
     async def get_environment(self, namespace: str, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self.env)
@@ -51,3 +52,6 @@ class MemoryObjects:
     async def delete(self, namespace: str, kind: str, name: str) -> None:
         self.deleted.append((kind, name))
         (self.secrets if kind == "Secret" else self.smems).pop(name, None)
+
+    async def post_event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))

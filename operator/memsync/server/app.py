@@ -32,6 +32,7 @@ from memsync.server.observe import ObserveMiddleware, render_metrics
 from memsync.server.service import StoreService
 from memsync.server.session_events import SessionEvents
 from memsync.server.work_items import DEFAULT_LEASE_TTL_S, WorkItems
+from memsync.server.work_lease import DEFAULT_FIRST_HEARTBEAT_S
 
 logger = logging.getLogger("memsync.server")
 
@@ -182,6 +183,7 @@ def create_app(
     max_memories_per_store: int | None = None,
     session_token_ttl_s: int = DEFAULT_SESSION_TOKEN_TTL_S,
     lease_ttl_s: int = DEFAULT_LEASE_TTL_S,
+    first_heartbeat_s: int = DEFAULT_FIRST_HEARTBEAT_S,
     db_pool_size: int = 10,
     access_logs: bool = True,
 ) -> FastAPI:
@@ -229,7 +231,7 @@ def create_app(
         app,
         access=access,
         envs=environments,
-        work=WorkItems(db, environments, lease_ttl_s=lease_ttl_s),
+        work=WorkItems(db, environments, lease_ttl_s=lease_ttl_s, first_heartbeat_s=first_heartbeat_s),
         events=SessionEvents(db),
         read_body=read_body,
     )

@@ -166,6 +166,13 @@ class WorkQueries(TxCore):
         )
         return changed == 1
 
+    def environment_of_session(self, session_id: str) -> str | None:
+        """The environment the session's first work item was queued in (None: minted without one)."""
+        row = self.one(
+            "SELECT environment_id FROM work_items WHERE session_id = ? ORDER BY seq LIMIT 1", (session_id,)
+        )
+        return None if row is None else str(row["environment_id"])
+
     def session_in_environment(self, session_id: str, env_id: str) -> bool:
         return (
             self.one(

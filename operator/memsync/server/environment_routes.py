@@ -14,6 +14,7 @@ from memsync.server.environments import Caller, EnvironmentService
 from memsync.server.errors import invalid, not_found
 from memsync.server.rules import parse_json_object
 from memsync.server.session_events import SessionEvents, check_posted
+from memsync.server.session_view import session_object
 from memsync.server.work_items import WorkItems
 
 PING_EVERY_S = 15.0
@@ -131,9 +132,10 @@ def install(
         if not envs.may_read_session(c, session_id):
             raise not_found(f"session {session_id!r} not found")
         view = access.get_session(Principal("api_actor", access.admin_key_id), session_id)
-        view["status"] = events.status(session_id)
-        view.setdefault("agent", {"skills": []})
-        return view
+        status, last_change = events.status_and_last_change(session_id)
+        with envs.db.read_one() as tx:
+            environment_id = tx.environment_of_session(session_id)
+        return session_object(view, environment_id=environment_id, status=status, last_change=last_change)
 
     @app.get("/v1/sessions/{session_id}")
     def get_session(c: Who, session_id: str) -> JSONResponse:

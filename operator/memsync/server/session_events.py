@@ -198,3 +198,9 @@ class SessionEvents:
 
     def status(self, session_id: str) -> str:
         return session_status([body for _, body in self.since(session_id, 0)])
+
+    def status_and_last_change(self, session_id: str) -> tuple[str, str | None]:
+        """The session's status and when its latest event was processed (None: no event yet)."""
+        history = [body for _, body in self.since(session_id, 0)]
+        last = history[-1].get("processed_at") if history else None
+        return session_status(history), last if isinstance(last, str) else None

@@ -129,11 +129,17 @@ class WorkItems:
     """The work endpoints' semantics (synchronous, like StoreService); callers are checked by ``envs``."""
 
     def __init__(
-        self, db: Database, envs: EnvironmentService, *, lease_ttl_s: int = DEFAULT_LEASE_TTL_S
+        self,
+        db: Database,
+        envs: EnvironmentService,
+        *,
+        lease_ttl_s: int = DEFAULT_LEASE_TTL_S,
+        first_heartbeat_s: int = wl.DEFAULT_FIRST_HEARTBEAT_S,
     ) -> None:
         self.db = db
         self.envs = envs
         self.lease_ttl_s = lease_ttl_s
+        self.first_heartbeat_s = first_heartbeat_s
         self._queue_changed = threading.Condition()
 
     def require_item(self, c: Caller, environment_id: str, work: WorkRow) -> None:
@@ -189,7 +195,14 @@ class WorkItems:
             raise invalid(f"reclaim_older_than_ms must not be negative, got {reclaim_ms}")
         with self.db.read_one() as tx:
             if environment_row(tx, env_id).archived_at is not None:
-                raise conflict(f"environment {env_id} is archived")
+                # a 400, which pollers treat as final (a 409 would be retried forever)
+                raise ApiError(
+                    400,
+                    "invalid_request_error",
+                    f"environment {env_id} is archived: its work queue hands out no more work",
+                    extra={"details": {"error_code": "environment_archived"}},
+                    headers={"x-should-retry": "false"},
+                )
         reclaim = wl.DEFAULT_RECLAIM_MS if reclaim_ms is None else reclaim_ms
         deadline = time.monotonic() + (block_ms or 0) / 1000
         while True:
@@ -221,7 +234,10 @@ class WorkItems:
 
     def ack(self, c: Caller, env_id: str, work_id: str) -> dict[str, Any]:
         self.envs.require_environment(c, env_id)
-        return work_json(self._transition(c, env_id, work_id, wl.on_ack))
+        window = self.first_heartbeat_s
+        return work_json(
+            self._transition(c, env_id, work_id, lambda lease, now: wl.on_ack(lease, now, window))
+        )
 
     def stop(self, c: Caller, env_id: str, work_id: str, force: bool) -> dict[str, Any]:
         work = self._transition(c, env_id, work_id, lambda lease, now: wl.on_stop(lease, now, force))

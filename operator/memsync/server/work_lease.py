@@ -1,10 +1,11 @@
 """The work item's state machine and lease, as pure functions over plain data (no I/O, no clock reads).
 
 States: ``queued`` (waiting; handed out by a poll, handed out again when the poll was not acknowledged within
-the reclaim window) → ``starting`` (acknowledged; the lease runs from the acknowledgement) → ``active`` (a
-heartbeat arrived) → ``stopping`` (a graceful stop was asked for) → ``stopped``. A lease that runs out
-before the item stops puts a ``starting``/``active`` item back in the queue (another worker may claim it;
-the old holder's next heartbeat is refused with 412), and ends a ``stopping`` item.
+the reclaim window) → ``starting`` (acknowledged; the first-heartbeat window runs from the acknowledgement)
+→ ``active`` (a heartbeat arrived; from then on each heartbeat extends the lease by its TTL) → ``stopping``
+(a graceful stop was asked for) → ``stopped``. A lease that runs out before the item stops puts a
+``starting``/``active`` item back in the queue (another worker may claim it; the old holder's next heartbeat
+is refused with 412), and ends a ``stopping`` item.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ WorkState = Literal["queued", "starting", "active", "stopping", "stopped"]
 HELD_STATES: tuple[WorkState, ...] = ("starting", "active", "stopping")
 NO_HEARTBEAT = "NO_HEARTBEAT"
 DEFAULT_RECLAIM_MS = 5000
+DEFAULT_FIRST_HEARTBEAT_S = 90
 BLOCK_MS_MAX = 999
 
 
@@ -64,12 +66,13 @@ def on_poll(lease: Lease, now: float) -> Lease:
     return replace(lease, polled_at=now)
 
 
-def on_ack(lease: Lease, now: float) -> Lease:
+def on_ack(lease: Lease, now: float, first_heartbeat_s: int) -> Lease:
+    """The claim: ``starting``, with ``first_heartbeat_s`` for the first heartbeat to arrive."""
     if lease.state != "queued" or lease.polled_at is None:
         raise LeaseRefused(
             409, f"only a polled, queued work item can be acknowledged; this one is {lease.state}"
         )
-    return replace(lease, state="starting", acknowledged_at=now, lease_expires_at=now + lease.ttl_seconds)
+    return replace(lease, state="starting", acknowledged_at=now, lease_expires_at=now + first_heartbeat_s)
 
 
 def on_heartbeat(

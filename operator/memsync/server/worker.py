@@ -20,6 +20,7 @@ from memsync.logs import configure_logging
 from memsync.server.app import create_app
 from memsync.server.protocol import HTTP_IMPLEMENTATIONS
 from memsync.server.work_items import DEFAULT_LEASE_TTL_S
+from memsync.server.work_lease import DEFAULT_FIRST_HEARTBEAT_S
 
 SETTINGS_ENV = "MEMSYNC_STORE_WORKER_SETTINGS"
 ADMIN_KEY_ENV = "MEMSYNC_ADMIN_KEY"
@@ -38,6 +39,7 @@ class ServeSettings:
     read_timeout_s: float
     http: str
     lease_ttl_s: int = DEFAULT_LEASE_TTL_S
+    first_heartbeat_s: int = DEFAULT_FIRST_HEARTBEAT_S
     access_logs: bool = True
     log_level: str = "INFO"
     log_format: str = "text"
@@ -60,6 +62,7 @@ def build_app(settings: ServeSettings, admin_key: str) -> FastAPI:
         max_memories_per_store=settings.max_memories_per_store,
         session_token_ttl_s=settings.session_token_ttl_s,
         lease_ttl_s=settings.lease_ttl_s,
+        first_heartbeat_s=settings.first_heartbeat_s,
         db_pool_size=settings.db_pool_size,
         access_logs=settings.access_logs,
     )

@@ -27,6 +27,7 @@ from anthropic.lib.tools.agent_toolset import AgentToolContext, beta_agent_tools
 
 from memsync.contracts import env, runner
 from memsync.contracts.env import StoreEntry
+from memsync.session.takeover import runner_http_client
 
 logger = logging.getLogger("memsync.session")
 
@@ -160,14 +161,17 @@ def tools_factory(config: RunnerConfig, timeout_s: float) -> Callable[[AgentTool
 async def run_session(
     config: RunnerConfig,
     *,
-    client: anthropic.AsyncAnthropic | None = None,
+    base_url: str | None = None,
     max_idle: float | None = 60.0,
     final_timeout_s: float = DEFAULT_FINAL_TIMEOUT_S,
     work_secret: str | None = None,
 ) -> None:
-    """Serve the work item to its end: the SDK worker's per-item flow, with memsync's tools and hook."""
+    """Serve the work item to its end: the SDK worker's per-item flow, with memsync's tools and hook, over
+    the transport that takes the lease over from the operator (``session/takeover.py``). ``base_url``: None
+    reads ``ANTHROPIC_BASE_URL`` (the SDK's own default)."""
+    client = anthropic.AsyncAnthropic(base_url=base_url, http_client=runner_http_client(config.work_id))
     worker = EnvironmentWorker(
-        client or anthropic.AsyncAnthropic(),
+        client,
         workdir=config.workdir,
         memory_sync_interval=None,
         max_idle=max_idle,
@@ -177,9 +181,12 @@ async def run_session(
         "serving the work item",
         extra={"work_id": config.work_id, "session_id": config.session_id, "stores": len(config.stores)},
     )
-    await worker.handle_item(
-        work_id=config.work_id,
-        environment_id=config.environment_id,
-        session_id=config.session_id,
-        work_secret=work_secret,  # None: the SDK reads ANTHROPIC_WORK_SECRET
-    )
+    try:
+        await worker.handle_item(
+            work_id=config.work_id,
+            environment_id=config.environment_id,
+            session_id=config.session_id,
+            work_secret=work_secret,  # None: the SDK reads ANTHROPIC_WORK_SECRET
+        )
+    finally:
+        await client.close()

@@ -37,8 +37,16 @@ from memsync.crd.models import (
 SESSION_WORK: Final = "session"
 TERMINAL_PHASES: Final = ("Succeeded", "Failed")
 BACKOFF_MAX_S: Final = 60.0
+#: Between two polls that found no work, the next poll starts 2 to 4 s after the previous one started (at
+#: least 1 s after it ended): at most 30 polls a minute per AgentEnvironment, 20 on average.
+IDLE_CYCLE_MIN_S: Final = 2.0
+IDLE_CYCLE_JITTER_S: Final = 2.0
+IDLE_PAUSE_MIN_S: Final = 1.0
+#: The longest ``retry-after`` honoured as asked; a longer one waits this long, then asks again.
+RETRY_AFTER_MAX_S: Final = 600.0
 NAME_MAX: Final = 63
 _HASH_LEN: Final = 8
+REASON_UNAVAILABLE: Final = "EnvironmentUnavailable"
 
 #: What the operator logs (and records as the last error) when it fails a work item whose session has
 #: memory stores but which carried no secret: the SDK workers' documented wording, so one grep finds both.
@@ -115,6 +123,28 @@ def capacity(max_concurrent: int, active: int) -> int:
 def backoff_seconds(failures: int, jitter: float) -> float:
     """After ``failures`` consecutive failed polls: 1, 2, 4 ... 60 s, plus ``jitter`` (0..1) seconds."""
     return min(BACKOFF_MAX_S, 2.0 ** max(0, failures - 1)) + jitter
+
+
+def retry_delay(failures: int, jitter: float, retry_after: float | None) -> float:
+    """The wait after a failed request: the backoff, or the server's ``retry-after`` when that is longer
+    (up to ``RETRY_AFTER_MAX_S``)."""
+    backoff = backoff_seconds(failures, jitter)
+    if retry_after is None:
+        return backoff
+    return max(backoff, min(retry_after, RETRY_AFTER_MAX_S))
+
+
+def idle_pause(jitter: float, poll_took_s: float) -> float:
+    """The pause after a poll that found no work and took ``poll_took_s``: the next poll starts 2 to 4 s
+    (``jitter`` 0..1) after this one started, and never less than 1 s after it ended."""
+    cycle = IDLE_CYCLE_MIN_S + IDLE_CYCLE_JITTER_S * jitter
+    return max(IDLE_PAUSE_MIN_S, cycle - poll_took_s)
+
+
+def worker_id(configured: str | None, namespace: str, name: str, host: str, start: str) -> str:
+    """The ``Anthropic-Worker-ID`` of one operator process serving one AgentEnvironment: the configured id
+    (default ``<namespace>.<name>``), the replica's host name and a token new at every start."""
+    return f"{configured or f'{namespace}.{name}'}.{host}-{start}"
 
 
 class StoreResolutionError(ValueError):
@@ -266,14 +296,18 @@ def session_memory_manifest(
 Existing = Literal["adopt", "done", "replace"]
 
 
-def on_existing(existing: Mapping[str, Any], item: WorkItem) -> Existing:
-    """A SessionMemory of this session exists already when ``item`` is claimed: ``adopt`` it while it has not
-    finished (a re-delivered item; its Pod serves it), ``done`` when it finished serving this very item (stop
-    the item: it ran), ``replace`` it when it finished serving an earlier item of the session (a dormant
-    session woke up: the new item gets a new SessionMemory)."""
+def on_existing(existing: Mapping[str, Any], item: WorkItem, *, adopted: bool = False) -> Existing:
+    """A SessionMemory of this session exists already while the operator holds ``item``: ``adopt`` it while
+    it has not finished (wait: a re-delivered item's Pod may still run, or an earlier item's Pod is ending);
+    ``replace`` it once it finished serving an earlier item of the session (a dormant session woke up), or
+    finished after this process adopted it for this very item (the old Pod lost the lease when the item was
+    re-delivered: a new Pod serves the item to its end); ``done`` when it had already finished serving this
+    very item when the item came back (stop the item: it ran)."""
     if is_active(existing) or meta_of(existing).deletion_timestamp is not None:
         return "adopt"
-    return "done" if work_id_of(existing) == item.id else "replace"
+    if work_id_of(existing) != item.id or adopted:
+        return "replace"
+    return "done"
 
 
 def phase_of(smem: Mapping[str, Any]) -> str | None:
@@ -297,25 +331,36 @@ def is_active(smem: Mapping[str, Any]) -> bool:
     return phase_of(smem) not in TERMINAL_PHASES and meta_of(smem).deletion_timestamp is None
 
 
-def items_to_stop(smems: Sequence[Mapping[str, Any]], already: set[str]) -> list[str]:
-    """The work ids of finished SessionMemories that were not stopped yet (by this process)."""
+def items_to_stop(smems: Sequence[Mapping[str, Any]], already: set[str], held: set[str]) -> list[str]:
+    """The work ids of finished SessionMemories that were not stopped yet (by this process), except the
+    ``held`` items that wait for a new SessionMemory (a re-delivered item is served to its end)."""
     out = []
     for smem in smems:
         work_id = work_id_of(smem)
-        if phase_of(smem) in TERMINAL_PHASES and work_id is not None and work_id not in already:
+        if (
+            phase_of(smem) in TERMINAL_PHASES
+            and work_id is not None
+            and work_id not in already
+            and work_id not in held
+        ):
             out.append(work_id)
     return out
 
 
-def expired(smems: Sequence[Mapping[str, Any]], now: datetime, retention_s: int) -> list[Mapping[str, Any]]:
-    """The finished SessionMemories whose retention is over."""
+def expired(
+    smems: Sequence[Mapping[str, Any]], now: datetime, retention_s: int, stopped: set[str]
+) -> list[Mapping[str, Any]]:
+    """The finished SessionMemories whose retention is over and whose work item was stopped (a retention of
+    0 s still stops the item before its SessionMemory goes)."""
     out = []
     for smem in smems:
         done = finished_at(smem)
+        work_id = work_id_of(smem)
         if (
             done is not None
             and meta_of(smem).deletion_timestamp is None
             and now - done >= timedelta(seconds=retention_s)
+            and (work_id is None or work_id in stopped)
         ):
             out.append(smem)
     return out
@@ -334,13 +379,21 @@ class Observation:
     polled_at: str | None
     error: str | None
     key_problem: str | None = None
+    unavailable: str | None = None  # the environment refused polling for good (archived, deleted)
 
 
 def environment_status(
     previous: Mapping[str, Any], seen: Observation, tally: Mapping[str, int], now: str, generation: int | None
 ) -> dict[str, Any]:
     """The AgentEnvironment's status: phase, the Polling and Ready conditions, the counts."""
-    if seen.key_problem is not None:
+    if seen.unavailable is not None:
+        phase, polling, reason, message = (
+            a.EnvironmentPhase.FAILED,
+            "False",
+            REASON_UNAVAILABLE,
+            seen.unavailable,
+        )
+    elif seen.key_problem is not None:
         phase, polling, reason, message = (
             a.EnvironmentPhase.FAILED,
             "False",
@@ -382,7 +435,7 @@ def environment_status(
         "failed": tally.get("retiredFailed", 0) + tally.get("itemsFailed", 0) + seen.present_failed,
         "tally": dict(tally),
         "lastPollTime": seen.polled_at or previous.get("lastPollTime"),
-        "lastError": seen.key_problem or seen.error,
+        "lastError": seen.unavailable or seen.key_problem or seen.error,
     }
     if generation is not None:
         out["observedGeneration"] = generation

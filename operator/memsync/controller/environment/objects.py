@@ -9,7 +9,9 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
+
+import kopf
 
 from memsync.controller.kube import (
     MERGE_PATCH,
@@ -20,6 +22,7 @@ from memsync.controller.kube import (
     core_path,
     custom_path,
 )
+from memsync.controller.objects import meta_of
 from memsync.crd import agentenv as a
 from memsync.crd.models import PLURAL, VERSION
 
@@ -44,6 +47,10 @@ class EnvironmentObjects(Protocol):
         ...
 
     async def delete(self, namespace: str, kind: str, name: str) -> None: ...
+
+    async def post_event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        """A Kubernetes Event about ``obj`` (the AgentEnvironment)."""
+        ...
 
 
 class KubeObjects:
@@ -96,6 +103,13 @@ class KubeObjects:
         except (KubeAlreadyExists, KubeConflict):
             return False
         return True
+
+    async def post_event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        ref = {"apiVersion": a.API_VERSION, "kind": a.KIND, "metadata": meta_of(obj).reference()}
+        try:
+            kopf.event(kopf.Body(cast(kopf.RawBody, ref)), type=type_, reason=reason, message=message[:1024])
+        except LookupError:  # outside a running operator (no event queue): nothing to post to
+            pass
 
     async def delete(self, namespace: str, kind: str, name: str) -> None:
         if kind == "Secret":
