@@ -2,7 +2,7 @@
 # The kind tier of `make test`, on a machine with no container registry: everything is built here.
 #
 #   tests/kind/tier.sh COMMAND...      e.g. tests/kind/tier.sh .venv/bin/pytest -m kind tests/kind
-#   tests/kind/tier.sh --prepare       steps 1-4 only; prints `export` lines (KIND_CONFIG, PATH) for a shell
+#   tests/kind/tier.sh --prepare       steps 1-4 only; prints an `export` line (KIND_CONFIG, PATH) for a shell
 #                                      (eval "$(tests/kind/tier.sh --prepare)"), and leaves dockerd running
 #
 # 1. docker: the daemon that answers, or one started by host/dockerd.sh (stopped again at the end);
@@ -13,8 +13,9 @@
 # 4. a kind configuration for this host: the local node image, the bridge CNI baked into it (kind's own
 #    kindnetd image cannot be pulled), cgroup v1 allowed when the host has no unified hierarchy, and the
 #    etcd image tag of the control-plane tier's pinned etcd;
-# 5. COMMAND runs with KIND_CLUSTER, KIND_CONFIG, MEMSYNC_IMAGE, MEMSYNC_SKIP_BUILD=1 and MEMSYNC_KIND_REQUIRED=1 (a kind test that
-#    would skip fails instead); the conftest creates the cluster, loads the image and deploys the operator.
+# 5. COMMAND runs with KIND_CLUSTER, KIND_CONFIG, MEMSYNC_IMAGE, MEMSYNC_SKIP_BUILD=1 and
+#    MEMSYNC_KIND_REQUIRED=1 (a kind test that would skip fails instead); the conftest creates the cluster,
+#    loads the image and deploys the operator.
 #
 # When docker or go is not installed, COMMAND runs as it is and the kind tests skip, each with the reason.
 # KEEP_CLUSTER=1 keeps the cluster (and a dockerd this script started) for another run.
