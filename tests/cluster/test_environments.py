@@ -26,6 +26,7 @@ from support.environments import (
     scripted_session,
     stopped_after_the_last_write,
     timestamp,
+    work_item,
 )
 
 from .conftest import REPO, SYSTEM_NS, Cluster, store_on_bridge
@@ -99,10 +100,7 @@ def serve_one_session(
     assert memories_of(admin, scripted) == [("/hello.md", content)], explain
     cluster.wait(
         "the work item stopped",
-        lambda: (
-            admin.get(f"/v1/environments/{scripted.environment_id}/work/{scripted.work_id}").json()["state"]
-            == "stopped"
-        ),
+        lambda: work_item(admin, scripted)["state"] == "stopped",
         timeout=60,
     )
     stopped_after_the_last_write(admin, scripted)
@@ -152,7 +150,7 @@ def test_a_first_heartbeat_window_shorter_than_the_pod_start_still_serves_the_se
     window = ("--first-heartbeat-window", str(FIRST_HEARTBEAT_S))
     with store_on_bridge(cluster, tmp_path, window) as store:
         admin, scripted, _, sandbox = serve_one_session(cluster, store, namespace, "held through the start\n")
-        item = admin.get(f"/v1/environments/{scripted.environment_id}/work/{scripted.work_id}").json()
+        item = work_item(admin, scripted)
         acked = timestamp(item["acknowledged_at"])
         runner_started = timestamp(sandbox["startedAt"])
         # the runner started well after the window had closed: only the operator's hold kept the item

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import time
 from typing import Any
@@ -13,7 +14,7 @@ from memsync.controller.pod import pod_name_for
 from support import k8s_scenarios as k8s
 from support.k8s_scenarios import report_from_logs, secret_object, session_id, smem_object
 
-from .conftest import IN_CLUSTER_STORE_URL, NODE, KindEnv, apply, kubectl, kubectl_json, run
+from .conftest import CLUSTER, IN_CLUSTER_STORE_URL, KindEnv, apply, kubectl, kubectl_json, run
 
 
 def sid() -> str:
@@ -126,14 +127,34 @@ def condition(pod_status: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return None
 
 
-def events_of(namespace: str, name: str) -> list[dict[str, Any]]:
-    """The Events about the object ``name`` in ``namespace``."""
-    items: list[dict[str, Any]] = kubectl_json(
-        "-n", namespace, "get", "events", "--field-selector", f"involvedObject.name={name}"
-    )["items"]
-    return items
+class LogFollower:
+    """``kubectl logs -f`` of one container, read to the end: the report of an agent whose Pod goes away."""
 
+    def __init__(self, namespace: str, pod_name: str, container_name: str = "sandbox") -> None:
+        self.proc = subprocess.Popen(
+            [
+                "kubectl",
+                "--context",
+                f"kind-{CLUSTER}",
+                "-n",
+                namespace,
+                "logs",
+                "-f",
+                pod_name,
+                "-c",
+                container_name,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
-def node_exec(*args: str, check: bool = True) -> str:
-    """A command on the kind node itself (crictl, the kubelet's files)."""
-    return run("docker", "exec", NODE, *args, check=check).stdout
+    def report(self, timeout: float = 240) -> dict[str, Any]:
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        finally:
+            self.proc.kill()
+        return report_from_logs(out)
+
+    def stop(self) -> None:
+        self.proc.kill()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import subprocess
 import time
 
 import pytest
@@ -25,14 +24,23 @@ from support.k8s_scenarios import (
     as_store_paths,
     container,
     make_store,
-    report_from_logs,
     store_files,
     versions,
     wait_store_has,
 )
 
-from .conftest import CLUSTER, IN_CLUSTER_STORE_URL, KindEnv, kubectl, kubectl_json, run
-from .scenario import agent, agent_report, create_secret, create_smem, mint, pod_status, sid, wait_phase
+from .conftest import IN_CLUSTER_STORE_URL, KindEnv, kubectl, kubectl_json, run
+from .scenario import (
+    LogFollower,
+    agent,
+    agent_report,
+    create_secret,
+    create_smem,
+    mint,
+    pod_status,
+    sid,
+    wait_phase,
+)
 
 # The timeout covers each test's own body only: the cluster (created, image built and loaded, operator
 # deployed) is set up once by the session fixture, bounded by its own subprocess timeouts.
@@ -163,19 +171,14 @@ async def test_deleted_while_writing(kind_env: KindEnv, namespace: str) -> None:
     )
     await wait_phase(namespace, "doomed", ("Running",))
     pod = pod_name_for("doomed")
-    follow = subprocess.Popen(
-        ["kubectl", "--context", f"kind-{CLUSTER}", "-n", namespace, "logs", "-f", pod, "-c", "sandbox"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    follow = LogFollower(namespace, pod)
     try:
         await wait_store_has(kind_env, store, 3, timeout=180)
         kubectl("-n", namespace, "delete", "smem", "doomed", "--wait=true", "--timeout=240s", timeout=260)
-        out, _ = follow.communicate(timeout=120)
-    finally:
-        follow.kill()
-    report = report_from_logs(out)
+    except BaseException:
+        follow.stop()
+        raise
+    report = follow.report(timeout=120)
     assert report["interrupted"] is True and report["ticks"] > report["sigterm_tick"]
     assert await store_files(kind_env, store) == as_store_paths(
         report["stores"]["/mnt/memory/journal"]["files"]

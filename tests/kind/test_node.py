@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import time
 from datetime import datetime
 from typing import Any
@@ -30,13 +29,13 @@ from support.k8s_scenarios import (
     as_store_paths,
     container,
     make_store,
-    report_from_logs,
     store_files,
     wait_store_has,
 )
 
-from .conftest import CLUSTER, KindEnv, kubectl
+from .conftest import KindEnv, kubectl
 from .scenario import (
+    LogFollower,
     agent,
     agent_report,
     condition,
@@ -59,36 +58,6 @@ def started_at(state: dict[str, Any], key: str = "startedAt") -> datetime:
         if key in (state.get(phase) or {}):
             return datetime.fromisoformat(state[phase][key].replace("Z", "+00:00"))
     raise AssertionError(f"no {key} in {state}")
-
-
-class LogFollower:
-    """``kubectl logs -f`` of one container, read to the end: the report of an agent whose Pod goes away."""
-
-    def __init__(self, namespace: str, pod_name: str, container_name: str = "sandbox") -> None:
-        self.proc = subprocess.Popen(
-            [
-                "kubectl",
-                "--context",
-                f"kind-{CLUSTER}",
-                "-n",
-                namespace,
-                "logs",
-                "-f",
-                pod_name,
-                "-c",
-                container_name,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-
-    def report(self, timeout: float = 240) -> dict[str, Any]:
-        try:
-            out, _ = self.proc.communicate(timeout=timeout)
-        finally:
-            self.proc.kill()
-        return report_from_logs(out)
 
 
 async def statuses_until_gone(namespace: str, name: str, timeout: float = 300) -> list[dict[str, Any]]:

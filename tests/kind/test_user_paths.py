@@ -19,7 +19,7 @@ from memsync.controller.environment import decisions as d
 from memsync.controller.pod import pod_name_for
 from memsync.crd import agentenv as a
 from memsync.crd.models import sandbox_template
-from support.environments import memories_of, scripted_session, stopped_after_the_last_write
+from support.environments import memories_of, scripted_session, stopped_after_the_last_write, work_item
 from support.k8s_scenarios import FINAL, make_store, store_files
 
 from .conftest import (
@@ -243,10 +243,7 @@ def test_an_environment_session_from_claim_to_stop(environments: KindEnv, namesp
     assert memories_of(admin, scripted) == [("/hello.md", "from kind\n")]
     wait_for(
         "the work item stopped",
-        lambda: (
-            admin.get(f"/v1/environments/{scripted.environment_id}/work/{scripted.work_id}").json()["state"]
-            == "stopped"
-        ),
+        lambda: work_item(admin, scripted)["state"] == "stopped",
         timeout=60,
     )
     stopped_after_the_last_write(admin, scripted)

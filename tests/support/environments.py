@@ -52,10 +52,16 @@ def timestamp(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def work_item(admin: httpx.Client, s: ScriptedSession) -> dict[str, Any]:
+    """The scripted session's work item as the server has it now."""
+    work: dict[str, Any] = admin.get(f"/v1/environments/{s.environment_id}/work/{s.work_id}").json()
+    return work
+
+
 def stopped_after_the_last_write(admin: httpx.Client, s: ScriptedSession) -> dict[str, Any]:
     """The work item, asserted stopped after the store's last memory version was written."""
     versions = admin.get(f"/v1/memory_stores/{s.store_id}/memory_versions").json()["data"]
-    work: dict[str, Any] = admin.get(f"/v1/environments/{s.environment_id}/work/{s.work_id}").json()
+    work = work_item(admin, s)
     assert work["state"] == "stopped", work
     assert max(timestamp(v["created_at"]) for v in versions) < timestamp(work["stopped_at"])
     return work
