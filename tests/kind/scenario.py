@@ -48,13 +48,14 @@ def create_smem(
     interval: int = 5,
     final_flush: int = 10,
     pod_spec: dict[str, Any] | None = None,
+    base_url: str = IN_CLUSTER_STORE_URL,
 ) -> dict[str, Any]:
     """Applies the SessionMemory and returns it (``pod_spec`` adds to its template's Pod spec)."""
     obj = smem_object(
         namespace,
         name,
         session=session,
-        base_url=IN_CLUSTER_STORE_URL,
+        base_url=base_url,
         stores=stores,
         sandbox=sandbox,
         secret_name=secret_name or "work",
@@ -119,6 +120,28 @@ def pod(namespace: str, name: str) -> dict[str, Any] | None:
     return json.loads(out) if out.strip() else None
 
 
+def evict(namespace: str, pod_name: str) -> None:
+    """Evict the Pod through the Eviction API (what a drain does)."""
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod_name, "namespace": namespace},
+    }
+    kubectl(
+        "create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{pod_name}/eviction", "-f", "-",
+        input=json.dumps(eviction),
+    )  # fmt: skip
+
+
+def ready_reason(status: dict[str, Any]) -> str | None:
+    """The reason of a SessionMemory status's Ready condition."""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Ready":
+            reason: str | None = cond.get("reason")
+            return reason
+    return None
+
+
 def condition(pod_status: dict[str, Any], kind: str) -> dict[str, Any] | None:
     for cond in pod_status.get("conditions") or []:
         if cond.get("type") == kind:
@@ -149,12 +172,16 @@ class LogFollower:
             text=True,
         )
 
-    def report(self, timeout: float = 240) -> dict[str, Any]:
+    def text(self, timeout: float = 240) -> str:
+        """Everything the container wrote, once it has ended."""
         try:
             out, _ = self.proc.communicate(timeout=timeout)
         finally:
             self.proc.kill()
-        return report_from_logs(out)
+        return out
+
+    def report(self, timeout: float = 240) -> dict[str, Any]:
+        return report_from_logs(self.text(timeout))
 
     def stop(self) -> None:
         self.proc.kill()

@@ -23,7 +23,7 @@ import pytest
 
 from memsync.api.hashing import content_sha256
 from memsync.controller import status as s
-from memsync.controller.pod import grace_period_seconds
+from memsync.controller.pod import MOUNT_CONTAINER, grace_period_seconds
 from support.k8s_scenarios import (
     FINAL,
     as_store_paths,
@@ -33,14 +33,16 @@ from support.k8s_scenarios import (
     wait_store_has,
 )
 
-from .conftest import KindEnv, kubectl
+from .conftest import KindEnv, apply, kubectl
 from .scenario import (
     LogFollower,
     agent,
     agent_report,
     condition,
+    evict,
     pod,
     pod_status,
+    ready_reason,
     start_session,
     wait_phase,
 )
@@ -73,14 +75,6 @@ async def statuses_until_gone(namespace: str, name: str, timeout: float = 300) -
             seen.append(current)
         await asyncio.sleep(0.5)
     raise AssertionError(f"SessionMemory {namespace}/{name} was not gone after {timeout} s")
-
-
-def ready_reason(status: dict[str, Any]) -> str | None:
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "Ready":
-            reason: str | None = cond.get("reason")
-            return reason
-    return None
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -141,6 +135,82 @@ async def test_deletion_gives_the_final_flush_its_time(kind_env: KindEnv, namesp
     assert report["ticks"] - report["sigterm_tick"] >= 30  # 20 s at 0.5 s: it kept writing after SIGTERM
     assert took >= 20, f"the Pod was gone {took:.1f} s after the delete, before the agent's 20 s linger"
     assert await store_files(kind_env, store) == as_store_paths(report["stores"]["/mnt/memory/late"]["files"])
+
+
+SILENT_SERVER = (
+    "import socket, time\ns = socket.socket()\ns.bind(('', 8080))\ns.listen(64)\ntime.sleep(3600)\n"
+)
+
+
+def silent_store(namespace: str, image: str) -> str:
+    """A Service whose Pod accepts connections and never answers a request: a store that hangs."""
+    restricted = {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "silent", "namespace": namespace, "labels": {"app": "silent"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "silent",
+                        "image": image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["python3", "-c", SILENT_SERVER],
+                        "securityContext": restricted,
+                    }
+                ]
+            },
+        }
+    )
+    apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "silent", "namespace": namespace},
+            "spec": {"selector": {"app": "silent"}, "ports": [{"port": 8080, "targetPort": 8080}]},
+        }
+    )
+    kubectl("-n", namespace, "wait", "pod/silent", "--for=condition=Ready", "--timeout=120s", timeout=130)
+    return f"http://silent.{namespace}.svc:8080"
+
+
+async def test_a_mount_waiting_on_a_silent_store_ends_at_once_when_the_session_goes(
+    kind_env: KindEnv, namespace: str
+) -> None:
+    """``memsync mount`` is its init container's PID 1, so it handles SIGTERM or it would never get one: a
+    session deleted while its mount waits on a store that never answers is gone in seconds, not at the end
+    of the grace period, and the mount says why it stopped."""
+    url = silent_store(namespace, kind_env.image)
+    store = await make_store(kind_env, "hung", {})
+    sandbox = shell(kind_env.image, "exec sleep 3600")
+    pod_name = await start_session(
+        kind_env, namespace, "hung", store, slug="h", sandbox=sandbox, base_url=url
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        current = pod(namespace, pod_name)
+        state = container(current["status"], MOUNT_CONTAINER).get("state", {}) if current else {}
+        if "running" in state:
+            break
+        await asyncio.sleep(0.5)
+    else:
+        raise AssertionError(f"the mount never ran: {pod(namespace, pod_name)}")
+    logs = LogFollower(namespace, pod_name, MOUNT_CONTAINER)
+    await asyncio.sleep(3)  # the mount is waiting on the silent store by now (it reads the session first)
+    grace = (pod(namespace, pod_name) or {})["spec"]["terminationGracePeriodSeconds"]
+    started = time.monotonic()
+    kubectl("-n", namespace, "delete", "smem", "hung", "--wait=false")
+    await statuses_until_gone(namespace, "hung")
+    took = time.monotonic() - started
+    mount_log = logs.text()
+    assert "SIGTERM received: stopping the mount" in mount_log, mount_log[-3000:]
+    assert took < 20 < grace, f"the session was gone {took:.1f} s after the delete (grace {grace} s)"
 
 
 async def test_a_pid1_without_a_sigterm_handler_runs_out_the_grace_period(
@@ -249,15 +319,7 @@ async def test_an_eviction_through_the_api_marks_the_pod_and_still_flushes(
     await wait_phase(namespace, "evicted", ("Running",))
     await wait_store_has(kind_env, store, 3, timeout=180)
     logs = LogFollower(namespace, pod_name)
-    eviction = {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": pod_name, "namespace": namespace},
-    }
-    kubectl(
-        "create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{pod_name}/eviction", "-f", "-",
-        input=json.dumps(eviction),
-    )  # fmt: skip
+    evict(namespace, pod_name)
     disruption = None
     deadline = time.monotonic() + 60
     while disruption is None and time.monotonic() < deadline:
