@@ -49,6 +49,7 @@ def create_smem(
     final_flush: int = 10,
     pod_spec: dict[str, Any] | None = None,
     base_url: str = IN_CLUSTER_STORE_URL,
+    sync: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Applies the SessionMemory and returns it (``pod_spec`` adds to its template's Pod spec)."""
     obj = smem_object(
@@ -62,6 +63,7 @@ def create_smem(
         interval=interval,
         final_flush=final_flush,
         pod_spec=pod_spec,
+        sync=sync,
     )
     apply(obj)
     return obj

@@ -2,6 +2,10 @@
 the control-plane tier, which has no PID namespace, no cgroups, no eviction manager and no image):
 
 - the init container gates everything and the native sidecar serves /readyz before the sandbox starts;
+- ``memsync mount``, its container's PID 1, handles SIGTERM: a session deleted while its mount waits on a
+  store that never answers is gone at once;
+- a sidecar that never starts (its startupProbe never passes) fails the session with ``SidecarNotStarted``
+  once ``sync.sidecarStartSeconds`` is up, and its Pod is deleted;
 - deleting a session gives the sandbox its SIGTERM and the sidecar its final flush within the grace period;
 - a sandbox whose PID 1 installs no SIGTERM handler is not signalled at all (pid_namespaces(7)) and is
   killed at the end of the grace period, and the session says so;
@@ -33,7 +37,7 @@ from support.k8s_scenarios import (
     wait_store_has,
 )
 
-from .conftest import KindEnv, apply, kubectl
+from .conftest import IN_CLUSTER_STORE_URL, KindEnv, apply, kubectl, kubectl_json
 from .scenario import (
     LogFollower,
     agent,
@@ -137,47 +141,80 @@ async def test_deletion_gives_the_final_flush_its_time(kind_env: KindEnv, namesp
     assert await store_files(kind_env, store) == as_store_paths(report["stores"]["/mnt/memory/late"]["files"])
 
 
-SILENT_SERVER = (
-    "import socket, time\ns = socket.socket()\ns.bind(('', 8080))\ns.listen(64)\ntime.sleep(3600)\n"
-)
+SILENT_SERVER = """
+import socket, time
+s = socket.socket()
+s.bind(("", 8080))
+s.listen(64)  # connections complete in the backlog; no request is ever read
+time.sleep(3600)
+"""
+
+#: A store proxy that forwards every request to the in-cluster store server except the sync sidecar's
+#: one-item listing probe (``limit=1``), which it never answers: the mount succeeds, the sidecar's first
+#: pass never ends, so its /readyz never answers 200 and its startupProbe never passes.
+PROBE_HANGING_PROXY = """
+import os, time, httpx
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+upstream = httpx.Client(base_url=os.environ["UPSTREAM"], timeout=60)
+
+class Forward(BaseHTTPRequestHandler):
+    def handle_one(self):
+        if "limit=1" in self.path.split("?", 1)[-1].split("&"):
+            time.sleep(3600)
+        size = int(self.headers.get("content-length") or 0)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+        answer = upstream.request(self.command, self.path, headers=headers, content=self.rfile.read(size))
+        self.send_response(answer.status_code)
+        for k, v in answer.headers.items():
+            if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                self.send_header(k, v)
+        self.send_header("content-length", str(len(answer.content)))
+        self.end_headers()
+        self.wfile.write(answer.content)
+
+    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = handle_one
+
+ThreadingHTTPServer(("", 8080), Forward).serve_forever()
+"""
 
 
-def silent_store(namespace: str, image: str) -> str:
-    """A Service whose Pod accepts connections and never answers a request: a store that hangs."""
+def serve_python(
+    namespace: str, name: str, image: str, script: str, env: dict[str, str] | None = None
+) -> str:
+    """``script`` run by the image's Python as a Pod behind a Service on port 8080; returns its URL."""
     restricted = {
         "runAsNonRoot": True,
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+    server = {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-c", script],
+        "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+        "securityContext": restricted,
+    }
+    labels = {"app": name}
     apply(
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": "silent", "namespace": namespace, "labels": {"app": "silent"}},
-            "spec": {
-                "containers": [
-                    {
-                        "name": "silent",
-                        "image": image,
-                        "imagePullPolicy": "IfNotPresent",
-                        "command": ["python3", "-c", SILENT_SERVER],
-                        "securityContext": restricted,
-                    }
-                ]
-            },
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"containers": [server]},
         }
     )
     apply(
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": {"name": "silent", "namespace": namespace},
-            "spec": {"selector": {"app": "silent"}, "ports": [{"port": 8080, "targetPort": 8080}]},
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"selector": labels, "ports": [{"port": 8080, "targetPort": 8080}]},
         }
     )
-    kubectl("-n", namespace, "wait", "pod/silent", "--for=condition=Ready", "--timeout=120s", timeout=130)
-    return f"http://silent.{namespace}.svc:8080"
+    kubectl("-n", namespace, "wait", f"pod/{name}", "--for=condition=Ready", "--timeout=120s", timeout=130)
+    return f"http://{name}.{namespace}.svc:8080"
 
 
 async def test_a_mount_waiting_on_a_silent_store_ends_at_once_when_the_session_goes(
@@ -186,7 +223,7 @@ async def test_a_mount_waiting_on_a_silent_store_ends_at_once_when_the_session_g
     """``memsync mount`` is its init container's PID 1, so it handles SIGTERM or it would never get one: a
     session deleted while its mount waits on a store that never answers is gone in seconds, not at the end
     of the grace period, and the mount says why it stopped."""
-    url = silent_store(namespace, kind_env.image)
+    url = serve_python(namespace, "silent", kind_env.image, SILENT_SERVER)
     store = await make_store(kind_env, "hung", {})
     sandbox = shell(kind_env.image, "exec sleep 3600")
     pod_name = await start_session(
@@ -364,3 +401,40 @@ async def test_an_emptydir_over_its_size_limit_gets_the_pod_evicted(
     assert ready_reason(status) == s.INTERRUPTED, status
     assert "scratch" in status["message"] and "exceeds the limit" in status["message"], status
     assert set(await store_files(kind_env, store)) == {"/one.md"}
+
+
+async def test_a_sidecar_that_never_starts_fails_the_session_and_its_pod_goes(
+    kind_env: KindEnv, namespace: str
+) -> None:
+    """memsync-sync whose startupProbe never passes (here: its first pass never gets an answer; on a kubelet
+    with the native-sidecar startup defect: a sidecar restarted before its first probe) keeps the sandbox
+    from ever starting. Past ``sync.sidecarStartSeconds`` after the mount the operator fails the session
+    with ``SidecarNotStarted`` and a Warning Event, and deletes the Pod; nothing was edited, nothing lost."""
+    url = serve_python(
+        namespace, "hangs", kind_env.image, PROBE_HANGING_PROXY, {"UPSTREAM": IN_CLUSTER_STORE_URL}
+    )
+    store = await make_store(kind_env, "unstarted", {"a.md": "alpha"})
+    sandbox = shell(kind_env.image, "exec sleep 3600")
+    pod_name = await start_session(
+        kind_env,
+        namespace,
+        "unstarted",
+        store,
+        slug="u",
+        sandbox=sandbox,
+        base_url=url,
+        sync={"sidecarStartSeconds": 10},
+    )
+    status = await wait_phase(namespace, "unstarted", FINAL, timeout=240)
+    assert ready_reason(status) == s.SIDECAR_NOT_STARTED, status
+    assert "had not started 10 s after the stores were mounted" in status["message"], status
+    assert condition(status, "Flushed") == {**condition(status, "Flushed"), "reason": "NothingToFlush"}
+    events = kubectl_json(
+        "-n", namespace, "get", "events", "--field-selector", "involvedObject.name=unstarted"
+    )
+    assert "SidecarNotStarted" in {e["reason"] for e in events["items"]}, events
+    deadline = time.monotonic() + 120
+    while pod(namespace, pod_name) is not None and time.monotonic() < deadline:
+        await asyncio.sleep(1)
+    assert pod(namespace, pod_name) is None, "the operator did not delete the stuck Pod"
+    assert (await store_files(kind_env, store)) == {"/a.md": content_sha256("alpha")}
