@@ -12,7 +12,8 @@ the control-plane tier, which has no PID namespace, no cgroups, no eviction mana
 - the sidecar OOM-killed under its memory limit is restarted by the kubelet and loses nothing;
 - ``activeDeadlineSeconds`` ends the Pod, the sandbox gets SIGTERM and the final flush runs;
 - an eviction through the Eviction API marks the Pod ``DisruptionTarget`` and still flushes;
-- an emptyDir over its ``sizeLimit`` gets the Pod evicted by the kubelet, and the session says why.
+- the stores' folder (an emptyDir with the session's ``sizeLimit``) filled past it gets the Pod evicted by
+  the kubelet, and the session says why.
 """
 
 from __future__ import annotations
@@ -374,32 +375,37 @@ async def test_an_eviction_through_the_api_marks_the_pod_and_still_flushes(
     assert await store_files(kind_env, store) == as_store_paths(report["stores"]["/mnt/memory/e"]["files"])
 
 
-async def test_an_emptydir_over_its_size_limit_gets_the_pod_evicted(
+async def test_the_stores_folder_over_its_size_limit_gets_the_pod_evicted(
     kind_env: KindEnv, namespace: str
 ) -> None:
-    """The kubelet's eviction manager measures the emptyDir and evicts the Pod (with no grace to speak of):
-    what the periodic sync had sent is in the store, and the session names the eviction."""
+    """The stores' folder is an emptyDir with the SessionMemory's ``memoryVolumeSizeLimit`` (memsync-sync
+    requests as much ephemeral storage). The kubelet's eviction manager measures it and evicts the Pod at
+    once when the agent fills it: what the periodic sync had sent is in the store, and the session names
+    the eviction."""
     store = await make_store(kind_env, "full", {})
-    script = "echo one > /mnt/memory/f/one.md; sleep 12; head -c 8388608 /dev/zero > /scratch/fill; sleep 600"
-    sandbox = {
-        **shell(kind_env.image, script),
-        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
-    }
-    await start_session(
+    script = (
+        "echo one > /mnt/memory/f/one.md; sleep 12; head -c 8388608 /dev/zero > /mnt/memory/fill; sleep 600"
+    )
+    pod_name = await start_session(
         kind_env,
         namespace,
         "full",
         store,
         slug="f",
-        sandbox=sandbox,
+        sandbox=shell(kind_env.image, script),
         interval=5,
-        pod_spec={"volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}]},
+        sync={"memoryVolumeSizeLimit": "4Mi"},
     )
+    spec = (pod(namespace, pod_name) or {})["spec"]
+    memory = next(v for v in spec["volumes"] if v["name"] == "memory")
+    sync = next(c for c in spec["initContainers"] if c["name"] == "memsync-sync")
+    assert memory["emptyDir"] == {"sizeLimit": "4Mi"}
+    assert sync["resources"]["requests"]["ephemeral-storage"] == "4Mi"
     await wait_store_has(kind_env, store, 1, timeout=180)
     status = await wait_phase(namespace, "full", FINAL, timeout=240)
     assert status["phase"] == "Failed", status
     assert ready_reason(status) == s.INTERRUPTED, status
-    assert "scratch" in status["message"] and "exceeds the limit" in status["message"], status
+    assert '"memory"' in status["message"] and "exceeds the limit" in status["message"], status
     assert set(await store_files(kind_env, store)) == {"/one.md"}
 
 
@@ -428,10 +434,9 @@ async def test_a_sidecar_that_never_starts_fails_the_session_and_its_pod_goes(
     status = await wait_phase(namespace, "unstarted", FINAL, timeout=240)
     assert ready_reason(status) == s.SIDECAR_NOT_STARTED, status
     assert "had not started 10 s after the stores were mounted" in status["message"], status
-    assert condition(status, "Flushed") == {**condition(status, "Flushed"), "reason": "NothingToFlush"}
-    events = kubectl_json(
-        "-n", namespace, "get", "events", "--field-selector", "involvedObject.name=unstarted"
-    )
+    assert (condition(status, "Flushed") or {}).get("reason") == "NothingToFlush", status
+    selector = "involvedObject.name=unstarted"
+    events = kubectl_json("-n", namespace, "get", "events", "--field-selector", selector)
     assert "SidecarNotStarted" in {e["reason"] for e in events["items"]}, events
     deadline = time.monotonic() + 120
     while pod(namespace, pod_name) is not None and time.monotonic() < deadline:
