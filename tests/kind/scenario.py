@@ -10,6 +10,7 @@ import sys
 import time
 from typing import Any
 
+from memsync.api.secret import decode_work_secret, encode_work_secret
 from memsync.controller.pod import pod_name_for
 from support import k8s_scenarios as k8s
 from support.k8s_scenarios import report_from_logs, secret_object, session_id, smem_object
@@ -79,9 +80,14 @@ async def start_session(
     sandbox: dict[str, Any],
     **smem: Any,
 ) -> str:
-    """A session over one read-write store: its Secret, then its SessionMemory; returns the Pod's name."""
+    """A session over one read-write store: its Secret, then its SessionMemory; returns the Pod's name. A
+    ``base_url`` (of a stand-in for the store) goes into the work-item secret too: the secret's URL is the
+    one the sync agent uses."""
     session = sid()
-    create_secret(namespace, "work", mint(env, [(store, "read_write")], session))
+    secret = mint(env, [(store, "read_write")], session)
+    if "base_url" in smem:
+        secret = encode_work_secret(decode_work_secret(secret).sessions_token, smem["base_url"])
+    create_secret(namespace, "work", secret)
     create_smem(namespace, name, session, [(store, slug, "read_write")], sandbox, **smem)
     return pod_name_for(name)
 

@@ -232,9 +232,9 @@ async def test_a_mount_waiting_on_a_silent_store_ends_at_once_when_the_session_g
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        current = pod(namespace, pod_name)
-        state = container(current["status"], MOUNT_CONTAINER).get("state", {}) if current else {}
-        if "running" in state:
+        statuses = (pod(namespace, pod_name) or {}).get("status") or {}
+        inits = statuses.get("initContainerStatuses") or []
+        if any(c["name"] == MOUNT_CONTAINER and "running" in c.get("state", {}) for c in inits):
             break
         await asyncio.sleep(0.5)
     else:
@@ -419,7 +419,7 @@ async def test_a_sidecar_that_never_starts_fails_the_session_and_its_pod_goes(
     url = serve_python(
         namespace, "hangs", kind_env.image, PROBE_HANGING_PROXY, {"UPSTREAM": IN_CLUSTER_STORE_URL}
     )
-    store = await make_store(kind_env, "unstarted", {"a.md": "alpha"})
+    store = await make_store(kind_env, "unstarted", {"/a.md": "alpha"})
     sandbox = shell(kind_env.image, "exec sleep 3600")
     pod_name = await start_session(
         kind_env,
