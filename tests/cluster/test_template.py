@@ -171,8 +171,13 @@ async def test_the_templates_fields_reach_a_running_session(
     assert {"name": "work", "emptyDir": {}} in spec["volumes"]
     (sandbox,) = spec["containers"]
     assert [m["mountPath"] for m in sandbox["volumeMounts"]][:2] == ["/mnt/memory", "/workspace"]
-    for memsync in spec["initContainers"]:
-        assert memsync["resources"] == resources
+    mount, sync = spec["initContainers"]
+    assert mount["resources"] == resources
+    # the sidecar also requests the stores' folder's size (the operator's default 1Gi) as ephemeral storage
+    requests = {**resources["requests"], "ephemeral-storage": "1Gi"}
+    assert sync["resources"] == {**resources, "requests": requests}
+    assert {"name": "memory", "emptyDir": {"sizeLimit": "1Gi"}} in spec["volumes"]
+    for memsync in (mount, sync):
         assert {"name": "NO_PROXY", "value": ".svc"} in memsync["env"]
     status = wait_phase(deployed, namespace, "templated", ("Succeeded", "Failed"))
     assert status["phase"] == "Succeeded", status

@@ -120,12 +120,19 @@ def test_template_resources_replace_the_default_of_both_memsync_containers_only(
         name="s", namespace="ns", uid="u", spec=validate_spec(spec({"resources": resources})), agent_image="m"
     )
     by_name = containers(pod)
-    assert by_name[MOUNT_CONTAINER]["resources"] == by_name[SYNC_CONTAINER]["resources"] == resources
+    # the sidecar also requests the stores' folder's size as ephemeral storage (the template set none)
+    with_storage = {**resources, "requests": {**resources["requests"], "ephemeral-storage": "1Gi"}}
+    assert by_name[MOUNT_CONTAINER]["resources"] == resources
+    assert by_name[SYNC_CONTAINER]["resources"] == with_storage
     assert "resources" not in by_name["sandbox"]
     default = containers(
         build_sandbox_pod(name="s", namespace="ns", uid="u", spec=validate_spec(spec()), agent_image="m")
     )
-    assert default[SYNC_CONTAINER]["resources"] == MEMSYNC_RESOURCES
+    assert default[MOUNT_CONTAINER]["resources"] == MEMSYNC_RESOURCES
+    assert default[SYNC_CONTAINER]["resources"] == {
+        **MEMSYNC_RESOURCES,
+        "requests": {**MEMSYNC_RESOURCES["requests"], "ephemeral-storage": "1Gi"},
+    }
     with pytest.raises(
         InvalidSpecError, match=r"spec\.template\.spec\.memsync\.resources\.limits\.memory: must match"
     ):
