@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsync.api.models import CreateMemoryRequest, UpdateMemoryRequest
-from memsync.server import rules
 from memsync.server.errors import ApiError
-from memsync.server.rules import UpdateDecision
+from memsync.server.stores import rules
+from memsync.server.stores.rules import UpdateDecision
 
 
 def _400(exc: pytest.ExceptionInfo[ApiError]) -> str:

@@ -24,8 +24,6 @@ from memsync.api.constants import MAX_STORES_PER_SESSION
 from memsync.api.models import Access
 from memsync.api.paths import default_mount_path
 from memsync.api.secret import encode_work_secret
-from memsync.server import rules
-from memsync.server.db import AdminKeyRow, Database, DuplicateKeyError, ResourceRow, SessionRow, Tx
 from memsync.server.errors import conflict, forbidden, invalid, not_found, unauthenticated
 from memsync.server.ids import (
     SESSION_PREFIX,
@@ -38,7 +36,16 @@ from memsync.server.ids import (
     parse_ts,
     token_hash,
 )
-from memsync.server.serialize import session_json
+from memsync.server.storage.database import (
+    AdminKeyRow,
+    Database,
+    DuplicateKeyError,
+    ResourceRow,
+    SessionRow,
+    Tx,
+)
+from memsync.server.stores import rules
+from memsync.server.stores.serialize import session_json
 
 AUTH_CACHE_TTL_S = 2.0
 AUTH_CACHE_MAX = 20_000
@@ -146,7 +153,7 @@ class MintSessionRequest(BaseModel):
     resources: list[MintResource] = Field(default_factory=list)
     token_ttl_seconds: int | None = None
     # The environment whose work queue gets the session's work item, and events that play the agent's side
-    # (both handled by the environment extension: memsync.server.environment_routes).
+    # (both handled by the environment extension: memsync.server.http.environments).
     environment_id: str | None = None
     script: list[dict[str, Any]] | None = None
 

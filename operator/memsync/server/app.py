@@ -23,16 +23,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from memsync.api import errors as et
-from memsync.server import environment_routes
 from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, AccessService, Principal
-from memsync.server.backends import open_database
-from memsync.server.environments import EnvironmentService
+from memsync.server.environments.events import SessionEvents
+from memsync.server.environments.rules import DEFAULT_FIRST_HEARTBEAT_S
+from memsync.server.environments.service import EnvironmentService
+from memsync.server.environments.work import DEFAULT_LEASE_TTL_S, WorkItems
 from memsync.server.errors import ApiError, too_large
-from memsync.server.observe import ObserveMiddleware, render_metrics
-from memsync.server.service import StoreService
-from memsync.server.session_events import SessionEvents
-from memsync.server.work_items import DEFAULT_LEASE_TTL_S, WorkItems
-from memsync.server.work_lease import DEFAULT_FIRST_HEARTBEAT_S
+from memsync.server.http import environments as environment_routes
+from memsync.server.http.observe import ObserveMiddleware, render_metrics
+from memsync.server.storage.backends import open_database
+from memsync.server.stores.service import StoreService
 
 logger = logging.getLogger("memsync.server")
 

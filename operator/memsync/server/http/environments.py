@@ -9,13 +9,13 @@ from fastapi import Depends, FastAPI, Header, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from memsync.server.access import AccessService, MintSessionRequest, Principal
-from memsync.server.db import Tx
-from memsync.server.environments import Caller, EnvironmentService
+from memsync.server.environments.events import SessionEvents, check_posted
+from memsync.server.environments.service import Caller, EnvironmentService
+from memsync.server.environments.session_view import session_object
+from memsync.server.environments.work import WorkItems
 from memsync.server.errors import invalid, not_found
-from memsync.server.rules import parse_json_object
-from memsync.server.session_events import SessionEvents, check_posted
-from memsync.server.session_view import session_object
-from memsync.server.work_items import WorkItems
+from memsync.server.storage.database import Tx
+from memsync.server.stores.rules import parse_json_object
 
 PING_EVERY_S = 15.0
 RECHECK_S = 1.0  # a stream re-reads its session this often (another replica may have appended events)

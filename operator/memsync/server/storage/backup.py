@@ -14,7 +14,7 @@ import sqlite3
 import tempfile
 from pathlib import Path
 
-from memsync.server import migrations
+from memsync.server.storage import migrations
 
 
 class BackupError(Exception):

@@ -6,13 +6,13 @@ import time
 
 from memsync.api.constants import MAX_MEMORIES_PER_STORE
 from memsync.server.access import Principal
-from memsync.server.cursor import CursorState, decode_cursor, encode_cursor, query_fingerprint
-from memsync.server.db import Database, StoreRow, Tx
 from memsync.server.errors import (
     conflict,
     forbidden,
     not_found,
 )
+from memsync.server.storage.database import Database, StoreRow, Tx
+from memsync.server.stores.cursor import CursorState, decode_cursor, encode_cursor, query_fingerprint
 
 __all__ = ["ServiceCore"]
 

@@ -9,9 +9,7 @@ from memsync.api.models import (
     CreateMemoryRequest,
     UpdateMemoryRequest,
 )
-from memsync.server import rules
 from memsync.server.access import Principal
-from memsync.server.db import MemoryRow, StoreRow, Tx, VersionRow
 from memsync.server.errors import (
     invalid,
     not_found,
@@ -19,8 +17,10 @@ from memsync.server.errors import (
     precondition_failed,
 )
 from memsync.server.ids import MEMORY_PREFIX, VERSION_PREFIX, new_id, now_ts
-from memsync.server.serialize import memory_json, page_json, prefix_json
-from memsync.server.service_core import ServiceCore
+from memsync.server.storage.database import MemoryRow, StoreRow, Tx, VersionRow
+from memsync.server.stores import rules
+from memsync.server.stores.core import ServiceCore
+from memsync.server.stores.serialize import memory_json, page_json, prefix_json
 
 __all__ = ["MemoryOperations"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memsync.server.db import MemoryRow, SessionRow, StoreRow, VersionRow
+from memsync.server.storage.database import MemoryRow, SessionRow, StoreRow, VersionRow
 
 
 def store_json(row: StoreRow) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client import generate_latest as _generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from memsync.server.db import Database
+from memsync.server.storage.database import Database
 
 access_log = logging.getLogger("memsync.server.access")
 

@@ -1,7 +1,7 @@
 """Self-hosted environments on the store server: environments, their keys, and who may call what.
 
 Callers are an admin key, an environment's key (kept as a hash, answered once when issued) or one
-session's token. The work queue of an environment is :mod:`memsync.server.work_items`.
+session's token. The work queue of an environment is :mod:`memsync.server.environments.work`.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from memsync.server import rules
 from memsync.server.access import AccessService, parse_bearer
-from memsync.server.db import Database, Tx
-from memsync.server.env_queries import EnvironmentRow
 from memsync.server.errors import forbidden, invalid, not_found, unauthenticated
 from memsync.server.ids import new_id, now_ts, token_hash
+from memsync.server.storage.database import Database, Tx
+from memsync.server.storage.environment_queries import EnvironmentRow
+from memsync.server.stores import rules
 
 ENVIRONMENT_PREFIX = "env_"
 KEY_ID_PREFIX = "envkey_"

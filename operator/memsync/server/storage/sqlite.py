@@ -15,8 +15,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from memsync.server import migrations
-from memsync.server.db import Database, DuplicateKeyError, Row, Tx, apply_migrations, ensure_secret
+from memsync.server.storage import migrations
+from memsync.server.storage.database import (
+    Database,
+    DuplicateKeyError,
+    Row,
+    Tx,
+    apply_migrations,
+    ensure_secret,
+)
 
 
 class SqliteTx(Tx):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memsync.server.db import Database
-from memsync.server.sqlite_db import SqliteDatabase
+from memsync.server.storage.database import Database
+from memsync.server.storage.sqlite import SqliteDatabase
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -18,7 +18,7 @@ def open_database(spec: str | Path, *, pool_max: int = 10) -> Database:
     """``postgresql://user@host:port/db`` (libpq URL; the password may come from PGPASSWORD or a passfile)
     opens PostgreSQL; anything else is an SQLite file path (created if missing). Migrations run here."""
     if is_postgres(spec):
-        from memsync.server.pg_db import PgDatabase  # noqa: PLC0415 - psycopg loads only when used
+        from memsync.server.storage.postgres import PgDatabase  # noqa: PLC0415 - psycopg loads only when used
 
         return PgDatabase(str(spec), pool_max=pool_max)
     return SqliteDatabase(spec)

@@ -20,10 +20,9 @@ import secrets
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 
-from memsync.server.env_queries import EnvironmentQueries, EventQueries, WorkQueries
-from memsync.server.migrations import META_TABLE, SCHEMA_VERSION_KEY, Migration, pending
-from memsync.server.queries import AccessQueries, MemoryQueries, StoreQueries, VersionQueries
-from memsync.server.rows import (
+from memsync.server.storage.environment_queries import EnvironmentQueries, EventQueries, WorkQueries
+from memsync.server.storage.migrations import META_TABLE, SCHEMA_VERSION_KEY, Migration, pending
+from memsync.server.storage.rows import (
     AdminKeyRow,
     DuplicateKeyError,
     MemoryRow,
@@ -33,6 +32,7 @@ from memsync.server.rows import (
     StoreRow,
     VersionRow,
 )
+from memsync.server.storage.store_queries import AccessQueries, MemoryQueries, StoreQueries, VersionQueries
 
 __all__ = [
     "AdminKeyRow",

@@ -2,9 +2,10 @@
 
 A session minted into an environment queues one ``session`` work item carrying the session's work-item
 secret. Workers poll the queue with an environment key, acknowledge what they claim, keep the lease with
-heartbeats (the sessions token or the environment key) and stop the item when done. The lease rules are in
-:mod:`memsync.server.work_lease`; this module stores them and answers the work API's wire shapes. The secret
-stays with the item until it stops (a reclaimed item is handed out with it again) and only a poll answers it.
+heartbeats (the sessions token or the environment key) and stop the item when done. The lease rules are
+in :mod:`memsync.server.environments.rules`; this module stores them and answers the work API's wire
+shapes. The secret stays with the item until it stops (a reclaimed item is handed out with it again) and
+only a poll answers it.
 
 Every lease change is a compare-and-set on the lease that was read (``Tx.save_work``), so replicas sharing
 one database never hand out one item twice and never lose a heartbeat to a concurrent stop.
@@ -20,12 +21,12 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from memsync.server import work_lease as wl
-from memsync.server.db import Database, Tx
-from memsync.server.env_queries import WorkRecord
-from memsync.server.environments import Caller, EnvironmentService, environment_row
+from memsync.server.environments import rules as wl
+from memsync.server.environments.service import Caller, EnvironmentService, environment_row
 from memsync.server.errors import ApiError, conflict, invalid, not_found
 from memsync.server.ids import format_ts, new_id, now_ts
+from memsync.server.storage.database import Database, Tx
+from memsync.server.storage.environment_queries import WorkRecord
 
 WORK_PREFIX = "work_"
 DEFAULT_LEASE_TTL_S = 300

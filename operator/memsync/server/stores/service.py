@@ -7,9 +7,9 @@ Every method is synchronous (FastAPI runs it in its threadpool) and returns wire
 from __future__ import annotations
 
 from memsync.server.access import Principal
-from memsync.server.service_memories import MemoryOperations
-from memsync.server.service_stores import StoreOperations
-from memsync.server.service_versions import VersionOperations
+from memsync.server.stores.memory_operations import MemoryOperations
+from memsync.server.stores.store_operations import StoreOperations
+from memsync.server.stores.version_operations import VersionOperations
 
 __all__ = ["Principal", "StoreService"]
 

@@ -8,14 +8,14 @@ from memsync.api.models import (
     CreateStoreRequest,
     UpdateStoreRequest,
 )
-from memsync.server import rules
 from memsync.server.access import Principal, require_admin
 from memsync.server.errors import (
     invalid,
 )
 from memsync.server.ids import STORE_PREFIX, new_id, now_ts
-from memsync.server.serialize import page_json, store_json
-from memsync.server.service_core import ServiceCore
+from memsync.server.stores import rules
+from memsync.server.stores.core import ServiceCore
+from memsync.server.stores.serialize import page_json, store_json
 
 __all__ = ["StoreOperations"]
 

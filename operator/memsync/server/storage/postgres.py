@@ -26,8 +26,15 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from memsync.server import migrations
-from memsync.server.db import Database, DuplicateKeyError, Row, Tx, apply_migrations, ensure_secret
+from memsync.server.storage import migrations
+from memsync.server.storage.database import (
+    Database,
+    DuplicateKeyError,
+    Row,
+    Tx,
+    apply_migrations,
+    ensure_secret,
+)
 
 MIGRATION_LOCK_ID = 0x6D656D73796E63  # an arbitrary constant, the same in every replica ("memsync")
 _QMARK = re.compile(r"\?")

@@ -10,7 +10,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
-from memsync.server.rows import AdminKeyRow, MemoryRow, ResourceRow, Row, SessionRow, StoreRow, VersionRow
+from memsync.server.storage.rows import (
+    AdminKeyRow,
+    MemoryRow,
+    ResourceRow,
+    Row,
+    SessionRow,
+    StoreRow,
+    VersionRow,
+)
 
 __all__ = ["AccessQueries", "MemoryQueries", "StoreQueries", "TxCore", "VersionQueries"]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from memsync.server import rules
 from memsync.server.access import Principal, require_admin
 from memsync.server.errors import (
     conflict,
@@ -12,8 +11,9 @@ from memsync.server.errors import (
     not_found,
 )
 from memsync.server.ids import now_ts
-from memsync.server.serialize import page_json, version_json
-from memsync.server.service_core import ServiceCore
+from memsync.server.stores import rules
+from memsync.server.stores.core import ServiceCore
+from memsync.server.stores.serialize import page_json, version_json
 
 __all__ = ["VersionOperations"]
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from memsync.server.queries import TxCore
-from memsync.server.rows import Row
+from memsync.server.storage.rows import Row
+from memsync.server.storage.store_queries import TxCore
 
 __all__ = ["EnvironmentQueries", "EnvironmentRow", "EventQueries", "WorkQueries", "WorkRecord"]
 

@@ -15,9 +15,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memsync.server.db import Database, Tx
 from memsync.server.errors import invalid
 from memsync.server.ids import new_id, now_ts
+from memsync.server.storage.database import Database, Tx
 
 EVENT_PREFIX = "sevt_"
 TOOL_USE_TYPES = ("agent.tool_use", "agent.custom_tool_use")
