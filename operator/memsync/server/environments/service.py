@@ -11,12 +11,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from memsync.server import bodies
 from memsync.server.access import AccessService, parse_bearer
 from memsync.server.errors import forbidden, invalid, not_found, unauthenticated
 from memsync.server.ids import new_id, now_ts, token_hash
 from memsync.server.storage.database import Database, Tx
 from memsync.server.storage.environment_queries import EnvironmentRow
-from memsync.server.stores import rules
 
 ENVIRONMENT_PREFIX = "env_"
 KEY_ID_PREFIX = "envkey_"
@@ -113,7 +113,7 @@ class EnvironmentService:
 
     def create_environment(self, c: Caller, raw: bytes) -> dict[str, Any]:
         self.require_admin(c, "create environments")
-        req = rules.parse_body(CreateEnvironmentRequest, raw)
+        req = bodies.parse_body(CreateEnvironmentRequest, raw)
         if req.config is not None and req.config.get("type") != "self_hosted":
             raise invalid("config.type: this server runs only self_hosted environments")
         env_id = new_id(ENVIRONMENT_PREFIX)

@@ -17,6 +17,8 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from fastapi import APIRouter
+from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client import generate_latest as _generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -109,3 +111,20 @@ def render_metrics(db: Database) -> tuple[bytes, str]:
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         return _generate_latest(registry), CONTENT_TYPE_LATEST
     return _generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+def router(db: Database) -> APIRouter:
+    """``/healthz`` and ``/metrics``: unauthenticated, outside the API's schema."""
+    router = APIRouter()
+
+    @router.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @router.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        """Prometheus metrics (no credentials: counts and timings only; restrict it at the network)."""
+        body, content_type = render_metrics(db)
+        return Response(body, media_type=content_type)
+
+    return router

@@ -1,7 +1,7 @@
 """The store server's storage interface: rows, the queries of one transaction, and what a backend provides.
 
-Two backends implement it with the same semantics: SQLite (``sqlite_db``, one file, the embedded default) and
-PostgreSQL (``pg_db``, for several replicas). The contract every backend keeps:
+Two backends implement it with the same semantics: SQLite (``sqlite``, one file, the embedded default) and
+PostgreSQL (``postgres``, for several replicas). The contract every backend keeps:
 
 - ``write()`` is one atomic transaction. Inside it, ``Tx.get_store(..., lock=True)`` serialises every writer
   of that store until commit, so a precondition check and the write it guards, a path-clash check and the

@@ -35,7 +35,8 @@ class EnvironmentRow:
 
 @dataclass(frozen=True)
 class WorkRecord:
-    """A work item as stored: its lease is the JSON the lease rules read and write (``work_lease.Lease``)."""
+    """A work item as stored: its lease is the JSON the lease rules read and write
+    (``environments.rules.Lease``)."""
 
     seq: int
     id: str

@@ -5,7 +5,7 @@ it as it is (asyncpg would need every endpoint rewritten as a coroutine, for no 
 the database round trips and the JSON, not to thread switches). psycopg's binary wheel ships libpq, so no
 system library is needed.
 
-Semantics (the same as SQLite's, see ``db``):
+Semantics (the same as SQLite's, see ``database``):
 - a write is one READ COMMITTED transaction; ``lock_store_row`` takes the store's row ``FOR UPDATE``, so the
   writers of one store queue (across replicas) while writers of other stores proceed. Every statement after
   the lock sees the latest committed state, so a precondition check, a path-clash check and the per-store

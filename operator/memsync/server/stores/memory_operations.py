@@ -9,6 +9,7 @@ from memsync.api.models import (
     CreateMemoryRequest,
     UpdateMemoryRequest,
 )
+from memsync.server import bodies
 from memsync.server.access import Principal
 from memsync.server.errors import (
     invalid,
@@ -46,7 +47,7 @@ class MemoryOperations(ServiceCore):
 
     def create_memory(self, p: Principal, store_id: str, raw: bytes, view: str | None) -> dict[str, Any]:
         shown = rules.resolve_view(view, "basic")
-        req = rules.parse_body(CreateMemoryRequest, raw)
+        req = bodies.parse_body(CreateMemoryRequest, raw)
         path = rules.validate_memory_path(req.path)
         content = rules.check_content(req.content)
         now = now_ts()
@@ -101,7 +102,7 @@ class MemoryOperations(ServiceCore):
         self, p: Principal, store_id: str, memory_id: str, raw: bytes, view: str | None
     ) -> dict[str, Any]:
         shown = rules.resolve_view(view, "basic")
-        req = rules.parse_body(UpdateMemoryRequest, raw)
+        req = bodies.parse_body(UpdateMemoryRequest, raw)
         if req.content is None and req.path is None:
             raise invalid("an update needs at least one of 'content' or 'path'")
         new_path = rules.validate_memory_path(req.path) if req.path is not None else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memsync.server.storage.database import MemoryRow, SessionRow, StoreRow, VersionRow
+from memsync.server.storage.database import MemoryRow, StoreRow, VersionRow
 
 
 def store_json(row: StoreRow) -> dict[str, Any]:
@@ -68,26 +68,6 @@ def version_json(row: VersionRow, view: str) -> dict[str, Any]:
         "created_by": actor_json(row.actor_type, row.actor_id),
         "redacted_at": row.redacted_at,
         "redacted_by": actor_json(row.redactor_type, row.redactor_id),
-    }
-
-
-def session_json(row: SessionRow) -> dict[str, Any]:
-    return {
-        "type": "session",
-        "id": row.id,
-        "created_at": row.created_at,
-        "resources": [
-            {
-                "type": "memory_store",
-                "memory_store_id": r.store_id,
-                "name": r.name,
-                "description": r.description,
-                "mount_path": r.mount_path,
-                "access": r.access,
-                "instructions": r.instructions,
-            }
-            for r in row.resources
-        ],
     }
 
 

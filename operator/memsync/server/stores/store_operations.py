@@ -8,6 +8,7 @@ from memsync.api.models import (
     CreateStoreRequest,
     UpdateStoreRequest,
 )
+from memsync.server import bodies
 from memsync.server.access import Principal, require_admin
 from memsync.server.errors import (
     invalid,
@@ -25,7 +26,7 @@ class StoreOperations(ServiceCore):
 
     def create_store(self, p: Principal, raw: bytes) -> dict[str, Any]:
         require_admin(p, "create memory stores")
-        req = rules.parse_body(CreateStoreRequest, raw)
+        req = bodies.parse_body(CreateStoreRequest, raw)
         name = rules.validate_store_name(req.name)
         description = rules.validate_description(req.description or "")
         metadata = rules.validate_metadata(req.metadata or {})
@@ -83,7 +84,7 @@ class StoreOperations(ServiceCore):
 
     def update_store(self, p: Principal, store_id: str, raw: bytes) -> dict[str, Any]:
         require_admin(p, "update memory stores")
-        req = rules.parse_body(UpdateStoreRequest, raw)
+        req = bodies.parse_body(UpdateStoreRequest, raw)
         name = rules.validate_store_name(req.name) if req.name is not None else None
         description = rules.validate_description(req.description) if req.description is not None else None
         with self.db.write() as tx:
