@@ -2,9 +2,9 @@
 on the sha the plan expects, path conflicts settled against our own bytes, and ``keepLocalCopy``'s copy of an
 edit that lost in a push-only flush.
 
-Like every transfer it changes no state: each upload returns its records (``memsync.agent.apply``), which
-the batch puts in the pass's ``Journal`` as soon as the upload finishes. The sends of unknown outcome are
-journaled and saved before any goes out, so a SIGKILL mid-batch settles them at the next listing.
+Like every transfer it changes no state: reading the files and each upload return their records
+(``memsync.agent.records``), which the engine journals as each upload finishes. The engine saves the sends of
+unknown outcome before any goes out, so a SIGKILL mid-batch settles them at the next listing.
 """
 
 from __future__ import annotations
@@ -12,15 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Literal
 
 from memsync.agent import messages
-from memsync.agent.apply import Journal, Record, Refused, Sending, SendSettled, Uploaded
 from memsync.agent.context import StoreContext
 from memsync.agent.localfs import NotRegularFile, StoreRoot, rel_to_remote
 from memsync.agent.merge import Upload
-from memsync.agent.transfer import write_conflict_copy
+from memsync.agent.records import Record, Refused, Sending, SendSettled, Uploaded
 from memsync.api.constants import MAX_CONTENT_BYTES
 from memsync.api.hashing import sha256_bytes
 from memsync.api.models import Memory
@@ -65,61 +64,50 @@ def refuse(ctx: StoreContext, rel: str, sha: str, why: str) -> Refused:
     return Refused(rel=rel, sha=sha)
 
 
-async def upload_all(
-    ctx: StoreContext,
-    root: StoreRoot,
-    uploads: list[Upload],
-    journal: Journal,
-    *,
-    save: Callable[[], None],
-    flush: bool,
-    baseline: Callable[[str], str | None],
-) -> None:
-    """Read, journal and save the sends, then upload (32 at once). A ``flush`` counts its progress and keeps
-    a losing edit's conflict copy; ``baseline`` is the baseline as this pass left it so far."""
-    if not uploads:
-        return
-    progress = ctx.recorder.progress if flush else None
+@dataclass(frozen=True)
+class ReadyUpload:
+    """A file read for sending: its content and the sha of exactly those bytes."""
+
+    upload: Upload
+    content: str
+    sha: str
+
+
+@dataclass
+class ReadUploads:
+    """What reading the files to upload found: the records of the sends about to go out and of the
+    refusals, the uploads ready to send, and how many need no send (gone, or refused)."""
+
+    records: list[Record] = field(default_factory=list)
+    ready: list[ReadyUpload] = field(default_factory=list)
+    settled: int = 0
+
+
+async def read_uploads(ctx: StoreContext, root: StoreRoot, uploads: list[Upload]) -> ReadUploads:
+    """Read every file to upload (in a worker thread). A file that cannot be read now is left unsent (the
+    next scan decides); one the store would refuse (not UTF-8, too big) is refused here."""
 
     def read_all() -> list[tuple[Upload, Read]]:
         return [(u, read_for_upload(root, u)) for u in uploads]
 
-    ready: list[tuple[Upload, str, str]] = []
+    out = ReadUploads()
     for upload, read in await asyncio.to_thread(read_all):
         if isinstance(read, OSError):  # still unsent: a flush counts it
             why = read.strerror or type(read).__name__
             ctx.warn_once(messages.UNREADABLE, upload.rel, why, reason=why)
             continue
         if read is None:
-            if progress is not None:
-                progress.settled += 1
+            out.settled += 1
             continue
         if isinstance(read, str):
             sha, _, why = read.partition(":")
-            journal.add(refuse(ctx, upload.rel, sha, why))
-            if progress is not None:
-                progress.settled += 1
+            out.records.append(refuse(ctx, upload.rel, sha, why))
+            out.settled += 1
             continue
         content, sha = read
-        journal.add(Sending(rel=upload.rel, sha=sha))
-        ready.append((upload, content, sha))
-    if not ready:
-        return
-    # Persist the unknown-outcome sends before any goes out: a SIGKILL mid-batch then settles them.
-    save()
-
-    async def one(upload: Upload, content: str, sha: str) -> None:
-        async with ctx.upload_sem:
-            result, records = await upload_one(ctx, upload, content, sha)
-            journal.add(*records)
-            if result == "lost" and flush and ctx.config.conflict_policy == "keepLocalCopy":
-                journal.add(
-                    *await upload_conflict_copy(ctx, root, upload.rel, content, sha, baseline=baseline)
-                )
-            if progress is not None and result != "failed":
-                progress.settled += 1
-
-    await asyncio.gather(*(one(u, c, s) for u, c, s in ready))
+        out.records.append(Sending(rel=upload.rel, sha=sha))
+        out.ready.append(ReadyUpload(upload, content, sha))
+    return out
 
 
 def uploaded(ctx: StoreContext, rel: str, memory: Memory) -> Uploaded:
@@ -226,20 +214,9 @@ async def path_conflict(
     return "settled", [lost(ctx, rel)]
 
 
-async def upload_conflict_copy(
-    ctx: StoreContext,
-    root: StoreRoot,
-    rel: str,
-    content: str,
-    sha: str,
-    *,
-    baseline: Callable[[str], str | None],
-) -> list[Record]:
-    """``keepLocalCopy`` in a push-only flush, whose update lost to a remote change: no later pass will pull
-    the winner and keep the copy, so the losing edit is kept and uploaded as its copy now."""
-    copy, _ = await asyncio.to_thread(write_conflict_copy, ctx, root, rel, sha)
-    if copy is None or baseline(copy) == sha:
-        return []
+async def upload_copy(ctx: StoreContext, copy: str, content: str) -> list[Record]:
+    """Create the conflict copy ``copy`` of an edit that lost, with the edit's content (``keepLocalCopy`` in a
+    push-only flush: no later pass will pull the winner and keep the copy)."""
     path = rel_to_remote(copy)
     try:
         memory = await ctx.api(lambda: ctx.client.create_memory(ctx.id, path, content))
