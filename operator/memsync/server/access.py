@@ -152,7 +152,7 @@ class MintSessionRequest(BaseModel):
     resources: list[MintResource] = Field(default_factory=list)
     token_ttl_seconds: int | None = None
     # The environment whose work queue gets the session's work item, and events that play the agent's side
-    # (both handled by the environment extension: memsync.server.http.environments).
+    # (both handled by the environment extension: memsync.server.environments.extension).
     environment_id: str | None = None
     script: list[dict[str, Any]] | None = None
 
