@@ -195,9 +195,9 @@ Record = (
 
 
 class Journal:
-    """The records of the current pass not yet applied, in the order they happened. Transfers add to it as
-    each item finishes; the pass applies it (``apply_outcomes``) when it saves, so a pass cut off midway
-    still saves what was done."""
+    """The records of the current pass not yet applied, in the order they happened. The engine adds each
+    transfer's records as that transfer finishes (``execute.Transfers``); the pass applies them
+    (``apply_outcomes``) when it saves, so a pass cut off midway still saves what was done."""
 
     def __init__(self) -> None:
         self._records: list[Record] = []
