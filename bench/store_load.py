@@ -58,9 +58,9 @@ from memsync.agent.metrics import Metrics
 from memsync.api.secret import decode_work_secret
 from memsync.client import StoreClient
 from memsync.server.access import AccessService
-from memsync.server.backends import open_database
-from memsync.server.db import MemoryRow, VersionRow
 from memsync.server.ids import MEMORY_PREFIX, STORE_PREFIX, VERSION_PREFIX, new_id, now_ts
+from memsync.server.storage.backends import open_database
+from memsync.server.storage.database import MemoryRow, VersionRow
 from support.postgres import PostgresServer, find_pg_bin
 from support.server_process import spawn_store_server, stop_process, wait_until_ready
 

@@ -52,8 +52,8 @@ from memsync.api.models import MemoryStoreResource
 from memsync.api.secret import decode_work_secret
 from memsync.client import StoreClient
 from memsync.server.access import AccessService
-from memsync.server.service import StoreService
-from memsync.server.sqlite_db import SqliteDatabase
+from memsync.server.storage.sqlite import SqliteDatabase
+from memsync.server.stores.service import StoreService
 
 BENCH_DIR = Path(__file__).resolve().parent
 DELAY_S = 0.05

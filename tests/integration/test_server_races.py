@@ -33,11 +33,11 @@ import pytest
 
 from memsync.api.secret import decode_work_secret
 from memsync.server.access import AccessService, Principal
-from memsync.server.backends import open_database
-from memsync.server.db import Database, Tx
 from memsync.server.errors import ApiError
-from memsync.server.pg_db import PgDatabase
-from memsync.server.service import StoreService
+from memsync.server.storage.backends import open_database
+from memsync.server.storage.database import Database, Tx
+from memsync.server.storage.postgres import PgDatabase
+from memsync.server.stores.service import StoreService
 from support.postgres import PostgresServer
 
 pytestmark = pytest.mark.both_backends

@@ -10,7 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memsync.agent.apply import (
+from memsync.agent.apply import StateInvariantError, apply_outcomes, check_invariants, state_problems
+from memsync.agent.localfs import RootId
+from memsync.agent.merge import Remote, SyncInput, plan_sync
+from memsync.agent.records import (
     Counted,
     DeleteDropped,
     Gone,
@@ -20,22 +23,16 @@ from memsync.agent.apply import (
     Noted,
     PassEnded,
     Planned,
+    Problems,
     Record,
     Recovering,
     Refused,
     RootSeen,
     Sending,
     SendSettled,
-    StateInvariantError,
     Uploaded,
     Written,
-    apply_outcomes,
-    check_invariants,
-    state_problems,
 )
-from memsync.agent.localfs import RootId
-from memsync.agent.merge import Remote, SyncInput, plan_sync
-from memsync.agent.recorder import Problems
 from memsync.agent.state import StoreState
 from memsync.api.hashing import sha256_bytes
 from memsync.contracts.report import StoreCounts

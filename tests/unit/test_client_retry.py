@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import email.utils
+import logging
+import socket
 from typing import Any
 
 import httpx
@@ -242,3 +244,49 @@ async def test_request_count_counts_attempts_across_calls() -> None:
         await client.get_store("memstore_1")
         await client.get_store("memstore_1")
         assert client.request_count == 3
+
+
+# --- what a failed or retried call tells ----------------------------------------------------------------
+
+
+def _dns_failure() -> httpx.ConnectError:
+    exc = httpx.ConnectError("[Errno -2] Name or service not known")
+    exc.__cause__ = socket.gaierror(-2, "Name or service not known")
+    return exc
+
+
+async def test_a_host_that_does_not_resolve_is_not_retried() -> None:
+    recorder = Recorder(_dns_failure(), ok_store())
+    sleep = FakeSleep()
+    async with make_client(recorder, sleep=sleep) as client:
+        with pytest.raises(errors.TransportError, match="Name or service not known"):
+            await client.get_store("memstore_1")
+        assert client.request_count == 1
+    assert sleep.delays == []
+
+
+async def test_a_transport_error_names_the_method_and_the_full_url_never_the_credential() -> None:
+    recorder = Recorder(httpx.ConnectError("All connection attempts failed"))
+    async with make_client(recorder, max_retries=0, base_url="https://user:pw@store.example:8443/") as client:
+        with pytest.raises(errors.TransportError) as caught:
+            await client.get_store("memstore_1")
+    text = str(caught.value)
+    assert "GET https://store.example:8443/v1/memory_stores/memstore_1?beta=true: All connection" in text
+    assert API_KEY not in text + repr(caught.value)
+    assert "pw" not in text
+
+
+async def test_each_retry_is_logged_once_at_info_with_the_delay_rounded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    recorder = Recorder(httpx.Response(503), httpx.ConnectError("refused"), ok_store())
+    caplog.set_level(logging.INFO, logger="memsync.client")
+    async with make_client(recorder) as client:
+        await client.get_store("memstore_1")
+    retries = [r for r in caplog.records if r.name == "memsync.client" and "retrying" in r.getMessage()]
+    assert [r.levelno for r in retries] == [logging.INFO, logging.INFO]
+    assert [getattr(r, "status", None) for r in retries] == [503, None]
+    assert getattr(retries[1], "error", None) == "ConnectError"
+    for record in retries:
+        delay = record.delay_s  # type: ignore[attr-defined]
+        assert delay == round(delay, 3)

@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from memsync.server.app import MAX_BODY_BYTES, RequestIdMiddleware
+from memsync.server.http.envelope import MAX_BODY_BYTES, RequestIdMiddleware
 
 
 async def _boom(scope: Any, receive: Any, send: Any) -> None:

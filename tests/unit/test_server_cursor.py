@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from memsync.server.cursor import CursorState, decode_cursor, encode_cursor, query_fingerprint
 from memsync.server.errors import ApiError
+from memsync.server.stores.cursor import CursorState, decode_cursor, encode_cursor, query_fingerprint
 
 KEY = b"k" * 32
 FP = query_fingerprint(

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from memsync.server import migrations
-from memsync.server.sqlite_db import SqliteDatabase
+from memsync.server.storage import migrations
+from memsync.server.storage.sqlite import SqliteDatabase
 
 # The schema the server created before it was versioned (version 1's tables, no schema_version).
 _UNVERSIONED = [

@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memsync.api.models import CreateMemoryRequest, UpdateMemoryRequest
-from memsync.server import rules
+from memsync.server import bodies
 from memsync.server.errors import ApiError
-from memsync.server.rules import UpdateDecision
+from memsync.server.stores import rules
+from memsync.server.stores.rules import UpdateDecision
 
 
 def _400(exc: pytest.ExceptionInfo[ApiError]) -> str:
@@ -38,24 +39,24 @@ def _400(exc: pytest.ExceptionInfo[ApiError]) -> str:
 )
 def test_parse_json_object_refuses_what_is_not_an_object(raw: bytes, needle: str) -> None:
     with pytest.raises(ApiError) as exc:
-        rules.parse_json_object(raw)
+        bodies.parse_json_object(raw)
     assert needle in _400(exc)
 
 
 def test_parse_json_object_reports_line_and_column() -> None:
     with pytest.raises(ApiError) as exc:
-        rules.parse_json_object(b'{"path": "/a",\n "content": }')
+        bodies.parse_json_object(b'{"path": "/a",\n "content": }')
     assert "line 2 column" in _400(exc)
 
 
 def test_parse_body_names_unknown_and_missing_fields() -> None:
     with pytest.raises(ApiError) as exc:
-        rules.parse_body(CreateMemoryRequest, b'{"path": "/a", "content": "x", "colour": "red"}')
+        bodies.parse_body(CreateMemoryRequest, b'{"path": "/a", "content": "x", "colour": "red"}')
     msg = _400(exc)
     assert "unknown field 'colour'" in msg
     assert "allowed: path, content" in msg
     with pytest.raises(ApiError) as exc:
-        rules.parse_body(CreateMemoryRequest, b'{"content": "x"}')
+        bodies.parse_body(CreateMemoryRequest, b'{"content": "x"}')
     assert "missing required field 'path'" in _400(exc)
 
 
@@ -64,16 +65,16 @@ def test_parse_body_names_a_bad_nested_field() -> None:
         {"content": "x", "precondition": {"type": "content_sha256", "content_sha256": "nothex"}}
     )
     with pytest.raises(ApiError) as exc:
-        rules.parse_body(UpdateMemoryRequest, body.encode())
+        bodies.parse_body(UpdateMemoryRequest, body.encode())
     assert "precondition.content_sha256" in _400(exc)
     body = json.dumps({"content": "x", "precondition": {"type": "etag", "content_sha256": "0" * 64}})
     with pytest.raises(ApiError) as exc:
-        rules.parse_body(UpdateMemoryRequest, body.encode())
+        bodies.parse_body(UpdateMemoryRequest, body.encode())
     assert "precondition.type" in _400(exc)
 
 
 def test_parse_body_accepts_a_valid_body() -> None:
-    req = rules.parse_body(CreateMemoryRequest, b'{"path": "/a", "content": null}')
+    req = bodies.parse_body(CreateMemoryRequest, b'{"path": "/a", "content": null}')
     assert req.path == "/a"
     assert req.content is None
 
@@ -415,7 +416,7 @@ def test_collect_page_walk_equals_the_model(paths: list[str], prefix: str, depth
 
 
 def test_session_id_rules() -> None:
-    assert rules.validate_session_id("sesn_abc-1") == "sesn_abc-1"
+    assert bodies.validate_session_id("sesn_abc-1") == "sesn_abc-1"
     for bad in ("abc", "sesn_", "sesn_a b", "sesn_" + "x" * 200, "sesn_ä"):
         with pytest.raises(ApiError):
-            rules.validate_session_id(bad)
+            bodies.validate_session_id(bad)

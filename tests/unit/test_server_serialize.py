@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from memsync.api.models import Memory, MemoryPrefix, MemoryStore, MemoryVersion, Session
-from memsync.server.db import MemoryRow, ResourceRow, SessionRow, StoreRow, VersionRow
+from memsync.server.access import session_json
 from memsync.server.ids import api_key_id, format_ts, new_id, now_ts, token_hash
-from memsync.server.serialize import memory_json, prefix_json, session_json, store_json, version_json
+from memsync.server.storage.database import MemoryRow, ResourceRow, SessionRow, StoreRow, VersionRow
+from memsync.server.stores.serialize import memory_json, prefix_json, store_json, version_json
 
 TS = "2026-11-29T12:00:00.000001Z"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memsync.server import work_lease as wl
-from memsync.server.session_events import check_posted, script_due, session_status
+from memsync.server.environments import rules as wl
+from memsync.server.environments.events import check_posted, script_due, session_status
 
 QUEUED = wl.Lease(state="queued", ttl_seconds=10)
 

@@ -1,202 +1,36 @@
 """The only place the saved sync state changes: outcome records in, a new state out.
 
-Listing and transfer never touch the state. They return (or journal, as each transfer finishes) records of
-what actually happened: a memory written locally, an upload the store saved, a send whose answer was lost, a
-refusal, a delete that went out... ``apply_outcomes`` is a pure function from (state, records) to the next
-state, and ``check_invariants`` names what must hold of every state before it is saved. The baseline rules
-of docs/sync-semantics.md#the-baseline live here, beside the pure plans of ``merge``.
+Listing and transfers never touch the state: they return records of what actually happened
+(``records``). ``apply_outcomes`` is a pure function from (state, records) to the next state, and
+``check_invariants`` names what must hold of every state before it is saved. The baseline rules of
+docs/sync-semantics.md#the-baseline live here, beside the pure plans of ``merge``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from memsync.agent.localfs import RootId
-from memsync.agent.merge import SyncPlan
-from memsync.agent.recorder import Problems
+from memsync.agent.records import (
+    Counted,
+    DeleteDropped,
+    Gone,
+    Listed,
+    Noted,
+    PassEnded,
+    Planned,
+    Record,
+    Recovering,
+    Refused,
+    RootSeen,
+    Sending,
+    SendSettled,
+    Uploaded,
+    Written,
+)
 from memsync.agent.state import StoreState
 from memsync.contracts.report import StoreCounts
-
-
-@dataclass(frozen=True, kw_only=True)
-class Mounted:
-    """The store was materialised into its new folder (the root and the directory it was mounted into)."""
-
-    root: RootId | None
-    parent: RootId | None
-    at: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class RootSeen:
-    """The folder's identity, first recorded by a pass (a state saved before identities were)."""
-
-    root: RootId | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Recovering:
-    """The folder was re-created for a recovery: what was agreed moves to the prior baseline, the rest is
-    forgotten (docs/sync-semantics.md#the-trust-check)."""
-
-    root: RootId | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Planned:
-    """A sync plan was made: the merged baseline, ids, refusals, pending deletes and prior baseline."""
-
-    baseline: Mapping[str, str]
-    remote_ids: Mapping[str, str]
-    refused: Mapping[str, str]
-    pending: Mapping[str, float]
-    sent: Mapping[str, str]
-    prior: Mapping[str, str]
-
-    @classmethod
-    def of(cls, plan: SyncPlan) -> Planned:
-        return cls(
-            baseline=plan.baseline,
-            remote_ids=plan.remote_ids,
-            refused=plan.refused,
-            pending=plan.pending,
-            sent=plan.sent,
-            prior=plan.prior,
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Listed:
-    """A full listing: the store paths that can never become a local file (remote path -> why)."""
-
-    unmappable: Mapping[str, str]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Written:
-    """A memory's content was written into the folder (mount, recovery or pull)."""
-
-    rel: str
-    sha: str
-    memory_id: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class Sending:
-    """These bytes are about to be sent; until an answer settles it, the outcome is unknown."""
-
-    rel: str
-    sha: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class Uploaded:
-    """The store holds these bytes for this path (uploaded, or adopted as already there)."""
-
-    rel: str
-    sha: str
-    memory_id: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class Refused:
-    """The server (or a local check) refused this content for good; tried again once the file changes."""
-
-    rel: str
-    sha: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class SendSettled:
-    """A send got a definite answer that saved nothing (lost to a remote change, path taken, 4xx)."""
-
-    rel: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class Gone:
-    """The path is gone on both sides: its delete went out (or it was already gone from the store), or the
-    local file of a memory deleted in the store was removed."""
-
-    rel: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class DeleteDropped:
-    """A pending local deletion is over: the file came back, or the store changed it (the store wins)."""
-
-    rel: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class Counted:
-    """Counts since the last save, added to the session's running totals."""
-
-    delta: StoreCounts
-
-
-@dataclass(frozen=True, kw_only=True)
-class Noted:
-    """What is not synced now (refused, unreadable, held deletes), as the session's totals show it."""
-
-    problems: Problems
-
-
-@dataclass(frozen=True, kw_only=True)
-class PassEnded:
-    """A pass ended at ``at``; ``clean`` when it synced (or recovered) with no failed transfer."""
-
-    at: float
-    clean: bool
-
-
-Record = (
-    Mounted
-    | RootSeen
-    | Recovering
-    | Planned
-    | Listed
-    | Written
-    | Sending
-    | Uploaded
-    | Refused
-    | SendSettled
-    | Gone
-    | DeleteDropped
-    | Counted
-    | Noted
-    | PassEnded
-)
-
-
-class Journal:
-    """The records of the current pass not yet applied, in the order they happened. Transfers add to it as
-    each item finishes; the pass applies it (``apply_outcomes``) when it saves, so a pass cut off midway
-    still saves what was done."""
-
-    def __init__(self) -> None:
-        self._records: list[Record] = []
-
-    def add(self, *records: Record) -> None:
-        self._records.extend(records)
-
-    def take(self) -> list[Record]:
-        records, self._records = self._records, []
-        return records
-
-    def baseline(self, state: StoreState, rel: str) -> str | None:
-        """``rel``'s baseline once the records so far are applied to ``state``."""
-        for o in reversed(self._records):
-            if isinstance(o, Written | Uploaded) and o.rel == rel:
-                return o.sha
-            if (isinstance(o, Gone) and o.rel == rel) or isinstance(o, Recovering):
-                return None
-            if isinstance(o, Planned):
-                return o.baseline.get(rel)
-        return state.baseline.get(rel)
-
 
 _MAPS = ("baseline", "remote_ids", "refused_shas", "pending_deletes", "sent_shas", "prior_baseline")
 

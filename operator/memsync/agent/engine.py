@@ -2,7 +2,7 @@
 
 Each pass loads the saved state under the store's lock, checks the folder
 (docs/sync-semantics.md#the-trust-check), asks ``merge`` for a plan, has ``listing`` and
-``transfer``/``upload`` carry it out, and saves: the records of what happened go through
+``execute`` (over ``transfer/``) carry it out, and saves: the records of what happened go through
 ``apply.apply_outcomes``, the one place the state changes, and the state's invariants are checked before every
 save. Blocking filesystem work runs in worker threads, so the metrics endpoint and signal handling stay live.
 """
@@ -15,22 +15,14 @@ import time
 from collections.abc import Mapping
 
 from memsync.agent import messages
-from memsync.agent.apply import (
-    Mounted,
-    Noted,
-    PassEnded,
-    Planned,
-    Recovering,
-    RootSeen,
-)
 from memsync.agent.config import StoreConfig
 from memsync.agent.context import StoreContext, SyncContext
+from memsync.agent.execute import Transfers
 from memsync.agent.folder import count_unsaved, open_and_scan, unsaved_files, warn_blocked
 from memsync.agent.ledger import Ledger
 from memsync.agent.listing import list_for_sync, map_remote
 from memsync.agent.localfs import (
     RootReplaced,
-    StoreRoot,
     dir_identity,
     make_root,
     open_root,
@@ -48,10 +40,17 @@ from memsync.agent.merge import (
     trust,
 )
 from memsync.agent.recorder import CLEAN_OUTCOMES, FlushProgress, PassOutcome, PassStats, Recorder
+from memsync.agent.records import (
+    Mounted,
+    Noted,
+    PassEnded,
+    Planned,
+    Recovering,
+    RootSeen,
+)
 from memsync.agent.scan import HashCache, ScanResult
 from memsync.agent.state import store_lock
-from memsync.agent.transfer import delete_all, download, pull_all, remove_local, yield_clashes
-from memsync.agent.upload import upload_all
+from memsync.agent.transfer.pull import download
 from memsync.contracts.health import StoreHealth
 from memsync.contracts.report import SAMPLE_MAX, StoreCounts
 
@@ -243,7 +242,7 @@ class StoreSync:
                 self.ctx.log(event)
             self.recorder.bump(conflicts=len(plan.conflicts))
             try:
-                await self._execute(root, plan)
+                await Transfers(self.ctx, self.ledger, root).sync_plan(plan)
             finally:  # also when the final sync is cut off mid-transfer: what it holds back is still reported
                 self._note_deferred(plan, final=final)
                 self._note_problems(
@@ -268,29 +267,6 @@ class StoreSync:
                 messages.HELD_AT_END.format(held=len(plan.held)),
                 extra=self.ctx.fields(held=len(plan.held), paths=",".join(plan.held[:SAMPLE_MAX])),
             )
-
-    async def _execute(self, root: StoreRoot, plan: SyncPlan) -> None:
-        ctx, journal = self.ctx, self.ledger.journal
-        uploads = list(plan.uploads)
-        if plan.local_removals:
-            uploads.extend(await remove_local(ctx, root, plan.local_removals, journal))
-        # Deletes first: a create may need the path of a memory deleted in this pass (a file replaced by a
-        # folder of the same name, or the reverse).
-        await delete_all(ctx, root, plan.deletes, journal)
-        if plan.clashes:
-            await asyncio.to_thread(yield_clashes, ctx, root, plan.clashes)
-        await asyncio.gather(
-            upload_all(
-                ctx,
-                root,
-                uploads,
-                journal,
-                save=self.ledger.save,
-                flush=False,
-                baseline=self.ledger.baseline_now,
-            ),
-            pull_all(ctx, root, plan.pulls, journal),
-        )
 
     # --- the push-only flush (docs/sync-semantics.md#sync-flush-and-the-final-shutdown) -------------------
 
@@ -343,15 +319,7 @@ class StoreSync:
                 )
                 rec.progress.scanned = True
                 try:
-                    await upload_all(
-                        self.ctx,
-                        root,
-                        uploads,
-                        self.ledger.journal,
-                        save=self.ledger.save,
-                        flush=True,
-                        baseline=self.ledger.baseline_now,
-                    )
+                    await Transfers(self.ctx, self.ledger, root).uploads(uploads, flush=True)
                 finally:
                     self._note_problems(result, blocked_creates=blocked if kept else None)
                     self.ledger.save()

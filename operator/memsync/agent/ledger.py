@@ -4,9 +4,10 @@ atomically (docs/sync-semantics.md#the-baseline)."""
 
 from __future__ import annotations
 
-from memsync.agent.apply import Counted, Journal, apply_outcomes, check_invariants
+from memsync.agent.apply import apply_outcomes, check_invariants
 from memsync.agent.context import StoreContext
 from memsync.agent.localfs import sync_filesystem
+from memsync.agent.records import Counted, Journal
 from memsync.agent.state import StoreState, load_state, save_state
 
 

@@ -10,23 +10,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from memsync.agent.metrics import Metrics
+from memsync.agent.records import Problems
 from memsync.agent.state import LockTimeout
 from memsync.client import errors as store_errors
 from memsync.contracts.health import ERROR_LIMIT, StoreHealth, rfc3339
-from memsync.contracts.report import SAMPLE_MAX, StoreCounts
+from memsync.contracts.report import StoreCounts
 
 CLEAN_OUTCOMES = ("synced", "recovered")
 PassOutcome = Literal["synced", "recovered", "left", "failed", "skipped"]
-
-
-def sample(paths: Iterable[str]) -> list[str]:
-    """The first few paths, printable (a local name that is not UTF-8 shows with U+FFFD)."""
-    out: list[str] = []
-    for path in paths:
-        if len(out) == SAMPLE_MAX:
-            break
-        out.append(path.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
-    return out
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -67,22 +58,6 @@ class FlushProgress:
     @property
     def unsent(self) -> int:
         return max(0, self.changed - self.settled)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Problems:
-    """What is not synced now: refused paths, unreadable files and (after a sync) held deletes (None: as the
-    last sync left them)."""
-
-    refused: tuple[str, ...]
-    unreadable: tuple[str, ...]
-    held: tuple[str, ...] | None = None
-
-    def into(self, counts: StoreCounts) -> None:
-        counts.refused, counts.refused_paths = len(self.refused), sample(self.refused)
-        counts.unreadable, counts.unreadable_paths = len(self.unreadable), sample(self.unreadable)
-        if self.held is not None:
-            counts.held_deletes, counts.held_delete_paths = len(self.held), sample(self.held)
 
 
 class Recorder:

@@ -32,12 +32,12 @@ from memsync.api.models import Memory, MemoryStoreResource
 from memsync.api.paths import path_violation
 from memsync.client import StoreClient, errors
 from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, MAX_SESSION_TOKEN_TTL_S
-from memsync.server.backends import is_postgres
-from memsync.server.backup import BackupError, backup_sqlite, restore_sqlite
-from memsync.server.observe import MULTIPROC_ENV
+from memsync.server.environments.rules import DEFAULT_FIRST_HEARTBEAT_S
+from memsync.server.environments.work import DEFAULT_LEASE_TTL_S, LEASE_TTL_MAX_S, LEASE_TTL_MIN_S
+from memsync.server.http.observe import MULTIPROC_ENV
 from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
-from memsync.server.work_items import DEFAULT_LEASE_TTL_S, LEASE_TTL_MAX_S, LEASE_TTL_MIN_S
-from memsync.server.work_lease import DEFAULT_FIRST_HEARTBEAT_S
+from memsync.server.storage.backends import is_postgres
+from memsync.server.storage.backup import BackupError, backup_sqlite, restore_sqlite
 from memsync.server.worker import FACTORY, SETTINGS_ENV, ServeSettings, build_app, worker_run_kwargs
 
 logger = logging.getLogger("memsync.store")

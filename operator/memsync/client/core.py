@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -35,6 +36,7 @@ Sleep = Callable[[float], Awaitable[None]]
 Params = Sequence[tuple[str, str]]
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
+_Query = list[tuple[str, str | int | float | bool | None]]  # the query string as sent
 
 # Failures with no HTTP response that are worth another attempt. Others (an unsupported scheme, a bad
 # proxy setting, a malformed request) are programming or configuration errors and fail at once.
@@ -58,6 +60,35 @@ def _display_url(url: httpx.URL) -> str:
     """The base URL without any userinfo, for repr and logs."""
     port = f":{url.port}" if url.port is not None else ""
     return f"{url.scheme}://{url.host}{port}{url.path.rstrip('/')}"
+
+
+def _is_answer(response: httpx.Response, if_none_match: str | None) -> bool:
+    """A 2xx, or the 304 that answers a conditional request."""
+    return response.is_success or (if_none_match is not None and response.status_code == 304)
+
+
+def _is_transient(exc: httpx.RequestError) -> bool:
+    """A transport failure worth another attempt: a timeout, a dropped connection or a broken answer. A host
+    name that does not resolve is not one (it names no server now and will not in half a second)."""
+    if not isinstance(exc, _RETRYABLE_TRANSPORT_ERRORS):
+        return False
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, socket.gaierror):
+            return False
+        cause = cause.__cause__ or cause.__context__
+    return True
+
+
+def _log_retry(method: str, path: str, outcome: httpx.Response | httpx.RequestError, delay: float) -> None:
+    """One INFO line per retry, with what went wrong and the wait in milliseconds' precision."""
+    fields: dict[str, Any] = {"method": method, "path": path, "delay_s": round(delay, 3)}
+    if isinstance(outcome, httpx.Response):
+        fields["status"] = outcome.status_code
+        logger.info("retrying store request", extra=fields)
+    else:
+        fields["error"] = type(outcome).__name__
+        logger.info("retrying store request after a transport error", extra=fields)
 
 
 class ClientCore:
@@ -153,66 +184,76 @@ class ClientCore:
     ) -> httpx.Response:
         """Send one API call with retries; return the 2xx response (or a 304 to a conditional request) or
         raise a typed error."""
-        query: list[tuple[str, str | int | float | bool | None]] = [("beta", "true"), *params]
+        query: _Query = [("beta", "true"), *params]
         headers = {"anthropic-beta": beta} if beta != MEMORY_BETA else {}
         if if_none_match is not None:
             headers["if-none-match"] = if_none_match
         retries = 0
         while True:
-            self.request_count += 1
-            try:
-                response = await self._http.request(method, path, params=query, json=body, headers=headers)
-            except httpx.RequestError as exc:
-                delay = None
-                if isinstance(exc, _RETRYABLE_TRANSPORT_ERRORS):
-                    delay = retry_delay(
-                        None,
-                        {},
-                        retries,
-                        self.max_retries,
-                        now=time.time(),
-                        jitter=random.random(),  # noqa: S311
-                    )
-                kind = "timeout" if isinstance(exc, httpx.TimeoutException) else "connection_error"
-                if delay is None:
-                    detail = self._scrub(str(exc)) or type(exc).__name__
-                    raise errors.TransportError(
-                        0,
-                        kind,
-                        f"{method} {path}: {detail} ({type(exc).__name__}, {retries + 1} attempt(s))",
-                    ) from None  # the httpx exception holds the request, credentials included
-                logger.info(
-                    "retrying store request after a transport error",
-                    extra={"method": method, "path": path, "error": type(exc).__name__, "delay_s": delay},
-                )
-                await self._sleep(delay)
-                retries += 1
-                continue
-            if response.is_success or (if_none_match is not None and response.status_code == 304):
-                return response
-            delay = retry_delay(
-                response.status_code,
-                response.headers,
-                retries,
-                self.max_retries,
-                now=time.time(),
-                jitter=random.random(),  # noqa: S311
-            )
+            outcome = await self._send_once(method, path, query, body, headers)
+            if isinstance(outcome, httpx.Response) and _is_answer(outcome, if_none_match):
+                return outcome
+            delay = self._retry_delay(outcome, retries)
             if delay is None:
-                raise self._scrubbed(
-                    errors.error_from_response(
-                        response.status_code,
-                        response.content,
-                        response.headers,
-                        reason=response.reason_phrase,
-                    )
-                )
-            logger.info(
-                "retrying store request",
-                extra={"method": method, "path": path, "status": response.status_code, "delay_s": delay},
-            )
+                raise self._failure(method, path, query, outcome, retries + 1)
+            _log_retry(method, path, outcome, delay)
             await self._sleep(delay)
             retries += 1
+
+    async def _send_once(
+        self,
+        method: str,
+        path: str,
+        query: _Query,
+        body: Mapping[str, Any] | None,
+        headers: Mapping[str, str],
+    ) -> httpx.Response | httpx.RequestError:
+        """One attempt: the response, whatever its status, or the transport error that stood in for it."""
+        self.request_count += 1
+        try:
+            return await self._http.request(method, path, params=query, json=body, headers=headers)
+        except httpx.RequestError as exc:
+            return exc
+
+    def _retry_delay(self, outcome: httpx.Response | httpx.RequestError, retries_done: int) -> float | None:
+        """Seconds to wait before another attempt, or None when ``outcome`` is the call's result."""
+        jitter = random.random()  # noqa: S311 - spreading retries, not a secret
+        if isinstance(outcome, httpx.Response):
+            return retry_delay(
+                outcome.status_code,
+                outcome.headers,
+                retries_done,
+                self.max_retries,
+                now=time.time(),
+                jitter=jitter,
+            )
+        if not _is_transient(outcome):
+            return None
+        return retry_delay(None, {}, retries_done, self.max_retries, now=time.time(), jitter=jitter)
+
+    def _failure(
+        self,
+        method: str,
+        path: str,
+        query: _Query,
+        outcome: httpx.Response | httpx.RequestError,
+        attempts: int,
+    ) -> errors.StoreError:
+        """The typed error a failed call raises: the status's error, or a transport error naming the method,
+        the URL and the attempts. Never a credential (the httpx exception, which holds the request with its
+        headers, is not chained)."""
+        if isinstance(outcome, httpx.Response):
+            return self._scrubbed(
+                errors.error_from_response(
+                    outcome.status_code, outcome.content, outcome.headers, reason=outcome.reason_phrase
+                )
+            )
+        kind = "timeout" if isinstance(outcome, httpx.TimeoutException) else "connection_error"
+        detail = self._scrub(str(outcome)) or type(outcome).__name__
+        url = self._scrub(str(httpx.URL(self.base_url + path, params=query)))
+        return errors.TransportError(
+            0, kind, f"{method} {url}: {detail} ({type(outcome).__name__}, {attempts} attempt(s))"
+        )
 
     def _parse(self, model: type[M], response: httpx.Response) -> M:
         try:

@@ -1,4 +1,8 @@
-"""The self-hosted memory store server (``memsync store serve``): FastAPI + SQLite."""
+"""The self-hosted memory store server (``memsync store serve``): FastAPI over SQLite or PostgreSQL.
+
+The layer shows in the folder (``http/``, ``storage/``), the domain in the module or folder (``stores/``,
+``environments/``, ``access``); ``app.create_app`` assembles them.
+"""
 
 from memsync.server.app import create_app
 

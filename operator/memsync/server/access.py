@@ -24,8 +24,7 @@ from memsync.api.constants import MAX_STORES_PER_SESSION
 from memsync.api.models import Access
 from memsync.api.paths import default_mount_path
 from memsync.api.secret import encode_work_secret
-from memsync.server import rules
-from memsync.server.db import AdminKeyRow, Database, DuplicateKeyError, ResourceRow, SessionRow, Tx
+from memsync.server import bodies
 from memsync.server.errors import conflict, forbidden, invalid, not_found, unauthenticated
 from memsync.server.ids import (
     SESSION_PREFIX,
@@ -38,7 +37,14 @@ from memsync.server.ids import (
     parse_ts,
     token_hash,
 )
-from memsync.server.serialize import session_json
+from memsync.server.storage.database import (
+    AdminKeyRow,
+    Database,
+    DuplicateKeyError,
+    ResourceRow,
+    SessionRow,
+    Tx,
+)
 
 AUTH_CACHE_TTL_S = 2.0
 AUTH_CACHE_MAX = 20_000
@@ -146,7 +152,7 @@ class MintSessionRequest(BaseModel):
     resources: list[MintResource] = Field(default_factory=list)
     token_ttl_seconds: int | None = None
     # The environment whose work queue gets the session's work item, and events that play the agent's side
-    # (both handled by the environment extension: memsync.server.environment_routes).
+    # (both handled by the environment extension: memsync.server.environments.extension).
     environment_id: str | None = None
     script: list[dict[str, Any]] | None = None
 
@@ -160,6 +166,26 @@ class CreateAdminKeyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
+
+
+def session_json(row: SessionRow) -> dict[str, Any]:
+    return {
+        "type": "session",
+        "id": row.id,
+        "created_at": row.created_at,
+        "resources": [
+            {
+                "type": "memory_store",
+                "memory_store_id": r.store_id,
+                "name": r.name,
+                "description": r.description,
+                "mount_path": r.mount_path,
+                "access": r.access,
+                "instructions": r.instructions,
+            }
+            for r in row.resources
+        ],
+    }
 
 
 def admin_key_json(row: AdminKeyRow) -> dict[str, Any]:
@@ -205,7 +231,7 @@ class AccessService:
                 with self.db.write() as tx:
                     row = tx.admin_key_by_hash(token_hash(key))
                     if row is None:
-                        tx.insert_admin_key(key_id, rules.validate_key_name(name), token_hash(key), now_ts())
+                        tx.insert_admin_key(key_id, bodies.validate_key_name(name), token_hash(key), now_ts())
             except DuplicateKeyError:
                 continue
             if row is not None and row.revoked_at is not None:
@@ -308,8 +334,8 @@ class AccessService:
     def mint_session(self, p: Principal, raw: bytes) -> dict[str, Any]:
         """memsync extension: create a session with memory stores attached; answer its work-item secret."""
         require_admin(p, "mint sessions")
-        req = rules.parse_body(MintSessionRequest, raw)
-        session_id = rules.validate_session_id(req.session_id) if req.session_id else new_id(SESSION_PREFIX)
+        req = bodies.parse_body(MintSessionRequest, raw)
+        session_id = bodies.validate_session_id(req.session_id) if req.session_id else new_id(SESSION_PREFIX)
         ttl = self._token_ttl(req.token_ttl_seconds)
         if len(req.resources) > MAX_STORES_PER_SESSION:
             raise invalid(
@@ -322,7 +348,7 @@ class AccessService:
                 raise invalid(f"resources[{i}]: memory store {res.memory_store_id} is attached twice")
             seen.add(res.memory_store_id)
             if res.instructions is not None:
-                rules.validate_stored_text(res.instructions, f"resources[{i}].instructions")
+                bodies.validate_stored_text(res.instructions, f"resources[{i}].instructions")
                 if len(res.instructions) > INSTRUCTIONS_MAX:
                     raise invalid(
                         f"resources[{i}].instructions must be at most {INSTRUCTIONS_MAX} characters"
@@ -383,7 +409,7 @@ class AccessService:
     def create_admin_key(self, p: Principal, raw: bytes) -> dict[str, Any]:
         """memsync extension: a new named admin key; the key itself is in this answer only."""
         require_admin(p, "create admin keys")
-        name = rules.validate_key_name(rules.parse_body(CreateAdminKeyRequest, raw).name)
+        name = bodies.validate_key_name(bodies.parse_body(CreateAdminKeyRequest, raw).name)
         key = new_admin_key()
         with self.db.write() as tx:
             tx.insert_admin_key(api_key_id(key), name, token_hash(key), now_ts())

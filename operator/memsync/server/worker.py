@@ -18,9 +18,9 @@ from fastapi import FastAPI
 
 from memsync.logs import configure_logging
 from memsync.server.app import create_app
+from memsync.server.environments.rules import DEFAULT_FIRST_HEARTBEAT_S
+from memsync.server.environments.work import DEFAULT_LEASE_TTL_S
 from memsync.server.protocol import HTTP_IMPLEMENTATIONS
-from memsync.server.work_items import DEFAULT_LEASE_TTL_S
-from memsync.server.work_lease import DEFAULT_FIRST_HEARTBEAT_S
 
 SETTINGS_ENV = "MEMSYNC_STORE_WORKER_SETTINGS"
 ADMIN_KEY_ENV = "MEMSYNC_ADMIN_KEY"

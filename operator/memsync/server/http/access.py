@@ -1,0 +1,37 @@
+"""Routes of the callers' credentials: sessions (mint, delete) and admin keys (memsync extensions)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from memsync.server.access import AccessService
+from memsync.server.http.deps import Beta, Body, Caller
+from memsync.server.http.envelope import JSONResponse
+
+
+def router(access: AccessService) -> APIRouter:
+    router = APIRouter()
+
+    # GET /v1/sessions/{session_id} is served by the environment extension (it adds status and the agent).
+
+    @router.delete("/v1/sessions/{session_id}")
+    def delete_session(*, p: Caller, session_id: str, beta: Beta = None) -> JSONResponse:
+        return JSONResponse(access.delete_session(p, session_id))
+
+    @router.post("/v1/memsync/sessions")
+    def mint_session(*, p: Caller, body: Body, beta: Beta = None) -> JSONResponse:
+        return JSONResponse(access.mint_session(p, body))
+
+    @router.post("/v1/memsync/admin_keys")
+    def create_admin_key(*, p: Caller, body: Body, beta: Beta = None) -> JSONResponse:
+        return JSONResponse(access.create_admin_key(p, body))
+
+    @router.get("/v1/memsync/admin_keys")
+    def list_admin_keys(*, p: Caller, beta: Beta = None) -> JSONResponse:
+        return JSONResponse(access.list_admin_keys(p))
+
+    @router.post("/v1/memsync/admin_keys/{key_id}/revoke")
+    def revoke_admin_key(*, p: Caller, key_id: str, beta: Beta = None) -> JSONResponse:
+        return JSONResponse(access.revoke_admin_key(p, key_id))
+
+    return router

@@ -1,0 +1,53 @@
+"""What the store server's routes take from a request besides their path: the caller, the body and the
+shared query parameters.
+
+A caller is authenticated once per request: ``Caller`` for the memory store API (an admin key or a sessions
+token), ``EnvironmentCaller`` for the environment extension (which also takes environment keys).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Header, Query, Request
+from starlette.concurrency import run_in_threadpool
+
+from memsync.server.access import AccessService, Principal
+from memsync.server.environments.service import Caller as EnvCaller
+from memsync.server.environments.service import EnvironmentService
+from memsync.server.http.envelope import read_body
+
+XApiKey = Annotated[str | None, Header(alias="x-api-key")]
+Authorization = Annotated[str | None, Header(alias="authorization")]
+
+
+async def authenticate(
+    request: Request, x_api_key: XApiKey = None, authorization: Authorization = None
+) -> Principal:
+    """The caller, from ``x-api-key`` (an admin key) or ``Authorization: Bearer`` (an admin key or a sessions
+    token); 401 otherwise. A cached answer is used on the event loop; the database is asked in the
+    threadpool."""
+    access: AccessService = request.app.state.access
+    cached = access.cached(x_api_key, authorization)
+    if cached is not None:
+        return cached
+    return await run_in_threadpool(access.authenticate, x_api_key, authorization)
+
+
+def authenticate_environment_caller(
+    request: Request, x_api_key: XApiKey = None, authorization: Authorization = None
+) -> EnvCaller:
+    """The caller of an environment endpoint: an admin key, an environment key or a sessions token."""
+    envs: EnvironmentService = request.app.state.environments
+    return envs.authenticate(x_api_key, authorization)
+
+
+Body = Annotated[bytes, Depends(read_body)]
+Caller = Annotated[Principal, Depends(authenticate)]
+EnvironmentCaller = Annotated[EnvCaller, Depends(authenticate_environment_caller)]
+ViewQuery = Annotated[str | None, Query()]
+Limit = Annotated[int | None, Query()]
+Page = Annotated[str | None, Query()]
+Beta = Annotated[str | None, Query(alias="beta")]  # ``?beta=true``: accepted and ignored
+CreatedGte = Annotated[str | None, Query(alias="created_at[gte]")]
+CreatedLte = Annotated[str | None, Query(alias="created_at[lte]")]

@@ -1,0 +1,76 @@
+"""Routes of the memories in a store: create, list (conditional, by prefix, by depth), read, update,
+delete."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header
+from fastapi.responses import Response
+
+from memsync.server.http.deps import Beta, Body, Caller, Limit, Page, ViewQuery
+from memsync.server.http.envelope import JSONResponse
+from memsync.server.stores.service import StoreService
+
+
+def router(service: StoreService) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/v1/memory_stores/{store_id}/memories")
+    def create_memory(
+        *, p: Caller, store_id: str, body: Body, view: ViewQuery = None, beta: Beta = None
+    ) -> JSONResponse:
+        return JSONResponse(service.create_memory(p, store_id, body, view))
+
+    @router.get("/v1/memory_stores/{store_id}/memories")
+    def list_memories(
+        *,
+        p: Caller,
+        store_id: str,
+        view: ViewQuery = None,
+        limit: Limit = None,
+        page: Page = None,
+        path_prefix: str | None = None,
+        depth: int | None = None,
+        if_none_match: Annotated[str | None, Header(alias="if-none-match")] = None,
+        beta: Beta = None,
+    ) -> Response:
+        body, etag = service.list_memories(
+            p,
+            store_id,
+            view=view,
+            limit=limit,
+            page=page,
+            path_prefix=path_prefix,
+            depth=depth,
+            if_none_match=if_none_match,
+        )
+        headers = {"etag": etag, "cache-control": "private, no-cache"}
+        if body is None:
+            return Response(status_code=304, headers=headers)
+        return JSONResponse(body, headers=headers)
+
+    @router.get("/v1/memory_stores/{store_id}/memories/{memory_id}")
+    def get_memory(
+        *, p: Caller, store_id: str, memory_id: str, view: ViewQuery = None, beta: Beta = None
+    ) -> JSONResponse:
+        return JSONResponse(service.get_memory(p, store_id, memory_id, view))
+
+    @router.post("/v1/memory_stores/{store_id}/memories/{memory_id}")
+    def update_memory(
+        *, p: Caller, store_id: str, memory_id: str, body: Body, view: ViewQuery = None, beta: Beta = None
+    ) -> JSONResponse:
+        return JSONResponse(service.update_memory(p, store_id, memory_id, body, view))
+
+    @router.delete("/v1/memory_stores/{store_id}/memories/{memory_id}")
+    def delete_memory(
+        *,
+        p: Caller,
+        store_id: str,
+        memory_id: str,
+        expected_content_sha256: str | None = None,
+        beta: Beta = None,
+    ) -> JSONResponse:
+        return JSONResponse(service.delete_memory(p, store_id, memory_id, expected_content_sha256))
+
+    return router

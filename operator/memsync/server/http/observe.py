@@ -1,0 +1,130 @@
+"""The store server's metrics (Prometheus) and access log.
+
+One ASGI middleware times every request and, when it is answered, counts it by route template (never the
+raw path: ids would make unbounded label sets), method and status, observes its latency, and writes one
+structured access-log line: request id, method, route, path, status, duration, client address. Nothing in
+it can carry a secret: no header, no query string, no body.
+
+With ``--workers`` above 1 the workers share their metrics through ``PROMETHEUS_MULTIPROC_DIR`` (set by
+``serve``), so ``/metrics`` answers for the whole server whichever worker takes the scrape.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import generate_latest as _generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from memsync.server.storage.database import Database
+
+access_log = logging.getLogger("memsync.server.access")
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+REQUESTS = Counter(
+    "memsync_store_requests",
+    "HTTP requests answered, by route template, method and status",
+    ["route", "method", "status"],
+)
+LATENCY = Histogram(
+    "memsync_store_request_duration_seconds",
+    "Time to answer a request, by route template and method",
+    ["route", "method"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+)
+POOL = Gauge(
+    "memsync_store_db_pool_connections",
+    "PostgreSQL connection pool of the server processes: size, available, waiting requests, max",
+    ["state"],
+    multiprocess_mode="livesum",
+)
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def route_of(scope: Scope) -> str:
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else "unmatched"
+
+
+class ObserveMiddleware:
+    def __init__(self, app: ASGIApp, *, access_logs: bool = True) -> None:
+        self.app = app
+        self.access_logs = access_logs
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 0
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            elapsed = time.perf_counter() - started
+            route, method = route_of(scope), scope.get("method", "")
+            if route != "/metrics":
+                REQUESTS.labels(route, method, str(status or 500)).inc()
+                LATENCY.labels(route, method).observe(elapsed)
+            if self.access_logs:
+                client = scope.get("client")
+                access_log.info(
+                    "request",
+                    extra={
+                        "request_id": scope.get("state", {}).get("request_id"),
+                        "method": method,
+                        "route": route,
+                        "path": scope.get("path"),
+                        "status": status or None,
+                        "duration_ms": round(elapsed * 1000, 2),
+                        "client": f"{client[0]}:{client[1]}" if client else None,
+                    },
+                )
+
+
+def render_metrics(db: Database) -> tuple[bytes, str]:
+    """The Prometheus text of the whole server (all workers when they share a directory)."""
+    for state, value in db.pool_stats().items():
+        POOL.labels(state).set(value)
+    if os.environ.get(MULTIPROC_ENV):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return _generate_latest(registry), CONTENT_TYPE_LATEST
+    return _generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+def router(db: Database) -> APIRouter:
+    """``/healthz`` and ``/metrics``: unauthenticated, outside the API's schema."""
+    router = APIRouter()
+
+    @router.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @router.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        """Prometheus metrics (no credentials: counts and timings only; restrict it at the network)."""
+        body, content_type = render_metrics(db)
+        return Response(body, media_type=content_type)
+
+    return router

@@ -1,0 +1,55 @@
+"""Routes of a store's memory versions: list (filtered), read, redact."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from memsync.server.http.deps import Beta, Caller, CreatedGte, CreatedLte, Limit, Page, ViewQuery
+from memsync.server.http.envelope import JSONResponse
+from memsync.server.stores.service import StoreService
+
+
+def router(service: StoreService) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/v1/memory_stores/{store_id}/memory_versions")
+    def list_versions(
+        *,
+        p: Caller,
+        store_id: str,
+        view: ViewQuery = None,
+        limit: Limit = None,
+        page: Page = None,
+        memory_id: str | None = None,
+        operation: str | None = None,
+        session_id: str | None = None,
+        api_key_id: str | None = None,
+        service_account_id: str | None = None,
+        created_at_gte: CreatedGte = None,
+        created_at_lte: CreatedLte = None,
+        beta: Beta = None,
+    ) -> JSONResponse:
+        filters: dict[str, str | None] = {
+            "memory_id": memory_id,
+            "operation": operation,
+            "session_id": session_id,
+            "api_key_id": api_key_id,
+            "service_account_id": service_account_id,
+            "created_gte": created_at_gte,
+            "created_lte": created_at_lte,
+        }
+        return JSONResponse(
+            service.list_versions(p, store_id, view=view, limit=limit, page=page, filters=filters)
+        )
+
+    @router.get("/v1/memory_stores/{store_id}/memory_versions/{version_id}")
+    def get_version(
+        *, p: Caller, store_id: str, version_id: str, view: ViewQuery = None, beta: Beta = None
+    ) -> JSONResponse:
+        return JSONResponse(service.get_version(p, store_id, version_id, view))
+
+    @router.post("/v1/memory_stores/{store_id}/memory_versions/{version_id}/redact")
+    def redact_version(*, p: Caller, store_id: str, version_id: str, beta: Beta = None) -> JSONResponse:
+        return JSONResponse(service.redact_version(p, store_id, version_id))
+
+    return router

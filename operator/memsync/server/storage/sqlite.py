@@ -1,0 +1,119 @@
+"""SQLite backend: one file, WAL, one connection per thread.
+
+Every write is one ``BEGIN IMMEDIATE`` transaction taken under an in-process lock (one writer at a time,
+queued fairly instead of spinning on SQLITE_BUSY; several worker processes on one file queue on SQLite's own
+lock through the busy timeout), so every writer of every store is serialised and ``lock_store_row`` has
+nothing to add. Reads run in one deferred transaction, which in WAL mode is a consistent snapshot.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from memsync.server.storage import migrations
+from memsync.server.storage.database import (
+    Database,
+    DuplicateKeyError,
+    Row,
+    Tx,
+    apply_migrations,
+    ensure_secret,
+)
+
+
+class SqliteTx(Tx):
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        return self.conn.execute(sql, tuple(args)).fetchall()
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
+        return self.conn.execute(sql, tuple(args)).rowcount
+
+    def lock_store_row(self, store_id: str) -> None:
+        """All writers already hold the one write lock (BEGIN IMMEDIATE)."""
+
+    def lock_admin_keys(self) -> None:
+        """All writers already hold the one write lock (BEGIN IMMEDIATE)."""
+
+
+class SqliteDatabase(Database):
+    """Thread-safe access to one SQLite file (a connection per thread, one writer at a time)."""
+
+    backend = "sqlite"
+
+    def __init__(self, path: Path | str, *, busy_timeout_ms: int = 30_000) -> None:
+        self.path = str(path)
+        self._busy_timeout_ms = busy_timeout_ms
+        self._local = threading.local()
+        self._write_lock = threading.Lock()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._closed = False
+        with self.write() as tx:
+            self.schema_version = apply_migrations(tx, migrations.SQLITE)
+            self.cursor_key = ensure_secret(tx, "cursor_key")
+
+    def describe(self) -> str:
+        return f"sqlite:{self.path}"
+
+    def conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise RuntimeError("database is closed")
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        self._local.conn = conn
+        with self._all_lock:
+            self._all.append(conn)
+        return conn
+
+    def close(self) -> None:
+        self._closed = True
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+
+    @contextmanager
+    def write(self) -> Iterator[Tx]:
+        conn = self.conn()
+        with self._write_lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield SqliteTx(conn)
+                conn.execute("COMMIT")
+            except sqlite3.IntegrityError as exc:
+                conn.execute("ROLLBACK")
+                if "UNIQUE" in str(exc):
+                    raise DuplicateKeyError(str(exc)) from None
+                raise
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def read(self) -> Iterator[Tx]:
+        conn = self.conn()
+        conn.execute("BEGIN")
+        try:
+            yield SqliteTx(conn)
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")

@@ -1,0 +1,63 @@
+"""The store service's shared part: the database, the store access check and page cursors."""
+
+from __future__ import annotations
+
+import time
+
+from memsync.api.constants import MAX_MEMORIES_PER_STORE
+from memsync.server.access import Principal
+from memsync.server.errors import (
+    conflict,
+    forbidden,
+    not_found,
+)
+from memsync.server.storage.database import Database, StoreRow, Tx
+from memsync.server.stores.cursor import CursorState, decode_cursor, encode_cursor, query_fingerprint
+
+__all__ = ["ServiceCore"]
+
+
+class ServiceCore:
+    """The database, the limits, the store access check and page cursors shared by every group of
+    ``StoreService`` endpoints."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        cursor_ttl_s: int = 3600,
+        max_memories_per_store: int = MAX_MEMORIES_PER_STORE,
+    ) -> None:
+        self.db = db
+        self.cursor_ttl_s = cursor_ttl_s
+        self.max_memories = max_memories_per_store
+
+    @staticmethod
+    def _store_for(tx: Tx, p: Principal, store_id: str, *, write: bool, lock: bool = False) -> StoreRow:
+        """The store, checked for reach (404: unknown, or not attached to the caller's session), access
+        (403: a read_only attachment) and state (409: archived) when the call writes. In a write transaction
+        (``write`` or ``lock``) the store's writer lock is taken first, before anything is checked."""
+        access = p.access_to(store_id)
+        row = tx.get_store(store_id, lock=write or lock) if access is not None else None
+        if row is None:
+            raise not_found(f"memory store {store_id!r} not found")
+        if write:
+            if access == "read_only":
+                raise forbidden(
+                    f"session {p.actor_id} has read_only access to memory store {store_id}; "
+                    "writes are refused"
+                )
+            if row.archived_at is not None:
+                raise conflict(f"memory store {store_id} is archived and read-only; writes are refused")
+        return row
+
+    # --- cursors ------------------------------------------------------------------------------------------
+
+    def _position(self, page: str | None, query: dict[str, object]) -> str | int | None:
+        if page is None or page == "":
+            return None
+        return decode_cursor(self.db.cursor_key, page, query_fingerprint(query), time.time())
+
+    def _next_page(self, position: str | int, query: dict[str, object]) -> str:
+        state = CursorState(position, query_fingerprint(query), int(time.time()) + self.cursor_ttl_s)
+        return encode_cursor(self.db.cursor_key, state)
