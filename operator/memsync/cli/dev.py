@@ -39,7 +39,7 @@ from memsync.agent.state import load_state, lock_file, remove_state
 from memsync.api.constants import MARKER_FILENAME
 from memsync.api.hashing import marker_text, sha256_bytes
 from memsync.api.models import Memory, MemoryStore, MemoryStoreResource
-from memsync.cli.store import load_or_create_key_file
+from memsync.cli.store_admin import load_or_create_key_file
 from memsync.client import StoreClient
 from memsync.client import errors as store_errors
 from memsync.server import create_app

@@ -21,7 +21,7 @@ import click
 from pydantic import BaseModel
 
 from memsync.api.models import Memory, MemoryStore, MemoryVersion
-from memsync.cli.store import admin_options, run_with_client, store
+from memsync.cli.store_admin import admin_options, run_with_client
 from memsync.client import StoreClient, errors
 
 PAGE: Final = 100  # the API's largest page
@@ -183,7 +183,7 @@ yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for conf
 # --------------------------------------------------------------------------------------------------
 
 
-@store.command()
+@click.command()
 @store_id_argument
 @json_option
 @admin_options
@@ -201,7 +201,7 @@ def show(*, store_id: str, as_json: bool, url: str, admin_key_file: Path | None)
     run_with_client(url, admin_key_file, work)
 
 
-@store.command()
+@click.command()
 @store_id_argument
 @yes_option
 @json_option
@@ -223,7 +223,7 @@ def delete(*, store_id: str, yes: bool, as_json: bool, url: str, admin_key_file:
     run_with_client(url, admin_key_file, work)
 
 
-@store.command()
+@click.command()
 @store_id_argument
 @json_option
 @admin_options
@@ -238,7 +238,7 @@ def archive(*, store_id: str, as_json: bool, url: str, admin_key_file: Path | No
     run_with_client(url, admin_key_file, work)
 
 
-@store.command()
+@click.command()
 @store_id_argument
 @click.option("--prefix", default=None, help="Only the memories below this folder (ends in /, e.g. /notes/).")
 @json_option
@@ -275,7 +275,7 @@ async def resolve_memory(client: StoreClient, store_id: str, memory: str) -> str
     )
 
 
-@store.command()
+@click.command()
 @store_id_argument
 @click.argument("memory", metavar="MEMORY")
 @json_option
@@ -300,7 +300,7 @@ def history(*, store_id: str, memory: str, as_json: bool, url: str, admin_key_fi
     run_with_client(url, admin_key_file, work)
 
 
-@store.command()
+@click.command()
 @store_id_argument
 @click.argument("version_id", metavar="VERSION_ID")
 @yes_option
