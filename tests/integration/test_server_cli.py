@@ -43,7 +43,7 @@ def test_admin_commands_need_a_key(store_server: RunningStoreServer, tmp_path: P
     wrong = tmp_path / "wrong.key"
     wrong.write_text("not-the-key\n")
     result = _memsync(store_server, "store", "list", "--admin-key-file", str(wrong), key=False)
-    assert result.returncode == 1
+    assert result.returncode == 4  # unauthorized (docs/cli.md#errors-and-exit-codes)
     assert "401" in result.stderr
     assert "not-the-key" not in result.stderr
     right = tmp_path / "right.key"
@@ -75,15 +75,18 @@ def test_import_export_round_trip(store_server: RunningStoreServer, tmp_path: Pa
     expected = {
         k: v for k, v in _tree(src).items() if k not in {"binary.bin", "huge.txt", ".anthropic-memory-store"}
     }
+    (src / os.fsdecode(b"latin-\xe9.md")).write_text("a file name that is not UTF-8")
 
     store_id = _memsync(store_server, "store", "create", "Round Trip").stdout.strip()
     result = _memsync(store_server, "store", "import", store_id, str(src), "--concurrency", "8")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 7, result.stderr  # partial: the skipped files are listed
+    assert "Traceback" not in result.stderr
+    assert "skipped latin-\\xe9.md: the file name is not UTF-8" in result.stderr
     assert "skipped binary.bin: not UTF-8" in result.stderr
     assert "skipped huge.txt: 102401 bytes" in result.stderr
     assert f"{len(expected)} created" in result.stderr
     assert "skipped link.md: symbolic link" in result.stderr
-    assert "3 skipped" in result.stderr
+    assert "4 skipped" in result.stderr
     assert result.stdout == ""
 
     api = StoreApi(store_server)
@@ -95,6 +98,8 @@ def test_import_export_round_trip(store_server: RunningStoreServer, tmp_path: Pa
     # importing again changes nothing; an edited file becomes an update
     (src / "notes" / "todo.md").write_text("- buy oat milk\n")
     expected["notes/todo.md"] = b"- buy oat milk\n"
+    for skipped in ("binary.bin", "huge.txt", "link.md", os.fsdecode(b"latin-\xe9.md")):
+        (src / skipped).unlink()
     again = _memsync(store_server, "store", "import", store_id, str(src))
     assert again.returncode == 0, again.stderr
     assert "0 created, 1 updated" in again.stderr
@@ -121,7 +126,7 @@ def test_export_refuses_unsafe_paths(store_server: RunningStoreServer, tmp_path:
     out.mkdir()
     (out / "trap").symlink_to(outside)  # a symlink planted where a directory would go
     result = _memsync(store_server, "store", "export", store_id, str(out))
-    assert result.returncode == 1
+    assert result.returncode == 7  # partial
     assert "refused '/trap/inside.md'" in result.stderr
     assert "exceeds 255" in result.stderr
     assert list(outside.iterdir()) == []

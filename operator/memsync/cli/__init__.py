@@ -7,13 +7,17 @@ the server, and ``memsync --help`` loads none of them.
 
 from __future__ import annotations
 
+import traceback
 from typing import Final
 
 import click
 
 from memsync import __version__
-from memsync.cli.lazy import Lazy, lazy_group
+from memsync.cli.lazy import Lazy, LazyGroup
 from memsync.contracts import env
+
+#: ``memsync --debug``: the command line's own variable (the others are ``memsync.contracts.env``'s).
+DEBUG_ENV: Final = "MEMSYNC_DEBUG"
 
 COMMANDS: Final = {
     "dev": Lazy(
@@ -54,7 +58,30 @@ COMMANDS: Final = {
 }
 
 
-@click.group(cls=lazy_group(COMMANDS), context_settings={"help_option_names": ["-h", "--help"]})
+class _Root(LazyGroup):
+    """The ``memsync`` group: what a command lets through becomes one line and an exit code
+    (``memsync.cli.failures``), unless ``--debug`` asks for the traceback."""
+
+    lazy_commands = COMMANDS
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.Abort):
+            raise
+        except click.ClickException as exc:
+            if ctx.params.get("debug") and exc.__cause__ is not None:  # an error a command explained
+                traceback.print_exception(exc.__cause__)
+            raise
+        except Exception as exc:
+            if ctx.params.get("debug"):
+                raise
+            from memsync.cli.failures import explain  # noqa: PLC0415 (only on the way out)
+
+            raise explain(exc) from None
+
+
+@click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="memsync")
 @click.option(
     "--log-level",
@@ -73,7 +100,14 @@ COMMANDS: Final = {
     type=click.Choice(["text", "json"]),
     help="json: one object per line, for log pipelines.",
 )
-def cli(log_level: str, log_format: str) -> None:
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar=DEBUG_ENV,
+    show_envvar=True,
+    help="Show the traceback of an error (an error is otherwise one line and an exit code: docs/cli.md).",
+)
+def cli(log_level: str, log_format: str, debug: bool) -> None:
     """memsync: memory stores for self-hosted agent sandboxes, kept in two-way sync."""
     from memsync.logs import configure_logging  # noqa: PLC0415 (not needed to show help)
 

@@ -43,20 +43,20 @@ def status(
     from memsync.status import view  # noqa: PLC0415 (imported when the command runs, not for --help)
     from memsync.status.cluster import connect, fetch_list, fetch_one  # noqa: PLC0415
 
-    api, default_namespace = connect(kubeconfig, context)
-    ns = namespace or default_namespace
+    conn = connect(kubeconfig, context)
+    ns = namespace or conn.namespace
     now = datetime.now(UTC)
     try:
         if name is not None:
-            obj, pod, events = asyncio.run(fetch_one(api, ns, name))
+            obj, pod, events = asyncio.run(fetch_one(conn, ns, name))
             result = view.detail(obj, pod, events)
             click.echo(
                 json.dumps(view.as_json(result), indent=2) if as_json else view.render_detail(result, now=now)
             )
             return
-        objects = asyncio.run(fetch_list(api, None if all_namespaces else ns))
+        objects = asyncio.run(fetch_list(conn, None if all_namespaces else ns))
     finally:
-        api.close()
+        conn.api.close()
     summaries = view.sort_summaries(view.summarize(o) for o in objects)
     if as_json:
         click.echo(json.dumps(view.as_json(summaries), indent=2))

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import click
 
 from memsync.api.models import MemoryStoreResource
+from memsync.cli.failures import store_failure
+from memsync.cli.params import ID, check_url
 from memsync.client import StoreClient, errors
 
 ADMIN_KEY_ENV = "MEMSYNC_ADMIN_KEY"
@@ -67,6 +69,7 @@ def admin_options(func: F) -> F:
         "--admin-key-file",
         type=click.Path(dir_okay=False, path_type=Path),
         envvar="MEMSYNC_ADMIN_KEY_FILE",
+        show_envvar=True,
         help=f"File holding the admin key (default: ${ADMIN_KEY_ENV}).",
     )(func)
     func = click.option(
@@ -74,6 +77,8 @@ def admin_options(func: F) -> F:
         envvar="MEMSYNC_STORE_URL",
         default=DEFAULT_URL,
         show_default=True,
+        show_envvar=True,
+        callback=check_url,
         help="The store server.",
     )(func)
     return func
@@ -92,7 +97,7 @@ def run_with_client(url: str, key_file: Path | None, work: Callable[[StoreClient
     try:
         return asyncio.run(main())
     except errors.StoreError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise store_failure(exc, url) from exc
 
 
 @click.command()
@@ -145,7 +150,9 @@ def parse_store_spec(spec: str) -> tuple[str, str]:
 
 
 @click.group(invoke_without_command=True)
-@click.option("--session", "session_id", default=None, help="Session id (sesn_...); generated when omitted.")
+@click.option(
+    "--session", "session_id", type=ID, default=None, help="Session id (sesn_...); generated when omitted."
+)
 @click.option(
     "--store",
     "stores",
@@ -193,7 +200,7 @@ def token(
 
 
 @token.command("revoke")
-@click.argument("session_id")
+@click.argument("session_id", type=ID)
 @admin_options
 def token_revoke(*, session_id: str, url: str, admin_key_file: Path | None) -> None:
     """Delete a session: its sessions token stops working at once (on every replica within seconds)."""
@@ -235,7 +242,7 @@ def admin_key_list(*, url: str, admin_key_file: Path | None) -> None:
 
 
 @admin_key.command("revoke")
-@click.argument("key_id")
+@click.argument("key_id", type=ID)
 @admin_options
 def admin_key_revoke(*, key_id: str, url: str, admin_key_file: Path | None) -> None:
     """Revoke an admin key by id (apikey_...); the last current key cannot be revoked."""

@@ -18,6 +18,8 @@ from memsync.api.constants import MARKER_FILENAME, MAX_CONTENT_BYTES
 from memsync.api.hashing import content_sha256
 from memsync.api.models import Memory
 from memsync.api.paths import path_violation
+from memsync.cli.failures import ExitCode
+from memsync.cli.params import ID
 from memsync.cli.store_admin import admin_options, run_with_client
 from memsync.client import StoreClient, errors
 
@@ -48,18 +50,33 @@ def _walk_regular_files(root: Path) -> Iterator[tuple[str, Path]]:
             yield full.relative_to(root).as_posix(), full
 
 
+def shown_name(rel: str) -> str:
+    """A file name as it can be printed: bytes that are not UTF-8 as ``\\xNN`` escapes."""
+    return os.fsencode(rel).decode("utf-8", "backslashreplace")
+
+
 def plan_import(root: Path) -> ImportPlan:
-    """Which files of ``root`` become memories, and which are skipped and why."""
+    """Which files of ``root`` become memories, and which are skipped and why (names as ``shown_name``)."""
     plan = ImportPlan()
     for rel, full in _walk_regular_files(root):
         if rel == MARKER_FILENAME:
             continue
-        st = full.lstat()
+        try:
+            rel.encode("utf-8")
+        except UnicodeEncodeError:  # os.walk keeps undecodable bytes as lone surrogates
+            plan.skipped.append((shown_name(rel), "the file name is not UTF-8 (a memory path is UTF-8 text)"))
+            continue
+        try:
+            st = full.lstat()
+            data = full.read_bytes() if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_CONTENT_BYTES else b""
+        except OSError as exc:
+            plan.skipped.append((rel, f"cannot read it: {exc.strerror}"))
+            continue
         if stat.S_ISLNK(st.st_mode):
             plan.skipped.append((rel, "symbolic link (not followed)"))
             continue
         if not stat.S_ISREG(st.st_mode):
-            plan.skipped.append((rel, "not a regular file"))
+            plan.skipped.append((rel, "not a regular file (a FIFO, device or socket)"))
             continue
         memory_path = "/" + rel
         violation = path_violation(memory_path)
@@ -69,7 +86,6 @@ def plan_import(root: Path) -> ImportPlan:
         if st.st_size > MAX_CONTENT_BYTES:
             plan.skipped.append((rel, f"{st.st_size} bytes; a memory holds at most {MAX_CONTENT_BYTES}"))
             continue
-        data = full.read_bytes()
         if len(data) > MAX_CONTENT_BYTES:
             plan.skipped.append((rel, f"{len(data)} bytes; a memory holds at most {MAX_CONTENT_BYTES}"))
             continue
@@ -173,7 +189,7 @@ def progress_of(label: str, total: int, show: bool | None) -> Iterator[Callable[
 
 
 @click.command("import")
-@click.argument("store_id")
+@click.argument("store_id", type=ID)
 @click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 64))
 @progress_option
@@ -204,8 +220,8 @@ def import_(
         f"{result.unchanged} unchanged, {len(plan.skipped)} skipped, {len(result.failed)} failed",
         err=True,
     )
-    if result.failed:
-        sys.exit(1)
+    if plan.skipped or result.failed:
+        sys.exit(ExitCode.PARTIAL)
 
 
 # --- export ---------------------------------------------------------------------------------------------
@@ -244,7 +260,7 @@ def write_below(root_fd: int, segments: list[str], data: bytes) -> None:
 
 
 @click.command()
-@click.argument("store_id")
+@click.argument("store_id", type=ID)
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @progress_option
 @admin_options
@@ -284,4 +300,4 @@ def export(
         click.echo(f"refused {path!r}: {why}", err=True)
     click.echo(f"exported {written} memories of {store_id} to {directory}; {len(refused)} refused", err=True)
     if refused:
-        sys.exit(1)
+        sys.exit(ExitCode.PARTIAL)
