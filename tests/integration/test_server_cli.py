@@ -7,7 +7,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -15,7 +14,7 @@ import pytest
 
 from conftest import RunningStoreServer, StoreApi, free_port
 from memsync.api.secret import decode_work_secret
-from support.server_process import run_cli
+from support.server_process import kill_process, run_cli, spawn_store_server, wait_until_ready
 
 pytestmark = pytest.mark.both_backends
 
@@ -180,13 +179,7 @@ def test_serve_generates_a_private_key_file_and_never_logs_the_key(tmp_path: Pat
         )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        wait_until_ready(proc, url, log_text=log.read_text)
         key_file = tmp_path / "gen.db.admin-key"
         assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
         key = key_file.read_text().strip()
@@ -211,3 +204,36 @@ def test_help(store_server: RunningStoreServer, args: list[str]) -> None:
     result = _memsync(store_server, *args)
     assert result.returncode == 0
     assert "Usage" in result.stdout
+
+
+def test_serve_on_a_port_in_use_says_so_before_anything_is_ready(
+    store_server: RunningStoreServer, tmp_path: Path
+) -> None:
+    port = int(store_server.url.rsplit(":", 1)[1])
+    db = tmp_path / "second.db"
+    result = run_cli("store", "serve", "--port", str(port), "--db", str(db), admin_key="sk-memsync-admin-x")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"Error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]
+    assert not db.exists()  # nothing was started, so nothing logged "ready" or "listening"
+
+
+def test_ctrl_c_stops_serve_cleanly_without_aborted(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}
+    log = tmp_path / "serve.log"
+    proc = spawn_store_server(port=port, db_path=tmp_path / "c.db", log_path=log, env=env)
+    try:
+        wait_until_ready(proc, f"http://127.0.0.1:{port}", log_text=log.read_text)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+    finally:
+        kill_process(proc)
+    out = log.read_text()
+    lines = out.splitlines()
+    listening = next(i for i, line in enumerate(lines) if "store server listening" in line)
+    assert "store server ready" in lines[listening + 1]
+    assert "store server stopped" in out
+    assert "Aborted" not in out and "Traceback" not in out
+    assert proc.returncode == 0

@@ -39,7 +39,9 @@ from memsync.agent.state import load_state, lock_file, remove_state
 from memsync.api.constants import MARKER_FILENAME
 from memsync.api.hashing import marker_text, sha256_bytes
 from memsync.api.models import Memory, MemoryStore, MemoryStoreResource
+from memsync.cli.failures import CliError
 from memsync.cli.store_admin import load_or_create_key_file
+from memsync.cli.store_serve import bind
 from memsync.client import StoreClient
 from memsync.client import errors as store_errors
 from memsync.server import create_app
@@ -85,19 +87,23 @@ class EmbeddedServer:
 
     def __post_init__(self) -> None:
         self.url = f"http://{self.host}:{self.port}"
+        # Bound first: a port in use is said before the app starts (and logs that it is ready).
+        try:
+            self._socket = bind(self.host, self.port)
+        except CliError as exc:
+            raise CliError(f"the embedded store server: {exc.message} (choose another with --port)") from exc
         app = create_app(self.db_path, self.admin_key, self.url, access_logs=False)
         self._server = _ThreadServer(uvicorn_config(app, host=self.host, port=self.port))
-        self._thread = threading.Thread(target=self._server.run, name="memsync-dev-store", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="memsync-dev-store", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not self._server.started:
             if not self._thread.is_alive():
-                raise click.ClickException(
-                    f"the embedded store server could not listen on {self.host}:{self.port} "
-                    "(is the port taken? choose another with --port)"
-                )
+                raise click.ClickException(f"the embedded store server stopped on {self.host}:{self.port}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise click.ClickException(
@@ -108,6 +114,7 @@ class EmbeddedServer:
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
+        self._socket.close()
 
 
 # --- the status line ---------------------------------------------------------------------------------------

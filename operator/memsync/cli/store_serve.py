@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import click
 import uvicorn
 
 from memsync.api.constants import MAX_MEMORIES_PER_STORE
+from memsync.cli.failures import CliError
 from memsync.cli.store_admin import ADMIN_KEY_ENV, load_or_create_key_file, read_key_file
 from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, MAX_SESSION_TOKEN_TTL_S
 from memsync.server.backends import is_postgres
@@ -183,6 +185,12 @@ def serve(
     """Run the store server (FastAPI + uvicorn over an SQLite file or PostgreSQL)."""
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
+    # The address first: a port in use is said before the database is touched or anything says "ready".
+    sock = bind(host, port)
+    if workers == 1:
+        port = sock.getsockname()[1]  # --port 0: the one the kernel chose
+    else:
+        sock.close()  # uvicorn's supervisor binds it again for its workers
     if admin_key_file is not None:
         admin_key = read_key_file(admin_key_file)
     elif os.environ.get(ADMIN_KEY_ENV, "").strip():
@@ -223,19 +231,43 @@ def serve(
         app = build_app(settings, admin_key)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    logger.info("store server listening", extra={"host": host, "port": port, "workers": workers})
     if workers == 1:
         config = uvicorn_config(
             app, host=host, port=port, read_timeout_s=request_read_timeout, http=http_impl, **tls
         )
-        uvicorn.Server(config).run()
+        logger.info("store server listening", extra={"host": host, "port": port, "workers": workers})
+        try:
+            uvicorn.Server(config).run(sockets=[sock])
+        except KeyboardInterrupt:
+            # uvicorn shut down cleanly on Ctrl-C, then raised SIGINT again: a stop, not an abort
+            pass
         return
+    logger.info("store server starting its workers", extra={"host": host, "port": port, "workers": workers})
     app.state.service.db.close()  # each worker opens its own
     os.environ[SETTINGS_ENV] = settings.to_env()
     # the workers share their metrics through files in a directory of this run (/metrics sums them)
     os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="memsync-store-metrics-")
     os.environ[ADMIN_KEY_ENV] = admin_key
     uvicorn.run(FACTORY, host=host, port=port, **worker_run_kwargs(settings, workers), **tls)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (not yet listening); a failure is one line naming the address."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
 
 
 def _root_params(ctx: click.Context) -> dict[str, Any]:
