@@ -20,6 +20,9 @@ from memsync.contracts import env
 DEBUG_ENV: Final = "MEMSYNC_DEBUG"
 
 COMMANDS: Final = {
+    "completion": Lazy(
+        "memsync.cli.completion", "completion", "Print the shell completion script for bash, zsh or fish."
+    ),
     "dev": Lazy(
         "memsync.cli.dev",
         "dev",
@@ -115,7 +118,8 @@ def cli(log_level: str, log_format: str, debug: bool) -> None:
 
 
 def main() -> None:
-    cli()
+    """``memsync`` (also ``python -m memsync``): one program name in usage lines and for shell completion."""
+    cli(prog_name="memsync")
 
 
 def kubectl_plugin() -> None:

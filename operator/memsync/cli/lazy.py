@@ -10,8 +10,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,18 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = self.lazy_commands.get(cmd_name)
         return None if target is None else target.load()
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """Subcommand names from the table (completing ``memsync <TAB>`` imports no command), then the
+        group's own options."""
+        from click.shell_completion import CompletionItem  # noqa: PLC0415 (only when completing)
+
+        names = [
+            CompletionItem(name, help=entry.short_help)
+            for name, entry in sorted(self.lazy_commands.items())
+            if name.startswith(incomplete)
+        ]
+        return names + click.Command.shell_complete(self, ctx, incomplete)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         names = self.list_commands(ctx)

@@ -53,6 +53,7 @@ def _run_options(fn: F) -> F:
             "namespaces",
             multiple=True,
             envvar="MEMSYNC_NAMESPACES",
+            show_envvar=True,
             metavar="NS",
             help="Serve only this namespace (repeatable; globs like 'agents-*' allowed). "
             "Env: whitespace-separated. Default: all namespaces.",
@@ -61,6 +62,7 @@ def _run_options(fn: F) -> F:
             "--environments/--no-environments",
             default=False,
             envvar="MEMSYNC_ENVIRONMENTS",
+            show_envvar=True,
             help="Also serve AgentEnvironments: poll their work queues and start a session per claimed item "
             "(needs the AgentEnvironment CRD and the RBAC for Secrets and SessionMemories it creates).",
         ),
@@ -69,11 +71,13 @@ def _run_options(fn: F) -> F:
             "-A",
             is_flag=True,
             envvar="MEMSYNC_ALL_NAMESPACES",
+            show_envvar=True,
             help="Serve every namespace (the default when no --namespace is given).",
         ),
         click.option(
             "--agent-image",
             envvar="MEMSYNC_AGENT_IMAGE",
+            show_envvar=True,
             default=None,
             metavar="IMAGE",
             help="Image of the memsync containers (mount and sync) in every sandbox Pod. Required.",
@@ -81,6 +85,7 @@ def _run_options(fn: F) -> F:
         click.option(
             "--agent-image-pull-policy",
             envvar="MEMSYNC_AGENT_IMAGE_PULL_POLICY",
+            show_envvar=True,
             type=click.Choice(PULL_POLICIES),
             default="IfNotPresent",
             show_default=True,
@@ -89,6 +94,7 @@ def _run_options(fn: F) -> F:
             "--liveness",
             "liveness",
             envvar="MEMSYNC_OPERATOR_LIVENESS",
+            show_envvar=True,
             default=None,
             metavar="URL",
             help="Serve kopf's liveness probe here, e.g. http://0.0.0.0:8080/healthz.",
@@ -96,6 +102,7 @@ def _run_options(fn: F) -> F:
         click.option(
             "--metrics-port",
             envvar="MEMSYNC_OPERATOR_METRICS_PORT",
+            show_envvar=True,
             type=click.IntRange(0, 65535),
             default=0,
             show_default=True,
@@ -104,12 +111,14 @@ def _run_options(fn: F) -> F:
         click.option(
             "--context",
             envvar="MEMSYNC_KUBE_CONTEXT",
+            show_envvar=True,
             default=None,
             help="kubeconfig context (outside a cluster).",
         ),
         click.option(
             "--recheck-interval",
             envvar="MEMSYNC_RECHECK_INTERVAL",
+            show_envvar=True,
             type=click.FloatRange(1.0),
             default=30.0,
             show_default=True,
@@ -119,6 +128,7 @@ def _run_options(fn: F) -> F:
         click.option(
             "--service-account-wait",
             envvar="MEMSYNC_SERVICE_ACCOUNT_WAIT",
+            show_envvar=True,
             type=click.FloatRange(0.0),
             default=60.0,
             show_default=True,
@@ -129,6 +139,7 @@ def _run_options(fn: F) -> F:
         click.option(
             "--memsync-env",
             envvar="MEMSYNC_OPERATOR_MEMSYNC_ENV",
+            show_envvar=True,
             default=None,
             help="Extra environment of the memsync containers of every sandbox Pod, as a JSON list of "
             'container env entries (e.g. [{"name":"HTTPS_PROXY","value":"http://proxy:3128"}]); a '

@@ -34,9 +34,14 @@ logger = logging.getLogger("memsync.store")
 
 
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True, envvar="MEMSYNC_STORE_HOST")
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="MEMSYNC_STORE_HOST", show_envvar=True)
 @click.option(
-    "--port", default=8700, show_default=True, type=click.IntRange(0, 65535), envvar="MEMSYNC_STORE_PORT"
+    "--port",
+    default=8700,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    envvar="MEMSYNC_STORE_PORT",
+    show_envvar=True,
 )
 @click.option(
     "--db",
@@ -44,18 +49,21 @@ logger = logging.getLogger("memsync.store")
     default="./memsync-store.db",
     show_default=True,
     envvar="MEMSYNC_STORE_DB",
+    show_envvar=True,
     help="An SQLite file (created if missing), or a PostgreSQL URL (postgresql://USER@HOST:PORT/DB; the "
     "password from PGPASSWORD or a passfile, never the command line).",
 )
 @click.option(
     "--public-url",
     envvar="MEMSYNC_PUBLIC_URL",
+    show_envvar=True,
     help="URL clients reach this server at; put into minted work secrets. Default http://HOST:PORT.",
 )
 @click.option(
     "--admin-key-file",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="MEMSYNC_ADMIN_KEY_FILE",
+    show_envvar=True,
     help=f"File holding the admin key. Default: ${ADMIN_KEY_ENV}, else (SQLite) a key generated into "
     "DB.admin-key.",
 )
@@ -64,6 +72,7 @@ logger = logging.getLogger("memsync.store")
     default="default",
     show_default=True,
     envvar="MEMSYNC_ADMIN_KEY_NAME",
+    show_envvar=True,
     help="Name the configured admin key is entered under (on first start); more keys: 'memsync store "
     "admin-key'.",
 )
@@ -73,6 +82,7 @@ logger = logging.getLogger("memsync.store")
     show_default=True,
     type=click.IntRange(1),
     envvar="MEMSYNC_CURSOR_TTL",
+    show_envvar=True,
     help="Seconds a page cursor stays valid.",
 )
 @click.option(
@@ -81,6 +91,7 @@ logger = logging.getLogger("memsync.store")
     show_default=True,
     type=click.IntRange(1),
     envvar="MEMSYNC_MAX_MEMORIES_PER_STORE",
+    show_envvar=True,
     help="Memories per store (the hosted API allows 10,000; lower it to test the cap).",
 )
 @click.option(
@@ -89,6 +100,7 @@ logger = logging.getLogger("memsync.store")
     show_default=True,
     type=click.IntRange(1, MAX_SESSION_TOKEN_TTL_S),
     envvar="MEMSYNC_SESSION_TOKEN_TTL",
+    show_envvar=True,
     help="Seconds a minted sessions token stays valid (a mint may ask for another lifetime).",
 )
 @click.option(
@@ -97,6 +109,7 @@ logger = logging.getLogger("memsync.store")
     show_default=True,
     type=click.IntRange(LEASE_TTL_MIN_S, LEASE_TTL_MAX_S),
     envvar="MEMSYNC_LEASE_TTL",
+    show_envvar=True,
     help="Seconds a work item's lease lasts without a heartbeat (self-hosted environments).",
 )
 @click.option(
@@ -105,6 +118,7 @@ logger = logging.getLogger("memsync.store")
     show_default=True,
     type=click.IntRange(1, LEASE_TTL_MAX_S),
     envvar="MEMSYNC_FIRST_HEARTBEAT_WINDOW",
+    show_envvar=True,
     help="Seconds an acknowledged work item waits for its first heartbeat before it is queued again.",
 )
 @click.option(
@@ -113,6 +127,7 @@ logger = logging.getLogger("memsync.store")
     show_default=True,
     type=click.FloatRange(min=0, min_open=True),
     envvar="MEMSYNC_REQUEST_READ_TIMEOUT",
+    show_envvar=True,
     help="Seconds a request (headers and body) may take to arrive; slower connections are dropped.",
 )
 @click.option(
@@ -121,6 +136,7 @@ logger = logging.getLogger("memsync.store")
     show_default=True,
     type=click.IntRange(1, 200),
     envvar="MEMSYNC_DB_POOL_SIZE",
+    show_envvar=True,
     help="PostgreSQL connections per server process.",
 )
 @click.option(
@@ -129,6 +145,7 @@ logger = logging.getLogger("memsync.store")
     show_default=True,
     type=click.IntRange(1, 64),
     envvar="MEMSYNC_STORE_WORKERS",
+    show_envvar=True,
     help="Server processes sharing the port (each with its own connections to the database).",
 )
 @click.option(
@@ -138,18 +155,21 @@ logger = logging.getLogger("memsync.store")
     show_default=True,
     type=click.Choice(["httptools", "h11"]),
     envvar="MEMSYNC_STORE_HTTP",
+    show_envvar=True,
     help="HTTP/1.1 parser: httptools (C) or h11 (pure Python).",
 )
 @click.option(
     "--ssl-certfile",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     envvar="MEMSYNC_STORE_SSL_CERTFILE",
+    show_envvar=True,
     help="Serve HTTPS with this PEM certificate (chain); or terminate TLS at the ingress.",
 )
 @click.option(
     "--ssl-keyfile",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     envvar="MEMSYNC_STORE_SSL_KEYFILE",
+    show_envvar=True,
     help="The certificate's PEM private key.",
 )
 @click.option(
@@ -157,6 +177,7 @@ logger = logging.getLogger("memsync.store")
     default=True,
     show_default=True,
     envvar="MEMSYNC_STORE_ACCESS_LOG",
+    show_envvar=True,
     help="One structured INFO line per request (no headers, no query strings).",
 )
 @click.pass_context
@@ -284,7 +305,14 @@ PG_BACKUP_GUIDANCE = (
 
 @click.command()
 @click.argument("destination", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--db", "database", default="./memsync-store.db", show_default=True, envvar="MEMSYNC_STORE_DB")
+@click.option(
+    "--db",
+    "database",
+    default="./memsync-store.db",
+    show_default=True,
+    envvar="MEMSYNC_STORE_DB",
+    show_envvar=True,
+)
 def backup(*, destination: Path, database: str) -> None:
     """Copy the SQLite database to DESTINATION while the server keeps running (SQLite's online backup)."""
     if is_postgres(database):
@@ -298,7 +326,14 @@ def backup(*, destination: Path, database: str) -> None:
 
 @click.command()
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--db", "database", default="./memsync-store.db", show_default=True, envvar="MEMSYNC_STORE_DB")
+@click.option(
+    "--db",
+    "database",
+    default="./memsync-store.db",
+    show_default=True,
+    envvar="MEMSYNC_STORE_DB",
+    show_envvar=True,
+)
 @click.option("--force", is_flag=True, help="Replace an existing database file.")
 def restore(*, source: Path, database: str, force: bool) -> None:
     """Put a backup in place of the SQLite database (stop the server first)."""
