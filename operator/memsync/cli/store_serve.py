@@ -29,6 +29,18 @@ from memsync.server.worker import FACTORY, SETTINGS_ENV, ServeSettings, build_ap
 
 logger = logging.getLogger("memsync.store")
 
+#: ``--db`` of ``serve``, ``backup`` and ``restore``.
+db_option = click.option(
+    "--db",
+    "database",
+    default="./memsync-store.db",
+    show_default=True,
+    envvar="MEMSYNC_STORE_DB",
+    show_envvar=True,
+    help="An SQLite file (created if missing), or a PostgreSQL URL (postgresql://USER@HOST:PORT/DB; the "
+    "password from PGPASSWORD or a passfile, never the command line).",
+)
+
 
 # --- serve ----------------------------------------------------------------------------------------------
 
@@ -43,16 +55,7 @@ logger = logging.getLogger("memsync.store")
     envvar="MEMSYNC_STORE_PORT",
     show_envvar=True,
 )
-@click.option(
-    "--db",
-    "database",
-    default="./memsync-store.db",
-    show_default=True,
-    envvar="MEMSYNC_STORE_DB",
-    show_envvar=True,
-    help="An SQLite file (created if missing), or a PostgreSQL URL (postgresql://USER@HOST:PORT/DB; the "
-    "password from PGPASSWORD or a passfile, never the command line).",
-)
+@db_option
 @click.option(
     "--public-url",
     envvar="MEMSYNC_PUBLIC_URL",
@@ -305,14 +308,7 @@ PG_BACKUP_GUIDANCE = (
 
 @click.command()
 @click.argument("destination", type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--db",
-    "database",
-    default="./memsync-store.db",
-    show_default=True,
-    envvar="MEMSYNC_STORE_DB",
-    show_envvar=True,
-)
+@db_option
 def backup(*, destination: Path, database: str) -> None:
     """Copy the SQLite database to DESTINATION while the server keeps running (SQLite's online backup)."""
     if is_postgres(database):
@@ -326,14 +322,7 @@ def backup(*, destination: Path, database: str) -> None:
 
 @click.command()
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option(
-    "--db",
-    "database",
-    default="./memsync-store.db",
-    show_default=True,
-    envvar="MEMSYNC_STORE_DB",
-    show_envvar=True,
-)
+@db_option
 @click.option("--force", is_flag=True, help="Replace an existing database file.")
 def restore(*, source: Path, database: str, force: bool) -> None:
     """Put a backup in place of the SQLite database (stop the server first)."""
