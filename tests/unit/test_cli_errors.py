@@ -3,7 +3,10 @@ traceback); ``--debug`` shows the traceback. Each case runs the real CLI through
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -172,3 +175,21 @@ def test_ids_and_urls_are_shown_without_secrets() -> None:
     )
     assert id_problem("memstore_01ABC-x") is None
     assert id_problem("SK-live-123") is not None
+
+
+def test_the_operator_against_an_unreachable_api_server_exits_unreachable(tmp_path: Path) -> None:
+    """A process of its own: the Kubernetes client reads KUBECONFIG when it is imported."""
+    port = closed_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMSYNC_", "KUBERNETES_"))}
+    env["KUBECONFIG"] = str(kubeconfig(tmp_path, f"https://127.0.0.1:{port}"))
+    done = subprocess.run(
+        [sys.executable, "-m", "memsync", "operator", "--agent-image", "memsync:test", "-n", "agents"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == ExitCode.UNREACHABLE, done.stderr
+    assert "Error: cannot read the Kubernetes API server's version" in done.stderr
+    assert "Traceback" not in done.stderr and "sk-kube-token" not in done.stderr

@@ -28,9 +28,10 @@ import kopf
 from prometheus_client import start_http_server
 from pydantic import TypeAdapter, ValidationError
 
+from memsync.cli.failures import CliError, ExitCode, kube_exit_code
 from memsync.controller import discovery
 from memsync.controller.handlers import build_memo, build_registry
-from memsync.controller.kube import KubeApi, parse_server_version, version_refusal
+from memsync.controller.kube import KubeApi, KubeApiError, parse_server_version, version_refusal
 from memsync.controller.memtrace import install_from_env as install_memory_trace
 from memsync.controller.settings import ControllerConfig, bounded_session, configure_settings
 from memsync.crd import agentenv_schema
@@ -198,6 +199,12 @@ def crd(resource: str) -> None:
     click.echo(render(), nl=False)
 
 
+def _api_unusable(what: str, exc: Exception) -> CliError:
+    """An API call that failed before the operator started: a refusal by its status, else unreachable."""
+    code = kube_exit_code(exc.status) if isinstance(exc, KubeApiError) else ExitCode.UNREACHABLE
+    return CliError(f"{what}: {exc}", code)
+
+
 def _check_server_version(kube: KubeApi) -> None:
     """Refuse to start (exit 1, with an error log) against an API server older than the minimum."""
     try:
@@ -205,7 +212,7 @@ def _check_server_version(kube: KubeApi) -> None:
     except Exception as exc:  # KubeApiError, or the connection itself failed
         kube.close()
         logger.error("cannot read the Kubernetes API server's version", extra={"error": str(exc)})
-        raise click.ClickException(f"cannot read the Kubernetes API server's version: {exc}") from None
+        raise _api_unusable("cannot read the Kubernetes API server's version", exc) from exc
     refusal = version_refusal(info)
     if refusal is not None:
         kube.close()
@@ -224,7 +231,7 @@ def _check_served_resources(kube: KubeApi, *, environments: bool) -> None:
     except Exception as exc:  # KubeApiError, or the connection itself failed
         kube.close()
         logger.error("cannot read the Kubernetes API discovery", extra={"error": str(exc)})
-        raise click.ClickException(f"cannot read the Kubernetes API discovery: {exc}") from None
+        raise _api_unusable("cannot read the Kubernetes API discovery", exc) from exc
     absent = discovery.missing(wanted, found)
     if absent:
         kube.close()
