@@ -143,6 +143,20 @@ async def pod(store_server, tmp_path: Path) -> AsyncIterator[Pod]:
         await p.admin.aclose()
 
 
+async def wait_catches(proc: subprocess.Popen[str], sig: signal.Signals, timeout: float = 60) -> None:
+    """Until the process has a handler for ``sig`` (its ``SigCgt`` mask): what a container's first process
+    needs to be signalled at all."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[0]
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:")).split()[1], 16)
+        if caught & (1 << (int(sig) - 1)):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the process never installed a handler for {sig.name}")
+
+
 def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM, timeout: float = 60) -> tuple[int, str]:
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=timeout)
@@ -253,6 +267,29 @@ async def test_mount_failure_removes_what_it_created(pod: Pod, store_server) -> 
     assert f"{messages.DOWNLOAD_FAILED}{other.id}" in result.stderr
     assert pod.termination["store"] == other.id
     assert not pod.folder.exists() and not (pod.root / "mnt/memory/other").exists()
+    assert not (pod.root / "mnt").exists()
+
+
+async def test_sigterm_interrupts_a_mount_waiting_on_the_store(pod: Pod) -> None:
+    """The init container's ``memsync mount`` handles SIGTERM (as its container's PID 1 it would otherwise
+    ignore it and run out the grace period): the folders it made are removed, the termination message says
+    why, and it exits 143 at once, not when the store finally answers."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # connections complete in the backlog; no request is ever answered
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        secret = _secret_for(pod.env["ANTHROPIC_WORK_SECRET"], url)
+        proc = pod.start("mount", ANTHROPIC_WORK_SECRET=secret)
+        await wait_catches(proc, signal.SIGTERM)
+        await asyncio.sleep(0.5)  # into the mount, which waits on the silent server
+        assert proc.poll() is None
+        started = time.monotonic()
+        code, out = stop(proc, timeout=10)
+    assert code == 143, out
+    assert time.monotonic() - started < 5
+    assert "SIGTERM received: stopping the mount" in out
+    assert "Traceback" not in out
+    assert pod.termination == {"phase": "mount_failed", "store": None, "error": messages.MOUNT_INTERRUPTED}
     assert not (pod.root / "mnt").exists()
 
 

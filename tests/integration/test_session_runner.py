@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -15,6 +17,7 @@ import httpx
 import pytest
 
 from conftest import RunningStoreServer, launch_store_server
+from memsync import pid1
 from memsync.agent.commands import SyncAgent, mount, run_sync
 from memsync.agent.config import load_config
 from memsync.agent.metrics import MetricsServer
@@ -222,3 +225,30 @@ def test_the_runner_environment_is_checked_by_name(tmp_path: Path) -> None:
         config_from_env({**base, runner.SIDECAR_PORT: "x"}, tmp_path)
     mapped = config_from_env({**base, runner.STORES: stores, "MEMSYNC_TEST_ROOT": "/tmp/r"}, tmp_path)
     assert mapped.roots == [Path("/tmp/r/mnt/memory/a")]
+
+
+async def test_sigterm_ends_the_session_with_the_final_flush_then_the_item_stopped(
+    tmp_path: Path, server: RunningStoreServer
+) -> None:
+    """The runner is its sandbox's PID 1 (``memsync session run``): SIGTERM (the Pod deleted, drained or
+    past its deadline) ends the session the way its own end does: the sidecar's final flush saves the write,
+    then the item is stopped, and the runner exits 143."""
+    session = Session(server, tmp_path)
+    busy = {"type": "agent.custom_tool_use", "id": "toolu_busy", "name": "someone_elses_tool", "input": {}}
+    session.mint([write("toolu_w", session.notes_dir / "kept.md", "kept\n"), busy, *END])
+
+    async def serve() -> int:
+        await session.run(max_idle=60)
+        return 0
+
+    running = asyncio.create_task(pid1.until_signalled(serve, what="the session runner"))
+    while not any(e.get("tool_use_id") == "toolu_w" for e in session.history()):
+        await asyncio.sleep(0.1)
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert await asyncio.wait_for(running, timeout=40) == 143
+    assert await session.finish() == 0
+    assert session.memories() == [("/kept.md", "kept\n")]
+    versions = session.admin.get(f"/v1/memory_stores/{session.store['id']}/memory_versions").json()["data"]
+    work = session.work()
+    assert work["state"] == "stopped"
+    assert max(_ts(v["created_at"]) for v in versions) < _ts(work["stopped_at"])

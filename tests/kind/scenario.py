@@ -10,6 +10,7 @@ import sys
 import time
 from typing import Any
 
+from memsync.api.secret import decode_work_secret, encode_work_secret
 from memsync.controller.pod import pod_name_for
 from support import k8s_scenarios as k8s
 from support.k8s_scenarios import report_from_logs, secret_object, session_id, smem_object
@@ -48,19 +49,22 @@ def create_smem(
     interval: int = 5,
     final_flush: int = 10,
     pod_spec: dict[str, Any] | None = None,
+    base_url: str = IN_CLUSTER_STORE_URL,
+    sync: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Applies the SessionMemory and returns it (``pod_spec`` adds to its template's Pod spec)."""
     obj = smem_object(
         namespace,
         name,
         session=session,
-        base_url=IN_CLUSTER_STORE_URL,
+        base_url=base_url,
         stores=stores,
         sandbox=sandbox,
         secret_name=secret_name or "work",
         interval=interval,
         final_flush=final_flush,
         pod_spec=pod_spec,
+        sync=sync,
     )
     apply(obj)
     return obj
@@ -76,9 +80,14 @@ async def start_session(
     sandbox: dict[str, Any],
     **smem: Any,
 ) -> str:
-    """A session over one read-write store: its Secret, then its SessionMemory; returns the Pod's name."""
+    """A session over one read-write store: its Secret, then its SessionMemory; returns the Pod's name. A
+    ``base_url`` (of a stand-in for the store) goes into the work-item secret too: the secret's URL is the
+    one the sync agent uses."""
     session = sid()
-    create_secret(namespace, "work", mint(env, [(store, "read_write")], session))
+    secret = mint(env, [(store, "read_write")], session)
+    if "base_url" in smem:
+        secret = encode_work_secret(decode_work_secret(secret).sessions_token, smem["base_url"])
+    create_secret(namespace, "work", secret)
     create_smem(namespace, name, session, [(store, slug, "read_write")], sandbox, **smem)
     return pod_name_for(name)
 
@@ -119,6 +128,28 @@ def pod(namespace: str, name: str) -> dict[str, Any] | None:
     return json.loads(out) if out.strip() else None
 
 
+def evict(namespace: str, pod_name: str) -> None:
+    """Evict the Pod through the Eviction API (what a drain does)."""
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod_name, "namespace": namespace},
+    }
+    kubectl(
+        "create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{pod_name}/eviction", "-f", "-",
+        input=json.dumps(eviction),
+    )  # fmt: skip
+
+
+def ready_reason(status: dict[str, Any]) -> str | None:
+    """The reason of a SessionMemory status's Ready condition."""
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Ready":
+            reason: str | None = cond.get("reason")
+            return reason
+    return None
+
+
 def condition(pod_status: dict[str, Any], kind: str) -> dict[str, Any] | None:
     for cond in pod_status.get("conditions") or []:
         if cond.get("type") == kind:
@@ -149,12 +180,16 @@ class LogFollower:
             text=True,
         )
 
-    def report(self, timeout: float = 240) -> dict[str, Any]:
+    def text(self, timeout: float = 240) -> str:
+        """Everything the container wrote, once it has ended."""
         try:
             out, _ = self.proc.communicate(timeout=timeout)
         finally:
             self.proc.kill()
-        return report_from_logs(out)
+        return out
+
+    def report(self, timeout: float = 240) -> dict[str, Any]:
+        return report_from_logs(self.text(timeout))
 
     def stop(self) -> None:
         self.proc.kill()

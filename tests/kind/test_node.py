@@ -2,13 +2,18 @@
 the control-plane tier, which has no PID namespace, no cgroups, no eviction manager and no image):
 
 - the init container gates everything and the native sidecar serves /readyz before the sandbox starts;
+- ``memsync mount``, its container's PID 1, handles SIGTERM: a session deleted while its mount waits on a
+  store that never answers is gone at once;
+- a sidecar that never starts (its startupProbe never passes) fails the session with ``SidecarNotStarted``
+  once ``sync.sidecarStartSeconds`` is up, and its Pod is deleted;
 - deleting a session gives the sandbox its SIGTERM and the sidecar its final flush within the grace period;
 - a sandbox whose PID 1 installs no SIGTERM handler is not signalled at all (pid_namespaces(7)) and is
   killed at the end of the grace period, and the session says so;
 - the sidecar OOM-killed under its memory limit is restarted by the kubelet and loses nothing;
 - ``activeDeadlineSeconds`` ends the Pod, the sandbox gets SIGTERM and the final flush runs;
 - an eviction through the Eviction API marks the Pod ``DisruptionTarget`` and still flushes;
-- an emptyDir over its ``sizeLimit`` gets the Pod evicted by the kubelet, and the session says why.
+- the stores' folder (an emptyDir with the session's ``sizeLimit``) filled past it gets the Pod evicted by
+  the kubelet, and the session says why.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import pytest
 
 from memsync.api.hashing import content_sha256
 from memsync.controller import status as s
-from memsync.controller.pod import grace_period_seconds
+from memsync.controller.pod import MOUNT_CONTAINER, grace_period_seconds
 from support.k8s_scenarios import (
     FINAL,
     as_store_paths,
@@ -33,14 +38,16 @@ from support.k8s_scenarios import (
     wait_store_has,
 )
 
-from .conftest import KindEnv, kubectl
+from .conftest import IN_CLUSTER_STORE_URL, KindEnv, apply, kubectl, kubectl_json
 from .scenario import (
     LogFollower,
     agent,
     agent_report,
     condition,
+    evict,
     pod,
     pod_status,
+    ready_reason,
     start_session,
     wait_phase,
 )
@@ -73,14 +80,6 @@ async def statuses_until_gone(namespace: str, name: str, timeout: float = 300) -
             seen.append(current)
         await asyncio.sleep(0.5)
     raise AssertionError(f"SessionMemory {namespace}/{name} was not gone after {timeout} s")
-
-
-def ready_reason(status: dict[str, Any]) -> str | None:
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == "Ready":
-            reason: str | None = cond.get("reason")
-            return reason
-    return None
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -141,6 +140,115 @@ async def test_deletion_gives_the_final_flush_its_time(kind_env: KindEnv, namesp
     assert report["ticks"] - report["sigterm_tick"] >= 30  # 20 s at 0.5 s: it kept writing after SIGTERM
     assert took >= 20, f"the Pod was gone {took:.1f} s after the delete, before the agent's 20 s linger"
     assert await store_files(kind_env, store) == as_store_paths(report["stores"]["/mnt/memory/late"]["files"])
+
+
+SILENT_SERVER = """
+import socket, time
+s = socket.socket()
+s.bind(("", 8080))
+s.listen(64)  # connections complete in the backlog; no request is ever read
+time.sleep(3600)
+"""
+
+#: A store proxy that forwards every request to the in-cluster store server except the sync sidecar's
+#: one-item listing probe (``limit=1``), which it never answers: the mount succeeds, the sidecar's first
+#: pass never ends, so its /readyz never answers 200 and its startupProbe never passes.
+PROBE_HANGING_PROXY = """
+import os, time, httpx
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+upstream = httpx.Client(base_url=os.environ["UPSTREAM"], timeout=60)
+
+class Forward(BaseHTTPRequestHandler):
+    def handle_one(self):
+        if "limit=1" in self.path.split("?", 1)[-1].split("&"):
+            time.sleep(3600)
+        size = int(self.headers.get("content-length") or 0)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
+        answer = upstream.request(self.command, self.path, headers=headers, content=self.rfile.read(size))
+        self.send_response(answer.status_code)
+        for k, v in answer.headers.items():
+            if k.lower() not in ("content-length", "transfer-encoding", "connection", "content-encoding"):
+                self.send_header(k, v)
+        self.send_header("content-length", str(len(answer.content)))
+        self.end_headers()
+        self.wfile.write(answer.content)
+
+    do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = handle_one
+
+ThreadingHTTPServer(("", 8080), Forward).serve_forever()
+"""
+
+
+def serve_python(
+    namespace: str, name: str, image: str, script: str, env: dict[str, str] | None = None
+) -> str:
+    """``script`` run by the image's Python as a Pod behind a Service on port 8080; returns its URL."""
+    restricted = {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    server = {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-c", script],
+        "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+        "securityContext": restricted,
+    }
+    labels = {"app": name}
+    apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {"containers": [server]},
+        }
+    )
+    apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"selector": labels, "ports": [{"port": 8080, "targetPort": 8080}]},
+        }
+    )
+    kubectl("-n", namespace, "wait", f"pod/{name}", "--for=condition=Ready", "--timeout=120s", timeout=130)
+    return f"http://{name}.{namespace}.svc:8080"
+
+
+async def test_a_mount_waiting_on_a_silent_store_ends_at_once_when_the_session_goes(
+    kind_env: KindEnv, namespace: str
+) -> None:
+    """``memsync mount`` is its init container's PID 1, so it handles SIGTERM or it would never get one: a
+    session deleted while its mount waits on a store that never answers is gone in seconds, not at the end
+    of the grace period, and the mount says why it stopped."""
+    url = serve_python(namespace, "silent", kind_env.image, SILENT_SERVER)
+    store = await make_store(kind_env, "hung", {})
+    sandbox = shell(kind_env.image, "exec sleep 3600")
+    pod_name = await start_session(
+        kind_env, namespace, "hung", store, slug="h", sandbox=sandbox, base_url=url
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        statuses = (pod(namespace, pod_name) or {}).get("status") or {}
+        inits = statuses.get("initContainerStatuses") or []
+        if any(c["name"] == MOUNT_CONTAINER and "running" in c.get("state", {}) for c in inits):
+            break
+        await asyncio.sleep(0.5)
+    else:
+        raise AssertionError(f"the mount never ran: {pod(namespace, pod_name)}")
+    logs = LogFollower(namespace, pod_name, MOUNT_CONTAINER)
+    await asyncio.sleep(3)  # the mount is waiting on the silent store by now (it reads the session first)
+    grace = (pod(namespace, pod_name) or {})["spec"]["terminationGracePeriodSeconds"]
+    started = time.monotonic()
+    kubectl("-n", namespace, "delete", "smem", "hung", "--wait=false")
+    await statuses_until_gone(namespace, "hung")
+    took = time.monotonic() - started
+    mount_log = logs.text()
+    assert "SIGTERM received: stopping the mount" in mount_log, mount_log[-3000:]
+    assert took < 20 < grace, f"the session was gone {took:.1f} s after the delete (grace {grace} s)"
 
 
 async def test_a_pid1_without_a_sigterm_handler_runs_out_the_grace_period(
@@ -249,15 +357,7 @@ async def test_an_eviction_through_the_api_marks_the_pod_and_still_flushes(
     await wait_phase(namespace, "evicted", ("Running",))
     await wait_store_has(kind_env, store, 3, timeout=180)
     logs = LogFollower(namespace, pod_name)
-    eviction = {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": pod_name, "namespace": namespace},
-    }
-    kubectl(
-        "create", "--raw", f"/api/v1/namespaces/{namespace}/pods/{pod_name}/eviction", "-f", "-",
-        input=json.dumps(eviction),
-    )  # fmt: skip
+    evict(namespace, pod_name)
     disruption = None
     deadline = time.monotonic() + 60
     while disruption is None and time.monotonic() < deadline:
@@ -275,30 +375,71 @@ async def test_an_eviction_through_the_api_marks_the_pod_and_still_flushes(
     assert await store_files(kind_env, store) == as_store_paths(report["stores"]["/mnt/memory/e"]["files"])
 
 
-async def test_an_emptydir_over_its_size_limit_gets_the_pod_evicted(
+async def test_the_stores_folder_over_its_size_limit_gets_the_pod_evicted(
     kind_env: KindEnv, namespace: str
 ) -> None:
-    """The kubelet's eviction manager measures the emptyDir and evicts the Pod (with no grace to speak of):
-    what the periodic sync had sent is in the store, and the session names the eviction."""
+    """The stores' folder is an emptyDir with the SessionMemory's ``memoryVolumeSizeLimit`` (memsync-sync
+    requests as much ephemeral storage). The kubelet's eviction manager measures it and evicts the Pod at
+    once when the agent fills it: what the periodic sync had sent is in the store, and the session names
+    the eviction."""
     store = await make_store(kind_env, "full", {})
-    script = "echo one > /mnt/memory/f/one.md; sleep 12; head -c 8388608 /dev/zero > /scratch/fill; sleep 600"
-    sandbox = {
-        **shell(kind_env.image, script),
-        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
-    }
-    await start_session(
+    script = (
+        "echo one > /mnt/memory/f/one.md; sleep 12; head -c 8388608 /dev/zero > /mnt/memory/fill; sleep 600"
+    )
+    pod_name = await start_session(
         kind_env,
         namespace,
         "full",
         store,
         slug="f",
-        sandbox=sandbox,
+        sandbox=shell(kind_env.image, script),
         interval=5,
-        pod_spec={"volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}}]},
+        sync={"memoryVolumeSizeLimit": "4Mi"},
     )
+    spec = (pod(namespace, pod_name) or {})["spec"]
+    memory = next(v for v in spec["volumes"] if v["name"] == "memory")
+    sync = next(c for c in spec["initContainers"] if c["name"] == "memsync-sync")
+    assert memory["emptyDir"] == {"sizeLimit": "4Mi"}
+    assert sync["resources"]["requests"]["ephemeral-storage"] == "4Mi"
     await wait_store_has(kind_env, store, 1, timeout=180)
     status = await wait_phase(namespace, "full", FINAL, timeout=240)
     assert status["phase"] == "Failed", status
     assert ready_reason(status) == s.INTERRUPTED, status
-    assert "scratch" in status["message"] and "exceeds the limit" in status["message"], status
+    assert '"memory"' in status["message"] and "exceeds the limit" in status["message"], status
     assert set(await store_files(kind_env, store)) == {"/one.md"}
+
+
+async def test_a_sidecar_that_never_starts_fails_the_session_and_its_pod_goes(
+    kind_env: KindEnv, namespace: str
+) -> None:
+    """memsync-sync whose startupProbe never passes (here: its first pass never gets an answer; on a kubelet
+    with the native-sidecar startup defect: a sidecar restarted before its first probe) keeps the sandbox
+    from ever starting. Past ``sync.sidecarStartSeconds`` after the mount the operator fails the session
+    with ``SidecarNotStarted`` and a Warning Event, and deletes the Pod; nothing was edited, nothing lost."""
+    url = serve_python(
+        namespace, "hangs", kind_env.image, PROBE_HANGING_PROXY, {"UPSTREAM": IN_CLUSTER_STORE_URL}
+    )
+    store = await make_store(kind_env, "unstarted", {"/a.md": "alpha"})
+    sandbox = shell(kind_env.image, "exec sleep 3600")
+    pod_name = await start_session(
+        kind_env,
+        namespace,
+        "unstarted",
+        store,
+        slug="u",
+        sandbox=sandbox,
+        base_url=url,
+        sync={"sidecarStartSeconds": 10},
+    )
+    status = await wait_phase(namespace, "unstarted", FINAL, timeout=240)
+    assert ready_reason(status) == s.SIDECAR_NOT_STARTED, status
+    assert "had not started 10 s after the stores were mounted" in status["message"], status
+    assert (condition(status, "Flushed") or {}).get("reason") == "NothingToFlush", status
+    selector = "involvedObject.name=unstarted"
+    events = kubectl_json("-n", namespace, "get", "events", "--field-selector", selector)
+    assert "SidecarNotStarted" in {e["reason"] for e in events["items"]}, events
+    deadline = time.monotonic() + 120
+    while pod(namespace, pod_name) is not None and time.monotonic() < deadline:
+        await asyncio.sleep(1)
+    assert pod(namespace, pod_name) is None, "the operator did not delete the stuck Pod"
+    assert (await store_files(kind_env, store)) == {"/a.md": content_sha256("alpha")}

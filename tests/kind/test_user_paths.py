@@ -17,9 +17,16 @@ import pytest
 from memsync.api.hashing import content_sha256
 from memsync.controller.environment import decisions as d
 from memsync.controller.pod import pod_name_for
+from memsync.controller.status import INTERRUPTED
 from memsync.crd import agentenv as a
 from memsync.crd.models import sandbox_template
-from support.environments import memories_of, scripted_session, stopped_after_the_last_write, work_item
+from support.environments import (
+    ScriptedSession,
+    memories_of,
+    scripted_session,
+    stopped_after_the_last_write,
+    work_item,
+)
 from support.k8s_scenarios import FINAL, make_store, store_files
 
 from .conftest import (
@@ -36,7 +43,7 @@ from .conftest import (
     overlay_objects,
     run,
 )
-from .scenario import create_secret, mint, sid, smem_status, wait_phase
+from .scenario import LogFollower, create_secret, evict, mint, ready_reason, sid, smem_status, wait_phase
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(600, func_only=True)]
 
@@ -178,7 +185,7 @@ async def test_the_quickstart_as_the_readme_gives_it(kind_env: KindEnv, kubeconf
 # --------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def environments(kind_env: KindEnv) -> Iterator[KindEnv]:
     """The operator with the AgentEnvironment add-on: its RBAC, and ``--environments`` (a new rollout); the
     overlay as applied is restored afterwards."""
@@ -197,42 +204,51 @@ def environments(kind_env: KindEnv) -> Iterator[KindEnv]:
         )
 
 
-def test_an_environment_session_from_claim_to_stop(environments: KindEnv, namespace: str) -> None:
-    env = environments
-    admin = httpx.Client(base_url=env.store_url, headers={"x-api-key": env.admin_key}, timeout=30)
-    scripted = scripted_session(admin, "/mnt/memory/{slug}/hello.md", "from kind\n")
+def apply_environment(
+    env: KindEnv, namespace: str, name: str, scripted: ScriptedSession, runner: list[str]
+) -> str:
+    """The scripted session's environment as an AgentEnvironment whose sandbox runs ``runner``, with the
+    periodic sync off (only the final flush uploads); returns the name of the session's SessionMemory."""
     kubectl(
         "apply", "-f", "-",
         input=json.dumps({
-            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "env-key", "namespace": namespace},
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{name}-key", "namespace": namespace},
             "data": {"key": base64.b64encode(scripted.key.encode()).decode()},
         }),
     )  # fmt: skip
-    runner = ["memsync", "session", "run", "--max-idle", "5", "--final-timeout", "60"]
     kubectl(
         "apply", "-f", "-",
         input=json.dumps({
             "apiVersion": a.API_VERSION,
             "kind": a.KIND,
-            "metadata": {"name": "kind-env", "namespace": namespace},
+            "metadata": {"name": name, "namespace": namespace},
             "spec": {
                 "environmentId": scripted.environment_id,
-                "environmentKeySecretRef": {"name": "env-key", "key": "key"},
+                "environmentKeySecretRef": {"name": f"{name}-key", "key": "key"},
                 "apiBaseUrl": IN_CLUSTER_STORE_URL,
                 "maxConcurrentSessions": 2,
                 "finishedRetentionSeconds": 20,
-                "sync": {"intervalSeconds": 3600, "finalFlushSeconds": 30},  # only the final flush uploads
+                "sync": {"intervalSeconds": 3600, "finalFlushSeconds": 30},
                 "template": sandbox_template(
                     {"image": env.image, "imagePullPolicy": "IfNotPresent", "command": runner}
                 ),
             },
         }),
     )  # fmt: skip
-    name = d.object_name(scripted.session_id)
+    smem = d.object_name(scripted.session_id)
     wait_for(
         "the claimed session's SessionMemory",
-        lambda: kubectl("-n", namespace, "get", "smem", name, "--ignore-not-found", check=False).strip(),
+        lambda: kubectl("-n", namespace, "get", "smem", smem, "--ignore-not-found", check=False).strip(),
     )
+    return smem
+
+
+def test_an_environment_session_from_claim_to_stop(environments: KindEnv, namespace: str) -> None:
+    env = environments
+    admin = httpx.Client(base_url=env.store_url, headers={"x-api-key": env.admin_key}, timeout=30)
+    scripted = scripted_session(admin, "/mnt/memory/{slug}/hello.md", "from kind\n")
+    runner = ["memsync", "session", "run", "--max-idle", "5", "--final-timeout", "60"]
+    name = apply_environment(env, namespace, "kind-env", scripted, runner)
     status = wait_for(
         "the session's end",
         lambda: (st := smem_status(namespace, name)).get("phase") in FINAL and st,
@@ -259,4 +275,44 @@ def test_an_environment_session_from_claim_to_stop(environments: KindEnv, namesp
         timeout=60,
     )
     assert (aenv["phase"], aenv["claimed"], aenv["active"]) == ("Polling", 1, 0)
+    admin.close()
+
+
+def test_an_environment_session_evicted_mid_turn_flushes_then_stops_its_item(
+    environments: KindEnv, namespace: str
+) -> None:
+    """The runner is its sandbox's PID 1 (``memsync session run``), so it has a SIGTERM handler or it would
+    never be signalled: an eviction mid-turn ends the session the way its own end does (the final flush
+    through the sidecar, then the item's stop) within seconds, not at the end of the grace period, and the
+    session says it was interrupted."""
+    env = environments
+    admin = httpx.Client(base_url=env.store_url, headers={"x-api-key": env.admin_key}, timeout=30)
+    scripted = scripted_session(admin, "/mnt/memory/{slug}/kept.md", "kept\n", pending=True)
+    runner = ["memsync", "session", "run", "--max-idle", "600", "--final-timeout", "60"]
+    name = apply_environment(env, namespace, "evict-env", scripted, runner)
+    pod_name = pod_name_for(name)
+    wait_for(
+        "the write's tool result",
+        lambda: any(
+            e.get("tool_use_id") == "toolu_1"
+            for e in admin.get(f"/v1/sessions/{scripted.session_id}/events").json()["data"]
+        ),
+        timeout=300,
+    )
+    logs = LogFollower(namespace, pod_name)
+    grace = kubectl_json("-n", namespace, "get", "pod", pod_name)["spec"]["terminationGracePeriodSeconds"]
+    started = time.monotonic()
+    evict(namespace, pod_name)
+    sandbox_log = logs.text()
+    took = time.monotonic() - started
+    assert "SIGTERM received: stopping the session runner" in sandbox_log, sandbox_log[-4000:]
+    assert "final sync and flush done" in sandbox_log, sandbox_log[-4000:]
+    assert took < 30 < grace, f"the sandbox ended {took:.1f} s after the eviction (grace {grace} s)"
+    assert memories_of(admin, scripted) == [("/kept.md", "kept\n")]  # only the final flush uploads
+    wait_for("the work item stopped", lambda: work_item(admin, scripted)["state"] == "stopped", timeout=60)
+    stopped_after_the_last_write(admin, scripted)
+    status = wait_for(
+        "the session's end", lambda: (st := smem_status(namespace, name)).get("phase") in FINAL and st
+    )
+    assert ready_reason(status) == INTERRUPTED, status
     admin.close()

@@ -71,7 +71,7 @@ async def test_the_operator_refuses_to_start_on_a_kubernetes_older_than_1_29(
     )
     output = (await asyncio.wait_for(proc.communicate(), timeout=60))[0].decode()
     assert proc.returncode == 1, output
-    assert "the Kubernetes API server is v1.28.0; memsync needs 1.29 or newer" in output
+    assert "the Kubernetes API server is v1.28.0; memsync needs 1.33 or newer" in output
     assert "unsupported Kubernetes version" in output  # the error log line, not only the exit message
     # It never started handling: no watch of SessionMemories was opened.
     assert not any("sessionmemories" in str(r.url) for r in list(cluster.kmock))
@@ -83,7 +83,14 @@ async def test_the_operator_refuses_to_start_on_a_kubernetes_older_than_1_29(
         ({"major": "1", "minor": "28", "gitVersion": "v1.28.15"}, True),
         ({"major": "1", "minor": "27+", "gitVersion": "v1.27.16-eks-a18cd3a"}, True),
         ({"major": "", "minor": "", "gitVersion": "v1.26.4+k3s1"}, True),
-        ({"major": "1", "minor": "29", "gitVersion": "v1.29.0"}, False),
+        ({"major": "1", "minor": "29", "gitVersion": "v1.29.0"}, True),
+        ({"major": "1", "minor": "32", "gitVersion": "v1.32.11"}, True),  # never got the kubelet fix
+        ({"major": "1", "minor": "33", "gitVersion": "v1.33.5"}, True),
+        ({"major": "1", "minor": "33", "gitVersion": "v1.33.6"}, False),
+        ({"major": "1", "minor": "34+", "gitVersion": "v1.34.1-eks-1234"}, True),
+        ({"major": "1", "minor": "34", "gitVersion": "v1.34.2"}, False),
+        ({"major": "1", "minor": "34", "gitVersion": "v1.34"}, False),  # no patch: start, with a warning
+        ({"major": "1", "minor": "35", "gitVersion": "v1.35.0"}, False),
         ({"major": "1", "minor": "36+", "gitVersion": "v1.36.3-gke.100"}, False),
         ({"major": "2", "minor": "0", "gitVersion": "v2.0.0"}, False),
         ({"gitVersion": "unknown"}, False),  # cannot tell: start (with a warning) rather than refuse

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -373,6 +374,42 @@ async def test_mount_failure_surfaces_the_init_containers_message(cluster: Clust
         await eventually(lambda: "MountFailed" in cluster.event_reasons("s1"), what="the MountFailed event")
         event = next(e for e in cluster.events("s1") if e["reason"] == "MountFailed")
         assert event["type"] == "Warning" and event["message"] == ALREADY_EXISTS
+
+
+async def test_a_sidecar_that_never_starts_fails_the_session_and_its_pod_goes(cluster: Cluster) -> None:
+    """A kubelet with the native-sidecar startup defect leaves memsync-sync running but never "started":
+    past ``sync.sidecarStartSeconds`` after the mount, the periodic re-check fails the session
+    (``SidecarNotStarted``, a Warning Event) and deletes the Pod; the Pod's end does not change that."""
+    await with_secret(cluster)
+    pod_name = pod_name_for("s1")
+    mounted_at = (datetime.now(UTC) - timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    sync = {"intervalSeconds": 15, "finalFlushSeconds": 30, "sidecarStartSeconds": 10}
+    unstarted = {**running("memsync-sync"), "started": False, "restartCount": 1}
+    async with run_operator(cluster):
+        await cluster.create_smem(smem_body("s1", sync=sync))
+        await eventually(lambda: cluster.pod(pod_name), what="the Pod")
+        await cluster.set_pod_status(
+            pod_name,
+            pod_status(
+                "Pending",
+                [terminated("memsync-mount", 0, MOUNTED, finished=mounted_at), unstarted],
+                [waiting("sandbox")],
+            ),
+        )
+        status = await eventually(phase_is(cluster, "s1", "Failed"), what="Failed")
+        assert cond(status, "Ready")["reason"] == "SidecarNotStarted"
+        assert "had not started 10 s after the stores were mounted" in status["message"]
+        assert has(cond(status, "Flushed"), {"status": "True", "reason": "NothingToFlush"})
+        await eventually(
+            lambda: (cluster.pod(pod_name) or {}).get("metadata", {}).get("deletionTimestamp"),
+            what="the Pod's deletion",
+        )
+        await eventually(lambda: "SidecarNotStarted" in cluster.event_reasons("s1"), what="the event")
+        event = next(e for e in cluster.events("s1") if e["reason"] == "SidecarNotStarted")
+        assert event["type"] == "Warning" and event["message"] == status["message"]
+        await cluster.remove_pod(pod_name)
+        await eventually(lambda: cluster.pod(pod_name) is None, what="the Pod gone")
+    assert cluster.smem_status("s1") == status
 
 
 async def test_a_pod_name_taken_by_someone_else_is_refused(cluster: Cluster) -> None:

@@ -801,3 +801,56 @@ def test_without_spec_stores_the_store_count_is_what_the_pod_reported() -> None:
     reports, and each reported store is listed."""
     status = derive(ended_pod(0, flushed()), stores={})
     assert status["storeCount"] == len(status["stores"]) > 0
+
+
+# --------------------------------------------------------------------------------------------------
+# A sidecar that never starts
+# --------------------------------------------------------------------------------------------------
+
+MOUNTED_AT = datetime(2026, 1, 1, 12, 1, tzinfo=UTC)  # MOUNT_OK's finishedAt
+#: What a kubelet with the native-sidecar startup defect leaves: the sidecar restarted and runs, but its
+#: startupProbe is never run again, so it never counts as started and the sandbox waits forever.
+UNSTARTED_SYNC = {**running("memsync-sync"), "started": False, "restartCount": 1}
+
+
+def stuck_pod(**kw: Any) -> dict[str, Any]:
+    return pod(pod_status("Pending", [MOUNT_OK, UNSTARTED_SYNC], [waiting("sandbox")]), **kw)
+
+
+def test_a_sidecar_that_never_started_is_overdue_once_its_time_is_up() -> None:
+    assert st.sidecar_start_overdue(stuck_pod(), MOUNTED_AT + timedelta(seconds=299), 300) is None
+    why = st.sidecar_start_overdue(stuck_pod(), MOUNTED_AT + timedelta(seconds=300), 300)
+    assert why is not None and "300 s after the stores were mounted" in why and "running" in why
+
+
+@pytest.mark.parametrize(
+    "p",
+    [
+        running_pod(sync_ready=False),  # started (not ready yet): the sandbox runs
+        pod(pod_status("Pending", [MOUNT_OK, running("memsync-sync")], [waiting("sandbox")])),  # started
+        stuck_pod(deleting=True),  # the deletion owns it
+        pod(pod_status("Pending", [running("memsync-mount"), waiting("memsync-sync")], [waiting("sandbox")])),
+        pod(pod_status("Failed", [terminated("memsync-mount", 1, mount_failed("x"))], [waiting("sandbox")])),
+        pod(pod_status("Pending", [], [])),  # nothing reported yet
+    ],
+)
+def test_only_a_mounted_pod_whose_sidecar_never_started_is_ever_overdue(p: dict[str, Any]) -> None:
+    assert st.sidecar_start_overdue(p, MOUNTED_AT + timedelta(days=1), 300) is None
+
+
+def test_the_operators_verdict_stands_when_the_pod_then_ends() -> None:
+    failed = st.lost_pod_status(
+        derive(stuck_pod()),
+        pod_name="s1-sandbox",
+        stores=STORES,
+        generation=1,
+        now=T0,
+        reason=st.SIDECAR_NOT_STARTED,
+        why="memsync-sync had not started",
+        never_ran=True,
+    )
+    assert summary(failed) == ("Failed", "SidecarNotStarted", "True", "True", "NothingToFlush")
+    deleted = pod(
+        pod_status("Failed", [MOUNT_OK, terminated("memsync-sync", 143)], [waiting("sandbox")]), deleting=True
+    )
+    assert derive(deleted, failed, pod_gone=True) == failed

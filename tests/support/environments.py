@@ -24,8 +24,17 @@ class ScriptedSession:
     work_id: str
 
 
-def scripted_session(admin: httpx.Client, file_path: str, content: str) -> ScriptedSession:
-    """``file_path`` may name the store's folder as ``{slug}`` (the script writes ``content`` there)."""
+#: A call for another client's tool: it stays pending, so the session runs on until something ends it.
+PENDING_CALL: dict[str, Any] = {
+    "type": "agent.custom_tool_use", "id": "toolu_pending", "name": "someone_elses_tool", "input": {},
+}  # fmt: skip
+
+
+def scripted_session(
+    admin: httpx.Client, file_path: str, content: str, *, pending: bool = False
+) -> ScriptedSession:
+    """``file_path`` may name the store's folder as ``{slug}`` (the script writes ``content`` there); with
+    ``pending``, the write is followed by a call that is never answered (the session runs on)."""
     env = admin.post("/v1/environments", json={"name": "scripted"}).json()
     key = admin.post(f"/v1/memsync/environments/{env['id']}/keys").json()["key"]
     store_name = f"Env Notes {uuid.uuid4().hex[:6]}"
@@ -34,6 +43,7 @@ def scripted_session(admin: httpx.Client, file_path: str, content: str) -> Scrip
     script: list[dict[str, Any]] = [
         {"type": "agent.tool_use", "id": "toolu_1", "name": "write",
          "input": {"file_path": file_path.format(slug=slug), "content": content}},
+        *([PENDING_CALL] if pending else []),
         {"type": "session.status_idle", "stop_reason": {"type": "end_turn"}},
         {"type": "session.status_terminated"},
     ]  # fmt: skip

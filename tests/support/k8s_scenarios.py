@@ -97,9 +97,10 @@ def smem_object(
     final_flush: int = 10,
     pod_spec: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None,
+    sync: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A SessionMemory of ``stores`` ([(memoryStoreId, name, access)]) with deletions enabled, whose sandbox
-    container is ``sandbox``; ``pod_spec`` and ``metadata`` add to its template."""
+    container is ``sandbox``; ``pod_spec`` and ``metadata`` add to its template, ``sync`` to its sync."""
     template = sandbox_template(sandbox, **(pod_spec or {}))
     if metadata is not None:
         template["metadata"] = metadata
@@ -112,7 +113,12 @@ def smem_object(
             "workItemSecretRef": {"name": secret_name, "key": SECRET_KEY},
             "apiBaseUrl": base_url,
             "stores": [{"memoryStoreId": i, "name": n, "access": a} for i, n, a in stores],
-            "sync": {"intervalSeconds": interval, "deletions": "enabled", "finalFlushSeconds": final_flush},
+            "sync": {
+                "intervalSeconds": interval,
+                "deletions": "enabled",
+                "finalFlushSeconds": final_flush,
+                **(sync or {}),
+            },
             "template": template,
         },
     }

@@ -169,6 +169,7 @@ def expected_pod(
     sync["env"].append({"name": "MEMSYNC_METRICS_PORT", "value": "9477"})
     sync.update(
         {
+            "resources": {**RESOURCES, "requests": {**RESOURCES["requests"], "ephemeral-storage": "1Gi"}},
             "restartPolicy": "Always",
             "ports": [{"name": "metrics", "containerPort": 9477, "protocol": "TCP"}],
             "startupProbe": {
@@ -226,7 +227,7 @@ def expected_pod(
                 "seccompProfile": {"type": "RuntimeDefault"},
             },
             "volumes": [
-                {"name": "memory", "emptyDir": {}},
+                {"name": "memory", "emptyDir": {"sizeLimit": "1Gi"}},
                 {"name": "memsync-state", "emptyDir": {}},
                 *(volumes or []),
             ],
@@ -606,3 +607,27 @@ def test_owner_label_values_are_valid_labels(name: str) -> None:
     assert re.fullmatch(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", value)
     if len(name) <= 63:
         assert value == name
+
+
+def test_the_stores_folder_has_a_size_limit_that_memsync_sync_requests() -> None:
+    """The memory emptyDir's sizeLimit and memsync-sync's ephemeral-storage request: the operator's default,
+    replaced by the SessionMemory's; a template's own ephemeral-storage request for memsync is kept."""
+
+    def shape(pod: dict[str, Any]) -> tuple[str, str, str | None]:
+        memory = next(v for v in pod["spec"]["volumes"] if v["name"] == "memory")
+        mount, sync = pod["spec"]["initContainers"]
+        return (
+            memory["emptyDir"]["sizeLimit"],
+            sync["resources"]["requests"]["ephemeral-storage"],
+            mount["resources"]["requests"].get("ephemeral-storage"),
+        )
+
+    assert shape(build(MINIMAL_SPEC, memory_volume_size_limit="3Gi")) == ("3Gi", "3Gi", None)
+    own = copy.deepcopy(MINIMAL_SPEC)
+    own.setdefault("sync", {})["memoryVolumeSizeLimit"] = "256Mi"
+    assert shape(build(own, memory_volume_size_limit="3Gi")) == ("256Mi", "256Mi", None)
+    custom = copy.deepcopy(MINIMAL_SPEC)
+    custom["template"]["spec"]["memsync"] = {
+        "resources": {"requests": {"cpu": "10m", "ephemeral-storage": "2Gi"}, "limits": {"memory": "256Mi"}}
+    }
+    assert shape(build(custom)) == ("1Gi", "2Gi", "2Gi")

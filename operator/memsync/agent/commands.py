@@ -191,6 +191,9 @@ async def run_mount(config: AgentConfig, *, client: StoreClient | None = None) -
     """``memsync mount`` with its termination message; returns the exit code."""
     try:
         result = await mount(config, client=client)
+    except asyncio.CancelledError:  # SIGTERM (memsync.pid1): the Pod is going away before the sandbox started
+        write_termination_log(config, MountFailure(store=None, error=messages.MOUNT_INTERRUPTED))
+        raise
     except AgentFailure as exc:
         logger.error(exc.message, extra={"memory_store_id": exc.store or ""})
         write_termination_log(config, MountFailure(store=exc.store, error=exc.message))

@@ -15,6 +15,10 @@ ALREADY_EXISTS: Final = "something already exists at the memory store's path"
 CANNOT_CREATE: Final = "cannot create the memory store's folder"
 MAKE_WRITABLE: Final = "the worker host must make this mount path writable"
 NOT_CLEAN_PATH: Final = "memory store mount_path is not a clean absolute path"
+MOUNT_INTERRUPTED: Final = (
+    "mount interrupted by SIGTERM (the Pod is being deleted): the folders made so far were removed; "
+    "nothing was written to any store"
+)
 DOWNLOAD_FAILED: Final = "failed to download memory store memory_store_id="
 
 # --- periodic sync (docs/sync-semantics.md#three-way-merge) -----------------------------------------------

@@ -3,7 +3,8 @@
 Every setting is an environment variable (docs/design.md#the-sync-agents-contract) and an equal flag. The
 work-item secret is read from ``ANTHROPIC_WORK_SECRET`` (or a file named by ``--work-secret-file``), never
 from a plain flag, so it cannot show up in a process listing. Exit codes: 0 success; 1 mount failed / final
-flush left files unsent / the secret yields no sessions token; 2 bad configuration.
+flush left files unsent / the secret yields no sessions token; 2 bad configuration; 143 ``mount`` ended by
+SIGTERM (it runs as its container's PID 1 and handles the signal: ``memsync.pid1``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from memsync import pid1
 from memsync.agent.commands import (
     EXIT_CONFIG,
     EXIT_FAILED,
@@ -166,7 +168,7 @@ def _run(coro_fn: Callable[[], Any]) -> NoReturn:
 def mount(**params: Any) -> None:
     """Materialise every attached store under its mount path (the Pod's init container)."""
     config = _config(params, command="mount")
-    _run(functools.partial(run_mount, config))
+    _run(functools.partial(pid1.until_signalled, functools.partial(run_mount, config), what="the mount"))
 
 
 @click.command()

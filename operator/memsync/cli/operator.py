@@ -4,7 +4,8 @@
 operator crd`` prints the CustomResourceDefinition (``make crds`` writes it to ``crds/``).
 
 Before it starts it reads the API server's version and refuses (exit 1, with an error log) below
-Kubernetes 1.29, the first release whose native sidecar containers are on by default; then it asks API
+Kubernetes 1.33, and below 1.33.6 and 1.34.2 (kubelets whose native sidecar startup probes can leave a
+Pod Initializing forever; ``controller/kube.py``); then it asks API
 discovery for every resource it serves (SessionMemories; AgentEnvironments with ``--environments``) and
 refuses (exit 1, naming each missing group/version/resource) when one is not served: kopf would never look
 it up again and idle.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import socket
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -31,11 +33,18 @@ from pydantic import TypeAdapter, ValidationError
 from memsync.cli.failures import CliError, ExitCode, kube_exit_code
 from memsync.controller import discovery
 from memsync.controller.handlers import build_memo, build_registry
-from memsync.controller.kube import KubeApi, KubeApiError, parse_server_version, version_refusal
+from memsync.controller.kube import KubeApi, KubeApiError, version_refusal, version_unknown
 from memsync.controller.memtrace import install_from_env as install_memory_trace
+from memsync.controller.pod import DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
 from memsync.controller.settings import ControllerConfig, bounded_session, configure_settings
 from memsync.crd import agentenv_schema
-from memsync.crd.models import EnvVarSpec, describe_validation_error, env_problems
+from memsync.crd.models import (
+    BYTES_QUANTITY_MAX,
+    BYTES_QUANTITY_PATTERN,
+    EnvVarSpec,
+    describe_validation_error,
+    env_problems,
+)
 from memsync.crd.schema import render_crd_yaml
 
 logger = logging.getLogger("memsync.operator")
@@ -43,6 +52,12 @@ logger = logging.getLogger("memsync.operator")
 F = TypeVar("F", bound=Callable[..., Any])
 
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+def _check_quantity(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if len(value) > BYTES_QUANTITY_MAX or re.fullmatch(BYTES_QUANTITY_PATTERN, value) is None:
+        raise click.BadParameter(f"{value!r} is not a quantity of bytes such as 512Mi or 2Gi")
+    return value
 
 
 def _run_options(fn: F) -> F:
@@ -138,6 +153,27 @@ def _run_options(fn: F) -> F:
             "ServiceAccountNotFound.",
         ),
         click.option(
+            "--sidecar-start-timeout",
+            envvar="MEMSYNC_SIDECAR_START_TIMEOUT",
+            show_envvar=True,
+            type=click.FloatRange(10.0),
+            default=300.0,
+            show_default=True,
+            help="Seconds memsync-sync may take to start (its startupProbe to pass) after the stores were "
+            "mounted before the session fails with SidecarNotStarted and its Pod is deleted "
+            "(spec.sync.sidecarStartSeconds replaces it per session).",
+        ),
+        click.option(
+            "--memory-volume-size-limit",
+            envvar="MEMSYNC_MEMORY_VOLUME_SIZE_LIMIT",
+            show_envvar=True,
+            default=DEFAULT_MEMORY_VOLUME_SIZE_LIMIT,
+            show_default=True,
+            callback=_check_quantity,
+            help="Size limit of the stores' folder in every sandbox Pod (an emptyDir), also memsync-sync's "
+            "ephemeral-storage request (spec.sync.memoryVolumeSizeLimit replaces it per session).",
+        ),
+        click.option(
             "--memsync-env",
             envvar="MEMSYNC_OPERATOR_MEMSYNC_ENV",
             show_envvar=True,
@@ -218,8 +254,12 @@ def _check_server_version(kube: KubeApi) -> None:
         kube.close()
         logger.error("unsupported Kubernetes version; not starting", extra={"error": refusal})
         raise click.ClickException(refusal)
-    if parse_server_version(info) is None:
-        logger.warning("cannot tell the Kubernetes version; starting anyway", extra={"version": info})
+    if version_unknown(info):
+        logger.warning(
+            "cannot tell the Kubernetes version or patch; starting anyway (a sidecar that never starts fails "
+            "its session after --sidecar-start-timeout)",
+            extra={"version": info},
+        )
 
 
 def _check_served_resources(kube: KubeApi, *, environments: bool) -> None:
@@ -254,6 +294,8 @@ def _run(
     context: str | None,
     recheck_interval: float,
     service_account_wait: float,
+    sidecar_start_timeout: float,
+    memory_volume_size_limit: str,
     memsync_env: str | None,
     environments: bool,
 ) -> None:
@@ -271,6 +313,8 @@ def _run(
         agent_image_pull_policy=agent_image_pull_policy,
         recheck_interval=recheck_interval,
         service_account_wait=service_account_wait,
+        sidecar_start_timeout=sidecar_start_timeout,
+        memory_volume_size_limit=memory_volume_size_limit,
         memsync_env=parse_memsync_env(memsync_env),
         environments=environments,
     )

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from pathlib import Path
 
 import click
 
+from memsync import pid1
 from memsync.session.runner import DEFAULT_FINAL_TIMEOUT_S, RunnerConfigError, config_from_env, run_session
 
 
@@ -48,4 +50,11 @@ def run(workdir: Path, max_idle: float, final_timeout: float) -> None:
         config = config_from_env(os.environ, workdir)
     except RunnerConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    asyncio.run(run_session(config, max_idle=max_idle, final_timeout_s=final_timeout))
+
+    async def serve() -> int:
+        await run_session(config, max_idle=max_idle, final_timeout_s=final_timeout)
+        return 0
+
+    # PID 1 of the sandbox: SIGTERM ends the session the way its end does (the final flush, then the item's
+    # stop) and exits 143.
+    sys.exit(asyncio.run(pid1.until_signalled(serve, what="the session runner")))

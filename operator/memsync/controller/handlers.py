@@ -64,11 +64,11 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import kopf
 
-from memsync.controller import metrics, waits
+from memsync.controller import events, metrics, waits
 from memsync.controller import status as st
 from memsync.controller.environment import daemon as environment_daemon
 from memsync.controller.health import health_url, read_health
@@ -104,7 +104,7 @@ from memsync.controller.remembered import (
     paths_of,
     pod_digest,
 )
-from memsync.controller.settings import ControllerConfig
+from memsync.controller.settings import EVENT_COMPONENT, ControllerConfig
 from memsync.crd.models import (
     API_VERSION,
     GROUP,
@@ -233,16 +233,17 @@ def _announcement(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, 
 # --------------------------------------------------------------------------------------------------
 
 
-def _post_event(obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+async def _post_event(
+    runtime: Runtime, obj: Mapping[str, Any], type_: str, reason: str, message: str
+) -> None:
     ref = {
         "apiVersion": obj.get("apiVersion") or API_VERSION,
         "kind": obj.get("kind") or KIND,
         "metadata": meta_of(obj).reference(),
     }
-    try:
-        kopf.event(kopf.Body(cast(kopf.RawBody, ref)), type=type_, reason=reason, message=message[:1024])
-    except LookupError:  # outside a running operator (no event queue): nothing to post to
-        pass
+    await events.post(
+        runtime.kube, ref, type_, reason, message, component=EVENT_COMPONENT, now=runtime.clock()
+    )
 
 
 async def write_status(
@@ -298,7 +299,7 @@ async def write_status(
                         "reason": reason,
                     },
                 )
-                _post_event(obj, type_, reason, message)
+                await _post_event(runtime, obj, type_, reason, message)
             return new
     raise kopf.TemporaryError(f"the status of {namespace}/{name} kept changing while it was written", delay=1)
 
@@ -386,6 +387,7 @@ async def _record_lost_pod(
     *,
     reason: str = st.POD_LOST,
     why: str | None = None,
+    never_ran: bool = False,
     stores: StorePaths | None = None,
 ) -> None:
     now = runtime.clock()
@@ -401,6 +403,7 @@ async def _record_lost_pod(
             now=now,
             reason=reason,
             why=why,
+            never_ran=never_ran,
         )
 
     await write_status(runtime, namespace, name, compute, uid=uid)
@@ -441,10 +444,35 @@ async def _adopt_or_refuse(
         logger.info(
             f"sandbox Pod {verb}", extra={"namespace": namespace, "sessionmemory": name, "pod": pod_name}
         )
-        _post_event(
-            body, "Normal", "PodCreated" if created else "PodAdopted", f"sandbox Pod {pod_name} {verb}"
+        await _post_event(
+            runtime,
+            body,
+            "Normal",
+            "PodCreated" if created else "PodAdopted",
+            f"sandbox Pod {pod_name} {verb}",
         )
-    await _record_pod(runtime, namespace, name, uid, pod, stores=stores)
+    timeout = sidecar_start_seconds(body, runtime.config.sidecar_start_timeout)
+    stuck = st.sidecar_start_overdue(pod, runtime.clock(), timeout)
+    if stuck is None:
+        await _record_pod(runtime, namespace, name, uid, pod, stores=stores)
+        return
+    logger.warning(
+        "memsync-sync never started; failing the session and deleting its Pod",
+        extra={"namespace": namespace, "sessionmemory": name, "pod": pod_name, "timeout_s": timeout},
+    )
+    await _record_lost_pod(
+        runtime,
+        namespace,
+        name,
+        uid,
+        pod_name,
+        reason=st.SIDECAR_NOT_STARTED,
+        why=stuck,
+        never_ran=True,
+        stores=stores,
+    )
+    real_uid = meta_of(pod).uid
+    await runtime.kube.delete_pod(namespace, pod_name, uid=str(real_uid) if real_uid else None)
 
 
 async def reconcile(runtime: Runtime, event_body: Mapping[str, Any], claims: Claims | None = None) -> None:
@@ -561,6 +589,7 @@ async def reconcile(runtime: Runtime, event_body: Mapping[str, Any], claims: Cla
             agent_image=runtime.config.agent_image,
             agent_image_pull_policy=runtime.config.agent_image_pull_policy,
             memsync_env_defaults=runtime.config.memsync_env,
+            memory_volume_size_limit=runtime.config.memory_volume_size_limit,
         )
     except ValueError as exc:
         await _refuse(runtime, namespace, name, st.INVALID_SPEC, f"the spec is invalid: {exc}", stores=stores)
@@ -644,6 +673,13 @@ async def recheck(runtime: Runtime, event_body: Mapping[str, Any], claims: Claim
         await _adopt_or_refuse(runtime, known, pod, created=False)
 
 
+def sidecar_start_seconds(body: Mapping[str, Any], default: float) -> float:
+    """The SessionMemory's ``spec.sync.sidecarStartSeconds``, else the operator's default."""
+    sync = (body.get("spec") or {}).get("sync") or {}
+    value = sync.get("sidecarStartSeconds") if isinstance(sync, Mapping) else None
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else default
+
+
 async def _guarded(runtime: Runtime, body: Mapping[str, Any], step: Callable[[], Awaitable[None]]) -> None:
     """Run a handler step (in one of the ``remembered.HANDLER_SLOTS``); API errors become kopf retries
     with a delay (never a tight loop)."""
@@ -703,7 +739,8 @@ async def finalize(runtime: Runtime, body: Mapping[str, Any], elapsed: float) ->
                     "deleting the sandbox Pod; its sidecar flushes the stores",
                     extra={"namespace": namespace, "sessionmemory": name, "pod": pod_name},
                 )
-                _post_event(
+                await _post_event(
+                    runtime,
                     body,
                     "Normal",
                     "DeletingPod",
@@ -718,7 +755,7 @@ async def finalize(runtime: Runtime, body: Mapping[str, Any], elapsed: float) ->
             "a confirmed final flush (the Pod is left to Kubernetes' garbage collector)"
         )
         logger.warning(message, extra={"namespace": namespace, "sessionmemory": name, "pod": pod_name})
-        _post_event(body, "Warning", "FlushNotConfirmed", message)
+        await _post_event(runtime, body, "Warning", "FlushNotConfirmed", message)
         await _record_lost_pod(
             runtime,
             namespace,
@@ -748,7 +785,8 @@ async def finalize(runtime: Runtime, body: Mapping[str, Any], elapsed: float) ->
         final = (await kube.get_session_memory(namespace, name) or {}).get("status") or {}
         flushed = st.condition(final, st.FLUSHED) or {}
         if flushed.get("status") != "True":
-            _post_event(
+            await _post_event(
+                runtime,
                 body,
                 "Warning",
                 "FlushNotConfirmed",
@@ -818,7 +856,7 @@ async def note_spec_change(runtime: Runtime, body: Mapping[str, Any], claims: Cl
         "only to a new SessionMemory"
     )
     logger.warning(message, extra={"namespace": namespace, "sessionmemory": name})
-    _post_event(body, "Warning", "SpecChangeNotApplied", message)
+    await _post_event(runtime, body, "Warning", "SpecChangeNotApplied", message)
 
     def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
         return st.with_generation(previous, _generation(obj))
@@ -883,7 +921,8 @@ async def poll_health(runtime: Runtime, body: Mapping[str, Any]) -> None:
     if after.get("status") != before.get("status") and after.get("status") in ("True", "False"):
         failing = after["status"] == "False"
         if failing or before.get("status") == "False":
-            _post_event(
+            await _post_event(
+                runtime,
                 body,
                 "Warning" if failing else "Normal",
                 "SyncFailing" if failing else "SyncRecovered",

@@ -84,11 +84,14 @@ def refusal_message(exc: KubeApiError) -> str:
     return _ECHOED_VALUE.sub(r"\1(value hidden)", f"{exc.status} {exc.reason}: {exc.message}")
 
 
-#: The oldest Kubernetes release the operator runs against: the first where native sidecars (init
-#: containers with ``restartPolicy: Always``, and their probes) are on by default, and where CRD validation
-#: rules (CEL) are generally available. Older API servers drop ``restartPolicy`` from init containers and
-#: then refuse the sidecar's probes, so no session could ever start.
-MIN_KUBERNETES: Final = (1, 29)
+#: The oldest Kubernetes minor release the operator runs against. Native sidecars (init containers with
+#: ``restartPolicy: Always``, and their probes) are on by default since 1.29, but up to 1.32 and in early
+#: 1.33/1.34 patches the kubelet has a defect: with the Pod's ``restartPolicy: Never`` (memsync's), a sidecar
+#: that fails before its startupProbe first passes and then restarts fine is never probed again, so the Pod
+#: stays Initializing forever and the agent never runs. It was fixed in 1.35 and in the patches below.
+MIN_KUBERNETES: Final = (1, 33)
+#: The first patch of each supported minor release with that kubelet fix (later minors have it from .0).
+FIRST_FIXED_PATCH: Final = {(1, 33): 6, (1, 34): 2}
 
 
 def parse_server_version(info: Mapping[str, Any]) -> tuple[int, int] | None:
@@ -106,17 +109,42 @@ def parse_server_version(info: Mapping[str, Any]) -> tuple[int, int] | None:
     return (int(found.group(1)), int(found.group(2))) if found else None
 
 
+def parse_patch(info: Mapping[str, Any]) -> int | None:
+    """The patch number of the gitVersion (``v1.33.6-eks-...`` -> 6); None when it cannot be read."""
+    found = re.match(r"v?\d+\.\d+\.(\d+)", str(info.get("gitVersion") or ""))
+    return int(found.group(1)) if found else None
+
+
 def version_refusal(info: Mapping[str, Any]) -> str | None:
-    """Why the operator must not run against this API server (too old), or None."""
+    """Why the operator must not run against this API server (too old, or a patch with the kubelet's
+    sidecar startup defect), or None. A version it cannot read is not refused (the start logs a warning)."""
     version = parse_server_version(info)
-    if version is None or version >= MIN_KUBERNETES:
+    if version is None:
         return None
-    want = ".".join(map(str, MIN_KUBERNETES))
     have = info.get("gitVersion") or ".".join(map(str, version))
-    return (
-        f"the Kubernetes API server is {have}; memsync needs {want} or newer (native sidecar containers on "
-        "by default): upgrade the cluster"
-    )
+    want = ".".join(map(str, MIN_KUBERNETES))
+    if version < MIN_KUBERNETES:
+        return (
+            f"the Kubernetes API server is {have}; memsync needs {want} or newer (native sidecar containers, "
+            "and a kubelet whose sidecar startup probes cannot leave a session Initializing forever): "
+            "upgrade the cluster"
+        )
+    first_fixed = FIRST_FIXED_PATCH.get(version)
+    patch = parse_patch(info)
+    if first_fixed is not None and patch is not None and patch < first_fixed:
+        minor = f"{version[0]}.{version[1]}"
+        return (
+            f"the Kubernetes API server is {have}; on {minor} memsync needs {minor}.{first_fixed} or newer "
+            "(earlier kubelets can leave a Pod Initializing forever when a native sidecar restarts before "
+            "its startupProbe passes): upgrade the cluster"
+        )
+    return None
+
+
+def version_unknown(info: Mapping[str, Any]) -> bool:
+    """True when ``version_refusal`` could not tell (no version, or no patch where the patch matters)."""
+    version = parse_server_version(info)
+    return version is None or (version in FIRST_FIXED_PATCH and parse_patch(info) is None)
 
 
 class KubeNotFound(KubeApiError):
@@ -375,6 +403,10 @@ class KubeApi:
         """The core/v1 Events of a namespace, only those about objects named ``involved_name`` if given."""
         selector = {"fieldSelector": f"involvedObject.name={involved_name}"} if involved_name else {}
         return _items(await self._call("GET", _core(namespace, "events"), query=selector))
+
+    async def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        """Create one core/v1 Event."""
+        await self._call("POST", _core(namespace, "events"), body=event)
 
     async def patch_session_memory_status(
         self, namespace: str, name: str, status: Mapping[str, Any], *, resource_version: str | None = None

@@ -86,6 +86,12 @@ POD_NAME_SUFFIX: Final = "-sandbox"
 DNS_LABEL_MAX: Final = 63
 _HASH_LEN: Final = 8
 
+#: The stores' folder's emptyDir ``sizeLimit`` unless the SessionMemory or the operator sets one: 8 stores
+#: of 2,000 memories of a few kB fit many times over. memsync-sync requests as much ephemeral storage, so the
+#: Pod's own memory never counts as usage above its request when the kubelet ranks Pods to evict.
+DEFAULT_MEMORY_VOLUME_SIZE_LIMIT: Final = "1Gi"
+EPHEMERAL_STORAGE: Final = "ephemeral-storage"
+
 MEMSYNC_RESOURCES: Final[dict[str, dict[str, str]]] = {
     "requests": {"cpu": "50m", "memory": "128Mi"},
     "limits": {"cpu": "1", "memory": "512Mi"},
@@ -304,9 +310,11 @@ def build_sandbox_pod(
     agent_image: str,
     agent_image_pull_policy: str = "IfNotPresent",
     memsync_env_defaults: Sequence[EnvVarSpec] = (),
+    memory_volume_size_limit: str = DEFAULT_MEMORY_VOLUME_SIZE_LIMIT,
 ) -> dict[str, Any]:
     """The sandbox Pod manifest of SessionMemory ``namespace/name`` (uid ``uid``); ``memsync_env_defaults``
-    is the operator's extra environment for the memsync containers."""
+    is the operator's extra environment for the memsync containers, ``memory_volume_size_limit`` its
+    default size of the stores' folder (``spec.sync.memoryVolumeSizeLimit`` replaces it)."""
     template = spec.template.spec
     problems = guards.pod_spec_problems(template.model_dump(by_alias=True, exclude_none=True), "")
     if problems:
@@ -322,6 +330,8 @@ def build_sandbox_pod(
     mount = container(MOUNT_CONTAINER, ["memsync", "mount"])
     sync = container(SYNC_CONTAINER, ["memsync", "sync"])
     sync["restartPolicy"] = "Always"
+    size_limit = spec.sync.memory_volume_size_limit or memory_volume_size_limit
+    sync["resources"].setdefault("requests", {}).setdefault(EPHEMERAL_STORAGE, size_limit)
     sync["env"].insert(len(memsync_env(spec)), {"name": env.METRICS_PORT, "value": str(METRICS_PORT)})
     sync["ports"] = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
     # The kubelet starts the next container (the sandbox) once this sidecar has *started*; readiness gates
@@ -382,7 +392,7 @@ def build_sandbox_pod(
             "enableServiceLinks": False,
             "securityContext": pod_security_context(),
             "volumes": [
-                {"name": MEMORY_VOLUME, "emptyDir": {}},
+                {"name": MEMORY_VOLUME, "emptyDir": {"sizeLimit": size_limit}},
                 {"name": STATE_VOLUME, "emptyDir": {}},
                 *copy.deepcopy(template.volumes or []),
             ],

@@ -53,7 +53,7 @@ _POD_META: Final = (
     "deletionGracePeriodSeconds",
 )
 _POD_STATUS: Final = ("phase", "reason", "message", "podIP")
-_CONTAINER_STATUS: Final = ("name", "ready", "state")
+_CONTAINER_STATUS: Final = ("name", "ready", "started", "state")
 _CONDITION: Final = ("type", "status", "reason", "message")
 
 
@@ -68,10 +68,15 @@ def identity(obj: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def object_digest(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """A SessionMemory as a status write needs it: kind, identity, generation, resourceVersion, status."""
+    """A SessionMemory as a status write and the re-check need it: kind, identity, generation,
+    resourceVersion, status, and of the spec only the sidecar's start time."""
     out = _pick(obj, ("apiVersion", "kind"))
     out["metadata"] = _pick(obj.get("metadata"), _OBJECT_META)
     out.update(_pick(obj, ("status",)))
+    spec = obj.get("spec")
+    sync = _pick(spec.get("sync") if isinstance(spec, Mapping) else None, ("sidecarStartSeconds",))
+    if sync:
+        out["spec"] = {"sync": sync}
     return out
 
 

@@ -28,6 +28,7 @@ from typing import Any, Final
 import aiohttp
 import kopf
 
+from memsync.controller.pod import DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
 from memsync.crd.models import ANNOTATION_PREFIX, FINALIZER, LABEL_MANAGED_BY, MANAGED_BY, EnvVarSpec
 
 #: The label selector of the Pods the operator watches (every sandbox Pod carries it).
@@ -62,6 +63,11 @@ class ControllerConfig:
     - ``service_account_wait``: how long a Pod create refused because its ServiceAccount does not exist is
       retried (a namespace's ``default`` one appears moments after the namespace) before the session is
       refused with ``ServiceAccountNotFound``.
+    - ``sidecar_start_timeout``: how long after the mount ended memsync-sync may take to start (its
+      startupProbe to pass) before the session fails with ``SidecarNotStarted`` and its Pod is deleted
+      (checked by the periodic re-check; ``spec.sync.sidecarStartSeconds`` replaces it per session).
+    - ``memory_volume_size_limit``: the stores' folder's emptyDir ``sizeLimit`` and memsync-sync's
+      ephemeral-storage request, unless ``spec.sync.memoryVolumeSizeLimit`` sets them.
     - ``memsync_env``: extra environment for the memsync containers of every Pod (a proxy, a CA bundle);
       a SessionMemory's ``spec.template.spec.memsync.env`` entries of the same name replace these.
     """
@@ -76,6 +82,8 @@ class ControllerConfig:
     default_grace_seconds: float = 120.0
     health_interval: float = 5.0
     service_account_wait: float = 60.0
+    sidecar_start_timeout: float = 300.0
+    memory_volume_size_limit: str = DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
     health_address: Callable[[Mapping[str, Any]], str | None] | None = None
     memsync_env: tuple[EnvVarSpec, ...] = field(default_factory=tuple)
     # Serve AgentEnvironments too (one poll loop each); off unless asked for.

@@ -121,6 +121,11 @@ EVICTED: Final = "Evicted"
 POD_FAILED: Final = "PodFailed"
 POD_LOST: Final = "PodLost"
 DELETION_TIMED_OUT: Final = "DeletionTimedOut"
+#: memsync-sync had not started (its startupProbe never passed) within the sidecar start time after the
+#: mount: the operator failed the session and deleted its Pod (the sandbox never ran).
+SIDECAR_NOT_STARTED: Final = "SidecarNotStarted"
+#: Outcomes the operator itself decided; what the Pod reports afterwards (its deletion) does not replace them.
+OPERATOR_VERDICTS: Final = frozenset({SIDECAR_NOT_STARTED})
 FLUSH_INCOMPLETE: Final = "FlushIncomplete"
 FLUSH_NOT_REPORTED: Final = "FlushNotReported"
 SESSION_SUCCEEDED: Final = "SessionSucceeded"
@@ -153,6 +158,7 @@ ContainerStateName = Literal["waiting", "running", "terminated", "absent"]
 class ContainerView:
     state: ContainerStateName = "absent"
     ready: bool = False
+    started: bool = False  # the kubelet's "started" (a sidecar's startupProbe passed)
     exit_code: int | None = None
     reason: str | None = None  # waiting or terminated reason (e.g. ErrImagePull, OOMKilled, Error)
     detail: str | None = None  # waiting message (e.g. why an image pull fails)
@@ -186,24 +192,27 @@ def _container_view(statuses: Any, name: str) -> ContainerView:
         state = entry.get("state")
         state = state if isinstance(state, dict) else {}
         ready = entry.get("ready") is True
+        started = entry.get("started") is True
         terminated = state.get("terminated")
         if isinstance(terminated, dict):
             code = terminated.get("exitCode")
             return ContainerView(
                 state="terminated",
                 ready=ready,
+                started=started,
                 exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
                 reason=_str(terminated.get("reason")),
                 message=_str(terminated.get("message")),
                 finished_at=_str(terminated.get("finishedAt")),
             )
         if isinstance(state.get("running"), dict):
-            return ContainerView(state="running", ready=ready)
+            return ContainerView(state="running", ready=ready, started=started)
         waiting = state.get("waiting")
         waiting = waiting if isinstance(waiting, dict) else {}
         return ContainerView(
             state="waiting",
             ready=ready,
+            started=started,
             reason=_str(waiting.get("reason")),
             detail=_str(waiting.get("message")),
         )
@@ -521,6 +530,33 @@ def _terminal_outcome(view: PodView, mounted: Cond, pod_gone: bool) -> Outcome |
     return Outcome(phase, ready, mounted, flushed, text, mount_report, flush, synced=synced)
 
 
+def _parse_time(stamp: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
+    except ValueError:
+        return None
+
+
+def sidecar_start_overdue(pod: Mapping[str, Any], now: datetime, timeout_s: float) -> str | None:
+    """Why the session must be failed now, or None: the mount ended well, yet ``timeout_s`` later
+    memsync-sync has still not started (its startupProbe never passed; a kubelet with the native-sidecar
+    startup defect never probes it again), so the sandbox would never run."""
+    view = pod_view(pod)
+    mount, sync = view.mount, view.sync
+    if view.deleting or sync.started or view.sandbox.state in ("running", "terminated"):
+        return None
+    if mount.state != "terminated" or mount.exit_code != 0:
+        return None
+    finished = _parse_time(mount.finished_at)
+    if finished is None or (now - finished).total_seconds() < timeout_s:
+        return None
+    detail = sync.state + (f": {sync.reason}" if sync.reason else "")
+    return (
+        f"memsync-sync had not started {timeout_s:.0f} s after the stores were mounted (its startupProbe on "
+        f"/readyz never passed; the container is {detail}); the session was failed and its Pod deleted"
+    )
+
+
 def pod_outcome(pod: Mapping[str, Any], *, pod_gone: bool = False) -> Outcome:
     """What a Pod's statuses mean for the session, without regard to the previous status."""
     view = pod_view(pod)
@@ -777,7 +813,8 @@ def derive_status(
 
     - Non-terminal phases never move backwards (a sidecar that turns unready does not undo Running).
     - An outcome derived from this Pod (Succeeded/Failed) is final: later events can add a flush report
-      that arrives late, but never reopen the session.
+      that arrives late, but never reopen the session. An outcome the operator decided
+      (``OPERATOR_VERDICTS``) is not replaced at all.
     - A refusal (Failed before any Pod) is replaced by what the Pod says.
     """
     prev: Mapping[str, Any] = previous or {}
@@ -785,7 +822,10 @@ def derive_status(
     pod_name = pod_view(pod).name or (prev.get("podName") if isinstance(prev.get("podName"), str) else None)
     prev_phase = prev.get("phase")
     if prev_phase in TERMINAL_PHASES and not is_refusal(prev) and prev.get("podName") == pod_name:
-        if outcome.phase not in TERMINAL_PHASES:
+        if (
+            outcome.phase not in TERMINAL_PHASES
+            or (condition(prev, READY) or {}).get("reason") in OPERATOR_VERDICTS
+        ):
             return dict(prev)
     elif prev_phase in _RANK and outcome.phase in _RANK and _RANK[outcome.phase] < _RANK[str(prev_phase)]:
         # Keep the phase that was reached; the conditions still say what is true now.
@@ -823,12 +863,14 @@ def lost_pod_status(
     now: datetime,
     reason: str = POD_LOST,
     why: str | None = None,
+    never_ran: bool = False,
 ) -> Status:
     """The Pod this SessionMemory had is gone (or was given up on) and its last state was never seen.
 
     A session runs once: the operator does not start a second Pod. If an outcome was already recorded
     it stands; otherwise the session is Failed (``reason``, default PodLost; ``why`` replaces the default
-    explanation), and the final flush is unconfirmed unless the stores were never mounted.
+    explanation), and the final flush is unconfirmed unless the stores were never mounted or the sandbox
+    ``never_ran``.
     """
     prev = previous or {}
     if prev.get("phase") in TERMINAL_PHASES and not is_refusal(prev):
@@ -838,6 +880,11 @@ def lost_pod_status(
         mounted = Cond(
             STORES_MOUNTED, "True", str(before.get("reason") or "Mounted"), str(before.get("message") or "")
         )
+    else:
+        mounted = Cond(STORES_MOUNTED, "False", "NotMounted", "the stores were never mounted")
+    if never_ran:
+        flushed = Cond(FLUSHED, "True", "NothingToFlush", "the sandbox never ran: nothing was edited")
+    elif mounted.status == "True":
         flushed = Cond(
             FLUSHED,
             "False",
@@ -845,7 +892,6 @@ def lost_pod_status(
             "memsync-sync did not report a final flush; edits made since its last sync may be lost",
         )
     else:
-        mounted = Cond(STORES_MOUNTED, "False", "NotMounted", "the stores were never mounted")
         flushed = Cond(FLUSHED, "True", "NothingToFlush", "the stores were never mounted: nothing to flush")
     text = why or f"the sandbox Pod {pod_name} disappeared before its containers reported an end"
     if flushed.status != "True":

@@ -107,6 +107,11 @@ INTERVAL_MAX: Final = 3600
 FINAL_FLUSH_MIN: Final = 5
 FINAL_FLUSH_DEFAULT: Final = 30
 FINAL_FLUSH_MAX: Final = 300
+SIDECAR_START_MIN: Final = 10
+SIDECAR_START_MAX: Final = 3600
+#: A Kubernetes quantity of bytes, as emptyDir's ``sizeLimit`` and ``ephemeral-storage`` take it.
+BYTES_QUANTITY_PATTERN: Final = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
+BYTES_QUANTITY_MAX: Final = 32
 
 ACCESS_VALUES: Final = get_args(Access)
 DELETIONS_VALUES: Final = get_args(Deletions)
@@ -214,6 +219,21 @@ class SyncSpec(_SpecModel):
     # None = the default, storeWins (kept unset so a stored object shows only what its author wrote)
     conflict_policy: ConflictPolicy | None = None
     final_flush_seconds: Annotated[int, Field(ge=FINAL_FLUSH_MIN, le=FINAL_FLUSH_MAX)] = FINAL_FLUSH_DEFAULT
+    # None = the operator's defaults (--sidecar-start-timeout, --memory-volume-size-limit)
+    sidecar_start_seconds: Annotated[int, Field(ge=SIDECAR_START_MIN, le=SIDECAR_START_MAX)] | None = None
+    memory_volume_size_limit: str | None = None
+
+    @field_validator("memory_volume_size_limit")
+    @classmethod
+    def _check_size_limit(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        return _matched(
+            value,
+            BYTES_QUANTITY_PATTERN,
+            BYTES_QUANTITY_MAX,
+            "must be a quantity of bytes such as 512Mi or 2Gi",
+        )
 
 
 class EnvVarSpec(_SpecModel):

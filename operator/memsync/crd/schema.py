@@ -192,6 +192,21 @@ def sync_schema() -> dict[str, Any]:
                 "maximum": m.FINAL_FLUSH_MAX,
                 "default": m.FINAL_FLUSH_DEFAULT,
             },
+            "sidecarStartSeconds": {
+                "type": "integer",
+                "description": "Seconds memsync-sync may take to start (its startupProbe to pass) after the "
+                "stores were mounted; past them the session fails with SidecarNotStarted and its Pod is "
+                "deleted. Unset: the operator's --sidecar-start-timeout (300).",
+                "minimum": m.SIDECAR_START_MIN,
+                "maximum": m.SIDECAR_START_MAX,
+            },
+            "memoryVolumeSizeLimit": _string(
+                "The size limit of the stores' folder (the emptyDir at /mnt/memory), also memsync-sync's "
+                "ephemeral-storage request, so disk-pressure evictions do not pick the session first. "
+                "Unset: the operator's --memory-volume-size-limit (1Gi).",
+                pattern=m.BYTES_QUANTITY_PATTERN,
+                maxLength=m.BYTES_QUANTITY_MAX,
+            ),
         },
     }
 
