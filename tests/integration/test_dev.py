@@ -249,3 +249,35 @@ def test_dev_environment_shows_a_scripted_session_writing_a_memory_that_lands_in
         "/stop"
     )  # the stop request came after the flush
     assert "Succeeded and was removed after its retention" in out
+
+
+def test_dev_on_a_port_in_use_says_so_before_the_server_says_ready(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "memsync",
+                "dev",
+                "--dir",
+                str(tmp_path / ".memsync"),
+                "--port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert (
+        f"Error: the embedded store server: cannot listen on 127.0.0.1:{port}: Address already in use "
+        "(choose another with --port)"
+    ) in out
+    assert "store server ready" not in out and "Traceback" not in out

@@ -7,7 +7,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -15,7 +14,7 @@ import pytest
 
 from conftest import RunningStoreServer, StoreApi, free_port
 from memsync.api.secret import decode_work_secret
-from support.server_process import run_cli
+from support.server_process import kill_process, run_cli, spawn_store_server, wait_until_ready
 
 pytestmark = pytest.mark.both_backends
 
@@ -43,7 +42,7 @@ def test_admin_commands_need_a_key(store_server: RunningStoreServer, tmp_path: P
     wrong = tmp_path / "wrong.key"
     wrong.write_text("not-the-key\n")
     result = _memsync(store_server, "store", "list", "--admin-key-file", str(wrong), key=False)
-    assert result.returncode == 1
+    assert result.returncode == 4  # unauthorized (docs/cli.md#errors-and-exit-codes)
     assert "401" in result.stderr
     assert "not-the-key" not in result.stderr
     right = tmp_path / "right.key"
@@ -75,15 +74,18 @@ def test_import_export_round_trip(store_server: RunningStoreServer, tmp_path: Pa
     expected = {
         k: v for k, v in _tree(src).items() if k not in {"binary.bin", "huge.txt", ".anthropic-memory-store"}
     }
+    (src / os.fsdecode(b"latin-\xe9.md")).write_text("a file name that is not UTF-8")
 
     store_id = _memsync(store_server, "store", "create", "Round Trip").stdout.strip()
     result = _memsync(store_server, "store", "import", store_id, str(src), "--concurrency", "8")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 7, result.stderr  # partial: the skipped files are listed
+    assert "Traceback" not in result.stderr
+    assert "skipped latin-\\xe9.md: the file name is not UTF-8" in result.stderr
     assert "skipped binary.bin: not UTF-8" in result.stderr
     assert "skipped huge.txt: 102401 bytes" in result.stderr
     assert f"{len(expected)} created" in result.stderr
     assert "skipped link.md: symbolic link" in result.stderr
-    assert "3 skipped" in result.stderr
+    assert "4 skipped" in result.stderr
     assert result.stdout == ""
 
     api = StoreApi(store_server)
@@ -95,6 +97,8 @@ def test_import_export_round_trip(store_server: RunningStoreServer, tmp_path: Pa
     # importing again changes nothing; an edited file becomes an update
     (src / "notes" / "todo.md").write_text("- buy oat milk\n")
     expected["notes/todo.md"] = b"- buy oat milk\n"
+    for skipped in ("binary.bin", "huge.txt", "link.md", os.fsdecode(b"latin-\xe9.md")):
+        (src / skipped).unlink()
     again = _memsync(store_server, "store", "import", store_id, str(src))
     assert again.returncode == 0, again.stderr
     assert "0 created, 1 updated" in again.stderr
@@ -121,7 +125,7 @@ def test_export_refuses_unsafe_paths(store_server: RunningStoreServer, tmp_path:
     out.mkdir()
     (out / "trap").symlink_to(outside)  # a symlink planted where a directory would go
     result = _memsync(store_server, "store", "export", store_id, str(out))
-    assert result.returncode == 1
+    assert result.returncode == 7  # partial
     assert "refused '/trap/inside.md'" in result.stderr
     assert "exceeds 255" in result.stderr
     assert list(outside.iterdir()) == []
@@ -175,13 +179,7 @@ def test_serve_generates_a_private_key_file_and_never_logs_the_key(tmp_path: Pat
         )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        wait_until_ready(proc, url, log_text=log.read_text)
         key_file = tmp_path / "gen.db.admin-key"
         assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
         key = key_file.read_text().strip()
@@ -206,3 +204,36 @@ def test_help(store_server: RunningStoreServer, args: list[str]) -> None:
     result = _memsync(store_server, *args)
     assert result.returncode == 0
     assert "Usage" in result.stdout
+
+
+def test_serve_on_a_port_in_use_says_so_before_anything_is_ready(
+    store_server: RunningStoreServer, tmp_path: Path
+) -> None:
+    port = int(store_server.url.rsplit(":", 1)[1])
+    db = tmp_path / "second.db"
+    result = run_cli("store", "serve", "--port", str(port), "--db", str(db), admin_key="sk-memsync-admin-x")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"Error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]
+    assert not db.exists()  # nothing was started, so nothing logged "ready" or "listening"
+
+
+def test_ctrl_c_stops_serve_cleanly_without_aborted(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSYNC_")}
+    log = tmp_path / "serve.log"
+    proc = spawn_store_server(port=port, db_path=tmp_path / "c.db", log_path=log, env=env)
+    try:
+        wait_until_ready(proc, f"http://127.0.0.1:{port}", log_text=log.read_text)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=15)
+    finally:
+        kill_process(proc)
+    out = log.read_text()
+    lines = out.splitlines()
+    listening = next(i for i, line in enumerate(lines) if "store server listening" in line)
+    assert "store server ready" in lines[listening + 1]
+    assert "store server stopped" in out
+    assert "Aborted" not in out and "Traceback" not in out
+    assert proc.returncode == 0

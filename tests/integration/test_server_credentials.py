@@ -64,7 +64,7 @@ def test_token_revoke_command_revokes_at_once(store_api: StoreApi, store_server:
     assert store_api.admin("GET", f"/v1/sessions/{session_id}").status_code == 200
     assert _memsync(store_server, "store", "token", "revoke", session_id).returncode == 0
     unknown = _memsync(store_server, "store", "token", "revoke", "sesn_unknown")
-    assert unknown.returncode == 1 and "not found" in unknown.stderr
+    assert unknown.returncode == 3 and "not found" in unknown.stderr
     # a sessions token cannot delete sessions
     other_id, other = _mint(store_api, store)
     assert store_api.bearer(other, "DELETE", f"/v1/sessions/{other_id}").status_code == 403
@@ -98,7 +98,7 @@ def test_admin_keys_rotate(store_api: StoreApi, store_server: RunningStoreServer
     revoked = _memsync(store_server, "store", "admin-key", "revoke", key_id)
     assert revoked.returncode == 0, revoked.stderr
     refused = _memsync(store_server, "store", "list", key=new_key)
-    assert refused.returncode == 1 and "401" in refused.stderr
+    assert refused.returncode == 4 and "401" in refused.stderr
     again = _memsync(store_server, "store", "admin-key", "list")
     assert f"{key_id}\tci-rotation" in again.stdout and "revoked" in again.stdout
 

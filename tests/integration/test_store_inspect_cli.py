@@ -70,7 +70,7 @@ async def test_show_counts_memories_and_names_an_unknown_store(store_server: Run
     assert (data["id"], data["memory_count"], data["total_size_bytes"]) == (store_id, 2, 7)
 
     missing = memsync(store_server, "show", "memstore_doesnotexist")
-    assert missing.returncode == 1
+    assert missing.returncode == 3  # not found
     assert "STORE_ID 'memstore_doesnotexist'" in missing.stderr and "404" in missing.stderr
 
 
@@ -146,11 +146,11 @@ async def test_history_by_path_or_id_and_redact(store_server: RunningStoreServer
 
     # The head of a live memory cannot be redacted; the refusal names the argument.
     head_refused = memsync(store_server, "redact", store_id, head.memory_version_id, "--yes", "--json")
-    assert head_refused.returncode == 1
+    assert head_refused.returncode == 6  # conflict
     assert f"VERSION_ID '{head.memory_version_id}'" in head_refused.stderr and "409" in head_refused.stderr
 
     unknown = memsync(store_server, "history", store_id, "/nowhere.md")
-    assert unknown.returncode == 1 and "MEMORY '/nowhere.md': no memory at this path" in unknown.stderr
+    assert unknown.returncode == 3 and "MEMORY '/nowhere.md': no memory at this path" in unknown.stderr
 
 
 async def test_archive_then_delete(store_server: RunningStoreServer) -> None:
@@ -174,7 +174,7 @@ async def test_archive_then_delete(store_server: RunningStoreServer) -> None:
         with pytest.raises(errors.NotFound):
             await admin.get_store(store_id)
     again = memsync(store_server, "delete", store_id, "--yes")
-    assert again.returncode == 1 and f"STORE_ID '{store_id}'" in again.stderr
+    assert again.returncode == 3 and f"STORE_ID '{store_id}'" in again.stderr
 
 
 async def test_export_progress_on_a_terminal_as_lines_with_progress_and_silent_otherwise(

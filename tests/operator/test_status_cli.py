@@ -128,7 +128,7 @@ async def test_status_shows_a_live_session_in_list_detail_and_json(cluster: Clus
 async def test_status_errors_name_what_is_missing(cluster: Cluster, tmp_path: Path) -> None:
     config = cluster.write_kubeconfig(tmp_path / "kubeconfig", NAMESPACE)
     code, out, err = await run(config, "status", "nope")
-    assert code == 1 and f"SessionMemory 'nope' not found in namespace {NAMESPACE}" in err
+    assert code == 3 and f"SessionMemory 'nope' not found in namespace {NAMESPACE}" in err
     code, out, err = await run(config, "status", "-n", "elsewhere")
     assert code == 0 and out == "" and "No SessionMemories in namespace elsewhere" in err
     code, out, err = await run(config, "status", "-A", "-n", "x")

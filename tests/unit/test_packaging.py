@@ -55,5 +55,28 @@ def test_the_license_is_apache_2_as_declared() -> None:
     text = (REPO / "LICENSE").read_text()
     assert "Apache License" in text and "Version 2.0, January 2004" in text
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert project["license"] == {"text": "Apache-2.0"}
+    assert project["license"] == "Apache-2.0"  # an SPDX expression (no setuptools deprecation warning)
     assert 'org.opencontainers.image.licenses="Apache-2.0"' in (REPO / "Dockerfile").read_text()
+
+
+def test_the_version_is_set_in_one_place_and_followed_everywhere() -> None:
+    """``memsync.__version__`` is the version: the package metadata reads it, the chart and the overlays'
+    image tags follow it, and CHANGELOG.md's newest released section (if any) is it."""
+    import yaml
+
+    import memsync
+
+    version = memsync.__version__
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"] and "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "memsync.__version__"}
+    chart = yaml.safe_load((REPO / "charts" / "memsync" / "Chart.yaml").read_text())
+    assert (chart["version"], chart["appVersion"]) == (version, version)
+    for overlay in ("production", "namespaced", "store-postgres"):
+        kustomization = yaml.safe_load(
+            (REPO / "manifests" / "overlays" / overlay / "kustomization.yaml").read_text()
+        )
+        assert [image["newTag"] for image in kustomization["images"]] == [version], overlay
+    releases = re.findall(r"^## \[([^\]]+)\]", (REPO / "CHANGELOG.md").read_text(), flags=re.MULTILINE)
+    assert releases[0] == "Unreleased"
+    assert releases[1:2] in ([], [version])

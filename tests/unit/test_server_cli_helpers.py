@@ -8,14 +8,8 @@ from pathlib import Path
 import click
 import pytest
 
-from memsync.cli.store import (
-    UnsafePathError,
-    export_segments,
-    load_or_create_key_file,
-    parse_store_spec,
-    plan_import,
-    write_below,
-)
+from memsync.cli.store_admin import load_or_create_key_file, parse_store_spec
+from memsync.cli.store_transfer import UnsafePathError, export_segments, plan_import, write_below
 
 
 def test_plan_import(tmp_path: Path) -> None:
@@ -28,6 +22,9 @@ def test_plan_import(tmp_path: Path) -> None:
     (tmp_path / "cafe\u0301").write_text("not NFC")
     (tmp_path / "link").symlink_to(tmp_path / "top.md")
     (tmp_path / ".anthropic-memory-store").write_text("version 1\nmemstore_x")
+    (tmp_path / os.fsdecode(b"latin-\xe9.md")).write_text("a Latin-1 file name")
+    (tmp_path / os.fsdecode(b"dir-\xe9")).mkdir()
+    (tmp_path / os.fsdecode(b"dir-\xe9") / "inside.md").write_text("below a Latin-1 folder name")
     plan = plan_import(tmp_path)
     assert sorted(f.path for f in plan.files) == ["/a/b/c.md", "/exact", "/top.md"]
     skipped = dict(plan.skipped)
@@ -36,6 +33,9 @@ def test_plan_import(tmp_path: Path) -> None:
     assert "NFC" in skipped["cafe\u0301"]
     assert "symbolic link" in skipped["link"]
     assert ".anthropic-memory-store" not in skipped
+    # names that are not UTF-8 are listed printable (escaped), never as "not a regular file"
+    assert skipped["latin-\\xe9.md"] == "the file name is not UTF-8 (a memory path is UTF-8 text)"
+    assert skipped["dir-\\xe9/inside.md"] == skipped["latin-\\xe9.md"]
 
 
 def test_export_segments() -> None:

@@ -43,33 +43,46 @@ def _common(func: F) -> F:
         click.option(
             "--stores",
             envvar=env.STORES,
+            show_envvar=True,
             help="JSON array of {memory_store_id, name, mount_path, access} (1-8 stores).",
         ),
         click.option(
-            "--interval", envvar=env.SYNC_INTERVAL, help="Seconds between syncs (>= 5, default 15)."
+            "--interval",
+            envvar=env.SYNC_INTERVAL,
+            show_envvar=True,
+            help="Seconds between syncs (>= 5, default 15).",
         ),
         click.option(
             "--deletions",
             envvar=env.SYNC_DELETIONS,
+            show_envvar=True,
             help="enabled (default) | log_only | disabled: what a confirmed local deletion does.",
         ),
         click.option(
             "--conflict-policy",
             envvar=env.CONFLICT_POLICY,
+            show_envvar=True,
             help="storeWins (default): a local edit that conflicts loses to the store's version; "
             "keepLocalCopy: it is also kept beside the file as <name>.conflict-<session>-<UTC time><ext>.",
         ),
         click.option(
             "--flush-timeout",
             envvar=env.FLUSH_TIMEOUT,
+            show_envvar=True,
             help="Seconds for each shutdown pass (default 30).",
         ),
         click.option(
             "--state-dir",
             envvar=env.STATE_DIR,
+            show_envvar=True,
             help="Where the baseline is kept (default /var/lib/memsync).",
         ),
-        click.option("--base-url", envvar=env.BASE_URL, help="The memory store API (default: hosted API)."),
+        click.option(
+            "--base-url",
+            envvar=env.BASE_URL,
+            show_envvar=True,
+            help="The memory store API (default: hosted API).",
+        ),
         click.option(
             "--work-secret-file",
             type=click.Path(dir_okay=False, path_type=Path),
@@ -78,9 +91,15 @@ def _common(func: F) -> F:
         click.option(
             "--termination-log",
             envvar=env.TERMINATION_LOG,
+            show_envvar=True,
             help="One-line JSON outcome, written only if its folder exists (default /dev/termination-log).",
         ),
-        click.option("--session-id", envvar=env.SESSION_ID, help="The session (informational, logged)."),
+        click.option(
+            "--session-id",
+            envvar=env.SESSION_ID,
+            show_envvar=True,
+            help="The session (informational, logged).",
+        ),
         click.option("--test-root", envvar=env.TEST_ROOT, hidden=True),
         click.option("--test-delete-window", envvar=env.TEST_DELETE_WINDOW, hidden=True),
     ]
@@ -158,6 +177,7 @@ def mount(**params: Any) -> None:
 @click.option(
     "--metrics-port",
     envvar=env.METRICS_PORT,
+    show_envvar=True,
     help="Serve /metrics, /readyz and /healthz on this port (the Pod uses 9477).",
 )
 def sync(once: bool, metrics_port: str | None, **params: Any) -> None:

@@ -27,19 +27,21 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, get_args
+from typing import Any
 
 import click
 import uvicorn
 
 from memsync.agent.commands import EXIT_OK, AgentFailure, mount, run_sync
 from memsync.agent.config import AgentConfig, ConfigError, load_config
-from memsync.agent.recorder import PassOutcome
 from memsync.agent.state import load_state, lock_file, remove_state
 from memsync.api.constants import MARKER_FILENAME
 from memsync.api.hashing import marker_text, sha256_bytes
 from memsync.api.models import Memory, MemoryStore, MemoryStoreResource
-from memsync.cli.store import load_or_create_key_file
+from memsync.cli.dev_status import ClearStatusFirst, StatusLine, format_status, read_counts
+from memsync.cli.failures import CliError
+from memsync.cli.store_admin import load_or_create_key_file
+from memsync.cli.store_serve import bind
 from memsync.client import StoreClient
 from memsync.client import errors as store_errors
 from memsync.server import create_app
@@ -85,19 +87,23 @@ class EmbeddedServer:
 
     def __post_init__(self) -> None:
         self.url = f"http://{self.host}:{self.port}"
+        # Bound first: a port in use is said before the app starts (and logs that it is ready).
+        try:
+            self._socket = bind(self.host, self.port)
+        except CliError as exc:
+            raise CliError(f"the embedded store server: {exc.message} (choose another with --port)") from exc
         app = create_app(self.db_path, self.admin_key, self.url, access_logs=False)
         self._server = _ThreadServer(uvicorn_config(app, host=self.host, port=self.port))
-        self._thread = threading.Thread(target=self._server.run, name="memsync-dev-store", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, name="memsync-dev-store", daemon=True
+        )
 
     def start(self) -> None:
         self._thread.start()
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not self._server.started:
             if not self._thread.is_alive():
-                raise click.ClickException(
-                    f"the embedded store server could not listen on {self.host}:{self.port} "
-                    "(is the port taken? choose another with --port)"
-                )
+                raise click.ClickException(f"the embedded store server stopped on {self.host}:{self.port}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise click.ClickException(
@@ -108,97 +114,7 @@ class EmbeddedServer:
     def stop(self) -> None:
         self._server.should_exit = True
         self._thread.join(timeout=10)
-
-
-# --- the status line ---------------------------------------------------------------------------------------
-
-
-class StatusLine:
-    """One line on stderr, redrawn in place on a terminal; elsewhere a plain line whenever it changes."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
-        self.tty = stream.isatty()
-        self._shown = False
-        self._last = ""
-        self._lock = threading.Lock()
-
-    def show(self, text: str) -> None:
-        with self._lock:
-            if self.tty:
-                self.stream.write("\r\x1b[K" + text)
-                self.stream.flush()
-                self._shown = True
-            elif text != self._last:
-                self.stream.write(text + "\n")
-                self.stream.flush()
-            self._last = text
-
-    def clear(self) -> None:
-        with self._lock:
-            if self.tty and self._shown:
-                self.stream.write("\r\x1b[K")
-                self.stream.flush()
-                self._shown = False
-
-
-class _ClearStatusFirst(logging.Filter):
-    """Wipe the status line before a log record is printed, so the two never share a line."""
-
-    def __init__(self, status: StatusLine) -> None:
-        super().__init__()
-        self.status = status
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        self.status.clear()
-        return True
-
-
-@dataclass
-class DevNumbers:
-    """The numbers of ``memsync dev``'s status line, read from the agent's metrics."""
-
-    passes: int = 0
-    last_sync: float | None = None
-    uploads: int = 0
-    downloads: int = 0
-    conflicts: int = 0
-    deletes: int = 0
-
-
-def read_counts(agent: Any, store_id: str) -> DevNumbers:
-    """The running agent's numbers, from its Prometheus registry (passes exclude the mount)."""
-    registry = agent.metrics.registry
-
-    def value(name: str, **labels: str) -> float:
-        return float(registry.get_sample_value(name, {"store": store_id, **labels}) or 0.0)
-
-    passes = sum(int(value("memsync_sync_passes_total", outcome=o)) for o in _OUTCOMES)
-    last = value("memsync_last_successful_pass_timestamp_seconds")
-    return DevNumbers(
-        passes=passes,
-        last_sync=last or None,
-        uploads=int(value("memsync_uploads_total")),
-        downloads=int(value("memsync_downloads_total")),
-        conflicts=int(value("memsync_conflicts_total")),
-        deletes=int(value("memsync_remote_deletes_total")),
-    )
-
-
-_OUTCOMES = get_args(PassOutcome)
-
-
-def format_status(name: str, counts: DevNumbers, now: float, tty: bool) -> str:
-    if counts.last_sync is None:
-        last = "not yet"
-    else:
-        ago = max(0, int(now - counts.last_sync))
-        last = time.strftime("%H:%M:%S", time.localtime(counts.last_sync)) + (f" ({ago}s ago)" if tty else "")
-    text = (
-        f"memsync dev: {name}: passes {counts.passes}, last sync {last}, uploads {counts.uploads}, "
-        f"downloads {counts.downloads}, deletes {counts.deletes}, conflicts {counts.conflicts}"
-    )
-    return text + (" | Ctrl-C to stop" if tty else "")
+        self._socket.close()
 
 
 # --- the demo store and the session ---------------------------------------------------------------------
@@ -501,7 +417,7 @@ def dev(base: Path, port: int, interval: float, flush_timeout: float, environmen
     status = StatusLine(sys.stderr)
     if status.tty:
         for handler in logging.getLogger().handlers:
-            handler.addFilter(_ClearStatusFirst(status))
+            handler.addFilter(ClearStatusFirst(status))
     try:
         code = asyncio.run(_main(run, status))
     except store_errors.StoreError as exc:

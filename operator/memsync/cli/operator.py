@@ -30,9 +30,10 @@ import kopf
 from prometheus_client import start_http_server
 from pydantic import TypeAdapter, ValidationError
 
+from memsync.cli.failures import CliError, ExitCode, kube_exit_code
 from memsync.controller import discovery
 from memsync.controller.handlers import build_memo, build_registry
-from memsync.controller.kube import KubeApi, version_refusal, version_unknown
+from memsync.controller.kube import KubeApi, KubeApiError, version_refusal, version_unknown
 from memsync.controller.memtrace import install_from_env as install_memory_trace
 from memsync.controller.pod import DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
 from memsync.controller.settings import ControllerConfig, bounded_session, configure_settings
@@ -68,6 +69,7 @@ def _run_options(fn: F) -> F:
             "namespaces",
             multiple=True,
             envvar="MEMSYNC_NAMESPACES",
+            show_envvar=True,
             metavar="NS",
             help="Serve only this namespace (repeatable; globs like 'agents-*' allowed). "
             "Env: whitespace-separated. Default: all namespaces.",
@@ -76,6 +78,7 @@ def _run_options(fn: F) -> F:
             "--environments/--no-environments",
             default=False,
             envvar="MEMSYNC_ENVIRONMENTS",
+            show_envvar=True,
             help="Also serve AgentEnvironments: poll their work queues and start a session per claimed item "
             "(needs the AgentEnvironment CRD and the RBAC for Secrets and SessionMemories it creates).",
         ),
@@ -84,11 +87,13 @@ def _run_options(fn: F) -> F:
             "-A",
             is_flag=True,
             envvar="MEMSYNC_ALL_NAMESPACES",
+            show_envvar=True,
             help="Serve every namespace (the default when no --namespace is given).",
         ),
         click.option(
             "--agent-image",
             envvar="MEMSYNC_AGENT_IMAGE",
+            show_envvar=True,
             default=None,
             metavar="IMAGE",
             help="Image of the memsync containers (mount and sync) in every sandbox Pod. Required.",
@@ -96,6 +101,7 @@ def _run_options(fn: F) -> F:
         click.option(
             "--agent-image-pull-policy",
             envvar="MEMSYNC_AGENT_IMAGE_PULL_POLICY",
+            show_envvar=True,
             type=click.Choice(PULL_POLICIES),
             default="IfNotPresent",
             show_default=True,
@@ -104,6 +110,7 @@ def _run_options(fn: F) -> F:
             "--liveness",
             "liveness",
             envvar="MEMSYNC_OPERATOR_LIVENESS",
+            show_envvar=True,
             default=None,
             metavar="URL",
             help="Serve kopf's liveness probe here, e.g. http://0.0.0.0:8080/healthz.",
@@ -111,6 +118,7 @@ def _run_options(fn: F) -> F:
         click.option(
             "--metrics-port",
             envvar="MEMSYNC_OPERATOR_METRICS_PORT",
+            show_envvar=True,
             type=click.IntRange(0, 65535),
             default=0,
             show_default=True,
@@ -119,12 +127,14 @@ def _run_options(fn: F) -> F:
         click.option(
             "--context",
             envvar="MEMSYNC_KUBE_CONTEXT",
+            show_envvar=True,
             default=None,
             help="kubeconfig context (outside a cluster).",
         ),
         click.option(
             "--recheck-interval",
             envvar="MEMSYNC_RECHECK_INTERVAL",
+            show_envvar=True,
             type=click.FloatRange(1.0),
             default=30.0,
             show_default=True,
@@ -134,6 +144,7 @@ def _run_options(fn: F) -> F:
         click.option(
             "--service-account-wait",
             envvar="MEMSYNC_SERVICE_ACCOUNT_WAIT",
+            show_envvar=True,
             type=click.FloatRange(0.0),
             default=60.0,
             show_default=True,
@@ -144,6 +155,7 @@ def _run_options(fn: F) -> F:
         click.option(
             "--sidecar-start-timeout",
             envvar="MEMSYNC_SIDECAR_START_TIMEOUT",
+            show_envvar=True,
             type=click.FloatRange(10.0),
             default=300.0,
             show_default=True,
@@ -154,6 +166,7 @@ def _run_options(fn: F) -> F:
         click.option(
             "--memory-volume-size-limit",
             envvar="MEMSYNC_MEMORY_VOLUME_SIZE_LIMIT",
+            show_envvar=True,
             default=DEFAULT_MEMORY_VOLUME_SIZE_LIMIT,
             show_default=True,
             callback=_check_quantity,
@@ -163,6 +176,7 @@ def _run_options(fn: F) -> F:
         click.option(
             "--memsync-env",
             envvar="MEMSYNC_OPERATOR_MEMSYNC_ENV",
+            show_envvar=True,
             default=None,
             help="Extra environment of the memsync containers of every sandbox Pod, as a JSON list of "
             'container env entries (e.g. [{"name":"HTTPS_PROXY","value":"http://proxy:3128"}]); a '
@@ -221,6 +235,12 @@ def crd(resource: str) -> None:
     click.echo(render(), nl=False)
 
 
+def _api_unusable(what: str, exc: Exception) -> CliError:
+    """An API call that failed before the operator started: a refusal by its status, else unreachable."""
+    code = kube_exit_code(exc.status) if isinstance(exc, KubeApiError) else ExitCode.UNREACHABLE
+    return CliError(f"{what}: {exc}", code)
+
+
 def _check_server_version(kube: KubeApi) -> None:
     """Refuse to start (exit 1, with an error log) against an API server older than the minimum."""
     try:
@@ -228,7 +248,7 @@ def _check_server_version(kube: KubeApi) -> None:
     except Exception as exc:  # KubeApiError, or the connection itself failed
         kube.close()
         logger.error("cannot read the Kubernetes API server's version", extra={"error": str(exc)})
-        raise click.ClickException(f"cannot read the Kubernetes API server's version: {exc}") from None
+        raise _api_unusable("cannot read the Kubernetes API server's version", exc) from exc
     refusal = version_refusal(info)
     if refusal is not None:
         kube.close()
@@ -251,7 +271,7 @@ def _check_served_resources(kube: KubeApi, *, environments: bool) -> None:
     except Exception as exc:  # KubeApiError, or the connection itself failed
         kube.close()
         logger.error("cannot read the Kubernetes API discovery", extra={"error": str(exc)})
-        raise click.ClickException(f"cannot read the Kubernetes API discovery: {exc}") from None
+        raise _api_unusable("cannot read the Kubernetes API discovery", exc) from exc
     absent = discovery.missing(wanted, found)
     if absent:
         kube.close()

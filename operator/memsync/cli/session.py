@@ -31,6 +31,7 @@ def session() -> None:
     default=60.0,
     show_default=True,
     envvar="MEMSYNC_SESSION_MAX_IDLE",
+    show_envvar=True,
     help="Seconds the session may stay idle after its turn ended before the runner ends it.",
 )
 @click.option(
@@ -39,6 +40,7 @@ def session() -> None:
     default=DEFAULT_FINAL_TIMEOUT_S,
     show_default=True,
     envvar="MEMSYNC_SESSION_FINAL_TIMEOUT",
+    show_envvar=True,
     help="Seconds to wait for the sidecar's final sync and flush before the work item is stopped anyway.",
 )
 def run(workdir: Path, max_idle: float, final_timeout: float) -> None:

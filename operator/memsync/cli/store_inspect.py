@@ -21,7 +21,9 @@ import click
 from pydantic import BaseModel
 
 from memsync.api.models import Memory, MemoryStore, MemoryVersion
-from memsync.cli.store import admin_options, run_with_client, store
+from memsync.cli.failures import CliError, ExitCode, store_exit_code
+from memsync.cli.params import ID, MEMORY_REF
+from memsync.cli.store_admin import admin_options, run_with_client
 from memsync.client import StoreClient, errors
 
 PAGE: Final = 100  # the API's largest page
@@ -142,7 +144,7 @@ def about(argument: str, value: str) -> Iterator[None]:
     try:
         yield
     except (errors.NotFound, errors.BadRequest, errors.Conflict, errors.PermissionDenied) as exc:
-        raise click.ClickException(f"{argument} {value!r}: {exc}") from None
+        raise CliError(f"{argument} {value!r}: {exc}", store_exit_code(exc)) from exc
 
 
 def confirm_or_refuse(question: str, yes: bool) -> None:
@@ -171,7 +173,7 @@ async def all_memories(
 
 
 def store_id_argument(func: Any) -> Any:
-    return click.argument("store_id", metavar="STORE_ID")(func)
+    return click.argument("store_id", metavar="STORE_ID", type=ID)(func)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
@@ -183,7 +185,7 @@ yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for conf
 # --------------------------------------------------------------------------------------------------
 
 
-@store.command()
+@click.command()
 @store_id_argument
 @json_option
 @admin_options
@@ -201,7 +203,7 @@ def show(*, store_id: str, as_json: bool, url: str, admin_key_file: Path | None)
     run_with_client(url, admin_key_file, work)
 
 
-@store.command()
+@click.command()
 @store_id_argument
 @yes_option
 @json_option
@@ -223,7 +225,7 @@ def delete(*, store_id: str, yes: bool, as_json: bool, url: str, admin_key_file:
     run_with_client(url, admin_key_file, work)
 
 
-@store.command()
+@click.command()
 @store_id_argument
 @json_option
 @admin_options
@@ -238,7 +240,7 @@ def archive(*, store_id: str, as_json: bool, url: str, admin_key_file: Path | No
     run_with_client(url, admin_key_file, work)
 
 
-@store.command()
+@click.command()
 @store_id_argument
 @click.option("--prefix", default=None, help="Only the memories below this folder (ends in /, e.g. /notes/).")
 @json_option
@@ -269,15 +271,16 @@ async def resolve_memory(client: StoreClient, store_id: str, memory: str) -> str
         for item in await all_memories(client, store_id, folder, depth=1):
             if item.path == memory:
                 return item.id
-    raise click.ClickException(
+    raise CliError(
         f"MEMORY {memory!r}: no memory at this path in {store_id} (a deleted memory's history needs its "
-        "id, mem_...; `memsync store memories` lists the ids)"
+        "id, mem_...; `memsync store memories` lists the ids)",
+        ExitCode.NOT_FOUND,
     )
 
 
-@store.command()
+@click.command()
 @store_id_argument
-@click.argument("memory", metavar="MEMORY")
+@click.argument("memory", metavar="MEMORY", type=MEMORY_REF)
 @json_option
 @admin_options
 def history(*, store_id: str, memory: str, as_json: bool, url: str, admin_key_file: Path | None) -> None:
@@ -290,7 +293,7 @@ def history(*, store_id: str, memory: str, as_json: bool, url: str, admin_key_fi
                 v async for v in client.list_versions(store_id, memory_id=memory_id, view="basic", limit=PAGE)
             ]
         if not versions:
-            raise click.ClickException(f"MEMORY {memory!r}: no versions in {store_id}")
+            raise CliError(f"MEMORY {memory!r}: no versions in {store_id}", ExitCode.NOT_FOUND)
         if as_json:
             for version in versions:
                 click.echo(version.model_dump_json(exclude={"content"}))
@@ -300,9 +303,9 @@ def history(*, store_id: str, memory: str, as_json: bool, url: str, admin_key_fi
     run_with_client(url, admin_key_file, work)
 
 
-@store.command()
+@click.command()
 @store_id_argument
-@click.argument("version_id", metavar="VERSION_ID")
+@click.argument("version_id", metavar="VERSION_ID", type=ID)
 @yes_option
 @json_option
 @admin_options

@@ -3,15 +3,19 @@
 The operator sets these on the ``memsync-mount`` and ``memsync-sync`` containers; the agent's command line
 reads them (each is also a flag). ``RESERVED`` lists the names users may not override through the extra
 environment of the memsync containers.
+
+``StoreEntry`` and ``encode_stores`` (the stores JSON, a pydantic model) live in
+``memsync.contracts.stores`` and are importable from here too, loaded on first use: importing the names
+costs no pydantic, so the command line's help (which shows them) starts at once.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
-from pydantic import BaseModel, ConfigDict
+if TYPE_CHECKING:
+    from memsync.contracts.stores import StoreEntry as StoreEntry  # noqa: PLC0414 (a re-export)
+    from memsync.contracts.stores import encode_stores as encode_stores  # noqa: PLC0414
 
 SESSION_ID: Final = "MEMSYNC_SESSION_ID"
 STORES: Final = "MEMSYNC_STORES"
@@ -49,17 +53,10 @@ def is_reserved(name: str) -> bool:
     return name.upper().startswith(RESERVED_PREFIXES)
 
 
-class StoreEntry(BaseModel):
-    """One attached store as ``MEMSYNC_STORES`` lists it."""
+def __getattr__(name: str) -> object:
+    """``StoreEntry`` and ``encode_stores``, imported when first used (see the module's docstring)."""
+    if name in ("StoreEntry", "encode_stores"):
+        from memsync.contracts import stores  # noqa: PLC0415
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    memory_store_id: str
-    name: str = ""
-    mount_path: str = ""
-    access: Access = "read_write"
-
-
-def encode_stores(stores: Sequence[StoreEntry]) -> str:
-    """``MEMSYNC_STORES``: a compact JSON array of the entries."""
-    return json.dumps([s.model_dump(mode="json") for s in stores], separators=(",", ":"), ensure_ascii=False)
+        return getattr(stores, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

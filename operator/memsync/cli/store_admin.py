@@ -1,0 +1,250 @@
+"""``memsync store create|list|token|admin-key``: administer a store server over HTTP with the admin key.
+
+The admin key is never a command-line value (it would show in ``ps``): it comes from ``MEMSYNC_ADMIN_KEY``
+or a file. ``run_with_client`` is how every admin command (here, in ``store_transfer`` and in
+``store_inspect``) talks to the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from memsync.api.models import MemoryStoreResource
+from memsync.cli.failures import store_failure
+from memsync.cli.params import ID, check_url
+from memsync.client import StoreClient, errors
+
+ADMIN_KEY_ENV = "MEMSYNC_ADMIN_KEY"
+DEFAULT_URL = "http://127.0.0.1:8700"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# --- admin key ------------------------------------------------------------------------------------------
+
+
+def read_key_file(path: Path) -> str:
+    try:
+        key = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise click.ClickException(f"cannot read the admin key file {path}: {exc.strerror}") from None
+    if not key:
+        raise click.ClickException(f"the admin key file {path} is empty")
+    return key
+
+
+def load_or_create_key_file(path: Path) -> tuple[str, bool]:
+    """The key in ``path``; if the file does not exist, a new random key written there with mode 0600."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return read_key_file(path), False
+    key = "sk-memsync-admin-" + secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(key + "\n")
+    return key, True
+
+
+def admin_key_from(key_file: Path | None) -> str:
+    if key_file is not None:
+        return read_key_file(key_file)
+    key = os.environ.get(ADMIN_KEY_ENV, "").strip()
+    if not key:
+        raise click.UsageError(f"no admin key: set {ADMIN_KEY_ENV} or pass --admin-key-file")
+    return key
+
+
+# --- admin commands -------------------------------------------------------------------------------------
+
+
+def admin_options(func: F) -> F:
+    func = click.option(
+        "--admin-key-file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        envvar="MEMSYNC_ADMIN_KEY_FILE",
+        show_envvar=True,
+        help=f"File holding the admin key (default: ${ADMIN_KEY_ENV}).",
+    )(func)
+    func = click.option(
+        "--url",
+        envvar="MEMSYNC_STORE_URL",
+        default=DEFAULT_URL,
+        show_default=True,
+        show_envvar=True,
+        callback=check_url,
+        help="The store server.",
+    )(func)
+    return func
+
+
+T = TypeVar("T")
+
+
+def run_with_client(url: str, key_file: Path | None, work: Callable[[StoreClient], Awaitable[T]]) -> T:
+    key = admin_key_from(key_file)
+
+    async def main() -> T:
+        async with StoreClient(url, api_key=key) as client:
+            return await work(client)
+
+    try:
+        return asyncio.run(main())
+    except errors.StoreError as exc:
+        raise store_failure(exc, url) from exc
+
+
+@click.command()
+@click.argument("name")
+@click.option("--description", default=None, help="Shown to the agent; at most 1,024 characters.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole store object as JSON.")
+@admin_options
+def create(
+    *, name: str, description: str | None, as_json: bool, url: str, admin_key_file: Path | None
+) -> None:
+    """Create a memory store; print its id."""
+
+    async def work(client: StoreClient) -> None:
+        created = await client.create_store(name, description=description)
+        click.echo(created.model_dump_json() if as_json else created.id)
+
+    run_with_client(url, admin_key_file, work)
+
+
+@click.command("list")
+@click.option("--include-archived", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@admin_options
+def list_(*, include_archived: bool, as_json: bool, url: str, admin_key_file: Path | None) -> None:
+    """List memory stores (newest first)."""
+
+    async def work(client: StoreClient) -> None:
+        async for item in client.list_stores(include_archived=include_archived, limit=100):
+            if as_json:
+                click.echo(item.model_dump_json())
+            else:
+                archived = "  (archived)" if item.archived_at else ""
+                click.echo(f"{item.id}\t{item.name}\t{item.created_at.isoformat()}{archived}")
+
+    run_with_client(url, admin_key_file, work)
+
+
+# --- token ----------------------------------------------------------------------------------------------
+
+
+def parse_store_spec(spec: str) -> tuple[str, str]:
+    """``memstore_...`` or ``memstore_...:read_only`` / ``:read_write`` → (id, access)."""
+    store_id, _, access = spec.partition(":")
+    access = access or "read_write"
+    if not store_id.startswith("memstore_"):
+        raise click.BadParameter(f"{spec!r}: expected memstore_...[:read_only|:read_write]")
+    if access not in ("read_only", "read_write"):
+        raise click.BadParameter(f"{spec!r}: access must be read_only or read_write")
+    return store_id, access
+
+
+@click.group(invoke_without_command=True)
+@click.option(
+    "--session", "session_id", type=ID, default=None, help="Session id (sesn_...); generated when omitted."
+)
+@click.option(
+    "--store",
+    "stores",
+    multiple=True,
+    help="memstore_...[:read_only]; repeat for more stores (at most 8). Required to mint.",
+)
+@click.option(
+    "--ttl",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Seconds the sessions token stays valid, at most 90 days (default: the server's "
+    "--session-token-ttl).",
+)
+@admin_options
+@click.pass_context
+def token(
+    ctx: click.Context,
+    *,
+    session_id: str | None,
+    stores: tuple[str, ...],
+    ttl: int | None,
+    url: str,
+    admin_key_file: Path | None,
+) -> None:
+    """Mint a session with the given stores attached; print its work-item secret (and nothing else) on
+    stdout. ``token revoke SESSION_ID`` deletes a session, revoking its token."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if not stores:
+        raise click.UsageError("Missing option '--store' (at least one store to attach)")
+    specs = [parse_store_spec(s) for s in stores]
+
+    async def work(client: StoreClient) -> str:
+        resources = [
+            MemoryStoreResource.model_validate({"memory_store_id": sid, "access": acc}) for sid, acc in specs
+        ]
+        session, secret = await client.mint_session(resources, session_id=session_id, token_ttl_seconds=ttl)
+        click.echo(f"minted session {session.id}", err=True)
+        for res in session.resources:
+            click.echo(f"  {res.memory_store_id} at {res.mount_path} ({res.access})", err=True)
+        return secret
+
+    secret = run_with_client(url, admin_key_file, work)
+    click.echo(secret)
+
+
+@token.command("revoke")
+@click.argument("session_id", type=ID)
+@admin_options
+def token_revoke(*, session_id: str, url: str, admin_key_file: Path | None) -> None:
+    """Delete a session: its sessions token stops working at once (on every replica within seconds)."""
+
+    async def work(client: StoreClient) -> None:
+        await client.delete_session(session_id)
+
+    run_with_client(url, admin_key_file, work)
+    click.echo(f"revoked the sessions token of {session_id}", err=True)
+
+
+# --- admin keys -----------------------------------------------------------------------------------------
+
+
+@click.group("admin-key")
+def admin_key() -> None:
+    """Named admin keys: several may be current at once, so a key can be rotated (create the new key,
+    move the clients to it, revoke the old one)."""
+
+
+@admin_key.command("create")
+@click.argument("name")
+@admin_options
+def admin_key_create(*, name: str, url: str, admin_key_file: Path | None) -> None:
+    """Create an admin key; print the key (shown only this once) on stdout, its id on stderr."""
+    made = run_with_client(url, admin_key_file, lambda c: c.admin_keys("POST", body={"name": name}))
+    click.echo(f"created admin key {made['id']} ({made['name']})", err=True)
+    click.echo(made["key"])
+
+
+@admin_key.command("list")
+@admin_options
+def admin_key_list(*, url: str, admin_key_file: Path | None) -> None:
+    """List admin keys (ids and names; never the keys)."""
+    listed = run_with_client(url, admin_key_file, lambda c: c.admin_keys("GET"))
+    for row in listed["data"]:
+        state = f"revoked {row['revoked_at']}" if row["revoked_at"] else "current"
+        click.echo(f"{row['id']}\t{row['name']}\t{row['created_at']}\t{state}")
+
+
+@admin_key.command("revoke")
+@click.argument("key_id", type=ID)
+@admin_options
+def admin_key_revoke(*, key_id: str, url: str, admin_key_file: Path | None) -> None:
+    """Revoke an admin key by id (apikey_...); the last current key cannot be revoked."""
+    run_with_client(url, admin_key_file, lambda c: c.admin_keys("POST", f"/{key_id}/revoke"))
+    click.echo(f"revoked admin key {key_id}", err=True)

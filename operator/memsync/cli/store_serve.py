@@ -1,0 +1,335 @@
+"""``memsync store serve|backup|restore``: run the store server, and back up or restore its SQLite file.
+
+The only store commands that load the server (FastAPI, uvicorn): the admin commands talk to it over HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+import uvicorn
+
+from memsync.api.constants import MAX_MEMORIES_PER_STORE
+from memsync.cli.failures import CliError
+from memsync.cli.store_admin import ADMIN_KEY_ENV, load_or_create_key_file, read_key_file
+from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, MAX_SESSION_TOKEN_TTL_S
+from memsync.server.environments.rules import DEFAULT_FIRST_HEARTBEAT_S
+from memsync.server.environments.work import DEFAULT_LEASE_TTL_S, LEASE_TTL_MAX_S, LEASE_TTL_MIN_S
+from memsync.server.http.observe import MULTIPROC_ENV
+from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
+from memsync.server.storage.backends import is_postgres
+from memsync.server.storage.backup import BackupError, backup_sqlite, restore_sqlite
+from memsync.server.worker import FACTORY, SETTINGS_ENV, ServeSettings, build_app, worker_run_kwargs
+
+logger = logging.getLogger("memsync.store")
+
+#: ``--db`` of ``serve``, ``backup`` and ``restore``.
+db_option = click.option(
+    "--db",
+    "database",
+    default="./memsync-store.db",
+    show_default=True,
+    envvar="MEMSYNC_STORE_DB",
+    show_envvar=True,
+    help="An SQLite file (created if missing), or a PostgreSQL URL (postgresql://USER@HOST:PORT/DB; the "
+    "password from PGPASSWORD or a passfile, never the command line).",
+)
+
+
+# --- serve ----------------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, envvar="MEMSYNC_STORE_HOST", show_envvar=True)
+@click.option(
+    "--port",
+    default=8700,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    envvar="MEMSYNC_STORE_PORT",
+    show_envvar=True,
+)
+@db_option
+@click.option(
+    "--public-url",
+    envvar="MEMSYNC_PUBLIC_URL",
+    show_envvar=True,
+    help="URL clients reach this server at; put into minted work secrets. Default http://HOST:PORT.",
+)
+@click.option(
+    "--admin-key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="MEMSYNC_ADMIN_KEY_FILE",
+    show_envvar=True,
+    help=f"File holding the admin key. Default: ${ADMIN_KEY_ENV}, else (SQLite) a key generated into "
+    "DB.admin-key.",
+)
+@click.option(
+    "--admin-key-name",
+    default="default",
+    show_default=True,
+    envvar="MEMSYNC_ADMIN_KEY_NAME",
+    show_envvar=True,
+    help="Name the configured admin key is entered under (on first start); more keys: 'memsync store "
+    "admin-key'.",
+)
+@click.option(
+    "--cursor-ttl",
+    default=3600,
+    show_default=True,
+    type=click.IntRange(1),
+    envvar="MEMSYNC_CURSOR_TTL",
+    show_envvar=True,
+    help="Seconds a page cursor stays valid.",
+)
+@click.option(
+    "--max-memories",
+    default=MAX_MEMORIES_PER_STORE,
+    show_default=True,
+    type=click.IntRange(1),
+    envvar="MEMSYNC_MAX_MEMORIES_PER_STORE",
+    show_envvar=True,
+    help="Memories per store (the hosted API allows 10,000; lower it to test the cap).",
+)
+@click.option(
+    "--session-token-ttl",
+    default=DEFAULT_SESSION_TOKEN_TTL_S,
+    show_default=True,
+    type=click.IntRange(1, MAX_SESSION_TOKEN_TTL_S),
+    envvar="MEMSYNC_SESSION_TOKEN_TTL",
+    show_envvar=True,
+    help="Seconds a minted sessions token stays valid (a mint may ask for another lifetime).",
+)
+@click.option(
+    "--lease-ttl",
+    default=DEFAULT_LEASE_TTL_S,
+    show_default=True,
+    type=click.IntRange(LEASE_TTL_MIN_S, LEASE_TTL_MAX_S),
+    envvar="MEMSYNC_LEASE_TTL",
+    show_envvar=True,
+    help="Seconds a work item's lease lasts without a heartbeat (self-hosted environments).",
+)
+@click.option(
+    "--first-heartbeat-window",
+    default=DEFAULT_FIRST_HEARTBEAT_S,
+    show_default=True,
+    type=click.IntRange(1, LEASE_TTL_MAX_S),
+    envvar="MEMSYNC_FIRST_HEARTBEAT_WINDOW",
+    show_envvar=True,
+    help="Seconds an acknowledged work item waits for its first heartbeat before it is queued again.",
+)
+@click.option(
+    "--request-read-timeout",
+    default=DEFAULT_READ_TIMEOUT_S,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    envvar="MEMSYNC_REQUEST_READ_TIMEOUT",
+    show_envvar=True,
+    help="Seconds a request (headers and body) may take to arrive; slower connections are dropped.",
+)
+@click.option(
+    "--db-pool-size",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 200),
+    envvar="MEMSYNC_DB_POOL_SIZE",
+    show_envvar=True,
+    help="PostgreSQL connections per server process.",
+)
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    envvar="MEMSYNC_STORE_WORKERS",
+    show_envvar=True,
+    help="Server processes sharing the port (each with its own connections to the database).",
+)
+@click.option(
+    "--http",
+    "http_impl",
+    default="httptools",
+    show_default=True,
+    type=click.Choice(["httptools", "h11"]),
+    envvar="MEMSYNC_STORE_HTTP",
+    show_envvar=True,
+    help="HTTP/1.1 parser: httptools (C) or h11 (pure Python).",
+)
+@click.option(
+    "--ssl-certfile",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="MEMSYNC_STORE_SSL_CERTFILE",
+    show_envvar=True,
+    help="Serve HTTPS with this PEM certificate (chain); or terminate TLS at the ingress.",
+)
+@click.option(
+    "--ssl-keyfile",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="MEMSYNC_STORE_SSL_KEYFILE",
+    show_envvar=True,
+    help="The certificate's PEM private key.",
+)
+@click.option(
+    "--access-log/--no-access-log",
+    default=True,
+    show_default=True,
+    envvar="MEMSYNC_STORE_ACCESS_LOG",
+    show_envvar=True,
+    help="One structured INFO line per request (no headers, no query strings).",
+)
+@click.pass_context
+def serve(
+    ctx: click.Context,
+    *,
+    host: str,
+    port: int,
+    database: str,
+    public_url: str | None,
+    admin_key_file: Path | None,
+    admin_key_name: str,
+    cursor_ttl: int,
+    max_memories: int,
+    lease_ttl: int,
+    first_heartbeat_window: int,
+    session_token_ttl: int,
+    request_read_timeout: float,
+    db_pool_size: int,
+    workers: int,
+    http_impl: str,
+    ssl_certfile: Path | None,
+    ssl_keyfile: Path | None,
+    access_log: bool,
+) -> None:
+    """Run the store server (FastAPI + uvicorn over an SQLite file or PostgreSQL)."""
+    if (ssl_certfile is None) != (ssl_keyfile is None):
+        raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
+    # The address first: a port in use is said before the database is touched or anything says "ready".
+    sock = bind(host, port)
+    if workers == 1:
+        port = sock.getsockname()[1]  # --port 0: the one the kernel chose
+    else:
+        sock.close()  # uvicorn's supervisor binds it again for its workers
+    if admin_key_file is not None:
+        admin_key = read_key_file(admin_key_file)
+    elif os.environ.get(ADMIN_KEY_ENV, "").strip():
+        admin_key = os.environ[ADMIN_KEY_ENV].strip()
+    elif is_postgres(database):
+        raise click.UsageError(f"no admin key: on PostgreSQL set {ADMIN_KEY_ENV} or pass --admin-key-file")
+    else:
+        db_path = Path(database)
+        key_path = db_path.with_name(db_path.name + ".admin-key")
+        admin_key, created = load_or_create_key_file(key_path)
+        logger.info(
+            "generated a new admin key" if created else "using the admin key file",
+            extra={"admin_key_file": str(key_path)},
+        )
+    scheme = "https" if ssl_certfile is not None else "http"
+    settings = ServeSettings(
+        database=database,
+        public_url=public_url or f"{scheme}://{host}:{port}",
+        admin_key_name=admin_key_name,
+        cursor_ttl_s=cursor_ttl,
+        max_memories_per_store=max_memories,
+        session_token_ttl_s=session_token_ttl,
+        lease_ttl_s=lease_ttl,
+        first_heartbeat_s=first_heartbeat_window,
+        db_pool_size=db_pool_size,
+        read_timeout_s=request_read_timeout,
+        http=http_impl,
+        access_logs=access_log,
+        log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()),
+        log_format=_root_params(ctx).get("log_format") or "text",
+    )
+    tls: dict[str, Any] = {}
+    if ssl_certfile is not None:
+        tls = {"ssl_certfile": str(ssl_certfile), "ssl_keyfile": str(ssl_keyfile)}
+    try:
+        # Built here even with several workers: the schema is migrated and the admin key entered once,
+        # and a bad setting fails before any worker starts.
+        app = build_app(settings, admin_key)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if workers == 1:
+        config = uvicorn_config(
+            app, host=host, port=port, read_timeout_s=request_read_timeout, http=http_impl, **tls
+        )
+        logger.info("store server listening", extra={"host": host, "port": port, "workers": workers})
+        try:
+            uvicorn.Server(config).run(sockets=[sock])
+        except KeyboardInterrupt:
+            # uvicorn shut down cleanly on Ctrl-C, then raised SIGINT again: a stop, not an abort
+            pass
+        return
+    logger.info("store server starting its workers", extra={"host": host, "port": port, "workers": workers})
+    app.state.service.db.close()  # each worker opens its own
+    os.environ[SETTINGS_ENV] = settings.to_env()
+    # the workers share their metrics through files in a directory of this run (/metrics sums them)
+    os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="memsync-store-metrics-")
+    os.environ[ADMIN_KEY_ENV] = admin_key
+    uvicorn.run(FACTORY, host=host, port=port, **worker_run_kwargs(settings, workers), **tls)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (not yet listening); a failure is one line naming the address."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def _root_params(ctx: click.Context) -> dict[str, Any]:
+    return dict(ctx.find_root().params)
+
+
+# --- backup and restore ---------------------------------------------------------------------------------
+
+PG_BACKUP_GUIDANCE = (
+    "PostgreSQL: back up with pg_dump (pg_dump --format=custom --file=store.dump URL) and restore with "
+    "pg_restore into an empty database (pg_restore --dbname=URL store.dump); see docs/store-server.md"
+)
+
+
+@click.command()
+@click.argument("destination", type=click.Path(dir_okay=False, path_type=Path))
+@db_option
+def backup(*, destination: Path, database: str) -> None:
+    """Copy the SQLite database to DESTINATION while the server keeps running (SQLite's online backup)."""
+    if is_postgres(database):
+        raise click.UsageError(PG_BACKUP_GUIDANCE)
+    try:
+        pages = backup_sqlite(Path(database), destination)
+    except BackupError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"backed up {database} to {destination} ({pages} pages)", err=True)
+
+
+@click.command()
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@db_option
+@click.option("--force", is_flag=True, help="Replace an existing database file.")
+def restore(*, source: Path, database: str, force: bool) -> None:
+    """Put a backup in place of the SQLite database (stop the server first)."""
+    if is_postgres(database):
+        raise click.UsageError(PG_BACKUP_GUIDANCE)
+    try:
+        restore_sqlite(source, Path(database), force=force)
+    except BackupError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"restored {source} to {database}", err=True)
