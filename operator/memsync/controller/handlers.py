@@ -35,6 +35,11 @@ that has a Pod and no outcome yet against its Pod (level-based: it repairs a los
 watcher remembers each Pod's last state it saw, so a Pod that is gone is judged by what it last reported
 (its termination messages), not as lost.
 
+The same path that adopts a Pod (create, resume, the re-check) fails a session whose ``memsync-sync`` has
+not started ``spec.sync.sidecarStartSeconds`` (else ``sidecar_start_timeout``) after the mount ended
+(``status.sidecar_start_overdue``: ``SidecarNotStarted``, nothing ran so nothing was edited) and deletes its
+Pod; the Pod's later end does not replace that verdict.
+
 Spec updates after a Pod exists cannot reach it (a Pod's containers and environment are immutable): the
 operator records the new generation as observed and posts a ``SpecChangeNotApplied`` warning; the change
 applies only to a new SessionMemory. ``sessionId`` and ``stores`` are immutable in the CRD anyway.
@@ -50,8 +55,10 @@ While a session runs, a periodic job reads its sidecar's sync health (``/status`
 ``controller/health.py``) and writes the ``Synced`` condition, ``lastSyncTime`` and the running totals
 (``status.health_status``), only when they changed.
 
-Events are posted for the SessionMemory on every phase change and for PodCreated, PodAdopted (once per
-operator process), DeletingPod, FlushNotConfirmed, SpecChangeNotApplied, SyncFailing and SyncRecovered.
+Events (``controller/events.py``: through kopf inside a handler, through the API from the periodic jobs,
+which run outside kopf's per-object workers) are posted for the SessionMemory on every phase change and
+for PodCreated, PodAdopted (once per operator process), DeletingPod, FlushNotConfirmed,
+SpecChangeNotApplied, SyncFailing and SyncRecovered.
 Nothing here logs or posts a Secret's data: the Secret is read only to check that the key exists.
 """
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from typing import Any, Protocol, cast
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
-import kopf
-
+from memsync.controller import events
 from memsync.controller.kube import (
     MERGE_PATCH,
     KubeAlreadyExists,
@@ -23,6 +23,7 @@ from memsync.controller.kube import (
     custom_path,
 )
 from memsync.controller.objects import meta_of
+from memsync.controller.settings import EVENT_COMPONENT
 from memsync.crd import agentenv as a
 from memsync.crd.models import PLURAL, VERSION
 
@@ -106,10 +107,9 @@ class KubeObjects:
 
     async def post_event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         ref = {"apiVersion": a.API_VERSION, "kind": a.KIND, "metadata": meta_of(obj).reference()}
-        try:
-            kopf.event(kopf.Body(cast(kopf.RawBody, ref)), type=type_, reason=reason, message=message[:1024])
-        except LookupError:  # outside a running operator (no event queue): nothing to post to
-            pass
+        await events.post(
+            self.kube, ref, type_, reason, message, component=EVENT_COMPONENT, now=datetime.now(UTC)
+        )
 
     async def delete(self, namespace: str, kind: str, name: str) -> None:
         if kind == "Secret":
