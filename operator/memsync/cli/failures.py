@@ -75,7 +75,13 @@ def store_failure(exc: BaseException, url: str, about: str | None = None) -> Cli
     code = store_exit_code(exc)
     where = display_url(url)
     if code is ExitCode.UNREACHABLE:
-        text = f"cannot reach the store server at {where}: {getattr(exc, 'message', '') or exc}"
+        detail = str(getattr(exc, "message", "") or exc)
+        # The client's transport error already names the request's full URL; the server is named once.
+        text = (
+            f"cannot reach the store server: {detail}"
+            if where in detail
+            else (f"cannot reach the store server at {where}: {detail}")
+        )
     else:
         text = f"{exc} (store server {where})"
     return CliError(f"{about}: {text}" if about else text, code)
