@@ -164,6 +164,18 @@ def test_ended_sessions_say_whether_the_final_flush_saved_everything() -> None:
     assert summary.phase == "Succeeded"
     assert set(healths(summary).values()) == {view.FLUSHED}
 
+    report["stores"][NOTES]["refused"] = 2  # type: ignore[index]  # files the flush could not send
+    with_refused = pod(
+        "Succeeded",
+        [terminated("memsync-mount", 0, MOUNTED), terminated("memsync-sync", 0, json.dumps(report))],
+        [terminated("sandbox", 0)],
+    )
+    summary = view.summarize(
+        smem("s", st.derive_status(None, with_refused, stores=STORES, generation=1, now=T0))
+    )
+    assert summary.phase == "Succeeded"
+    assert healths(summary) == {PREFS: view.FLUSHED, NOTES: view.REFUSED}
+
     refused = st.refusal_status(
         None, reason=st.SECRET_NOT_FOUND, message="no Secret work", stores=STORES, generation=1, now=T0
     )

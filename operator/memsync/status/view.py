@@ -33,6 +33,9 @@ PENDING: Final = "pending"  # no sync pass has finished yet
 UNKNOWN: Final = "unknown"  # the operator cannot read the sidecar's sync status
 FLUSHED: Final = "flushed"  # the session ended and its final flush sent everything
 UNSAVED: Final = "unsaved"  # the session ended with changed files the final flush did not save
+REFUSED: Final = (
+    "refused"  # the session ended, its final flush sent all it could, but some files were refused
+)
 UNCONFIRMED: Final = "unconfirmed"  # the session ended and no final flush was reported
 NOT_MOUNTED: Final = "not-mounted"  # the session ended before the store was mounted
 
@@ -149,7 +152,9 @@ def store_health(
         if counts.unsent:
             return UNSAVED
         if flushed.get("status") == "True":
-            return NOT_MOUNTED if flushed.get("reason") == "NothingToFlush" else FLUSHED
+            if flushed.get("reason") == "NothingToFlush":
+                return NOT_MOUNTED
+            return REFUSED if counts.refused else FLUSHED
         return UNCONFIRMED
     synced = conditions.get(CONDITION_SYNCED)
     if synced is None:
