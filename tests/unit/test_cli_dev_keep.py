@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from memsync.api.models import MemoryStore
+from memsync.api.secret import encode_work_secret
+from memsync.cli.dev import DevRun, _agent_config, dev
 from memsync.cli.dev_keep import Kept, describe, move_aside, plan_keep
 from memsync.cli.dev_status import DevNumbers, format_status
 
@@ -67,3 +72,21 @@ def test_status_line_shows_refused_unreadable_and_pending_deletes_with_seconds_l
     assert "refused 2, unreadable 1" in text
     quiet = format_status("Demo", DevNumbers(), now=0.0, tty=False)
     assert "deletes 0, conflicts 0, refused 0, unreadable 0" in quiet and "pending" not in quiet
+
+
+def test_conflict_policy_reaches_the_agent_configuration(tmp_path: Path) -> None:
+    run = DevRun(base=tmp_path, port=8700, interval=5.0, flush_timeout=30.0, conflict_policy="keepLocalCopy")
+    store = MemoryStore.model_validate(
+        {
+            "id": "memstore_01abc",
+            "name": "Demo",
+            "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": "2026-01-01T00:00:00Z",
+        }
+    )
+    config = _agent_config(
+        run, store, "demo", encode_work_secret("sk-ant-tok", "http://127.0.0.1:8700"), "http://127.0.0.1:8700"
+    )
+    assert config.conflict_policy == "keepLocalCopy"
+    refused = CliRunner().invoke(dev, ["--conflict-policy", "mine"])
+    assert refused.exit_code == 2 and "storeWins" in refused.output and "keepLocalCopy" in refused.output
