@@ -223,6 +223,9 @@ def test_the_list_is_a_kubectl_like_table() -> None:
     # Columns line up: every header starts where its cells start.
     assert lines[1].index("Running") == lines[0].index("PHASE") == lines[2].index("Pending")
     assert "NAMESPACE" not in view.render_list(rows, now=NOW, all_namespaces=False)
+    wide = view.render_list(rows, now=NOW, all_namespaces=False, wide=True).splitlines()
+    assert wide[0].split()[-3:] == ["REFUSED", "SESSION", "POD"]
+    assert wide[1].split()[-3] == "0" and wide[2].split()[-3:] == ["0", "sesn_01", "<none>"]  # no Pod yet
 
 
 def test_the_detail_shows_stores_conditions_pod_and_recent_events_but_no_secret() -> None:
