@@ -145,9 +145,12 @@ async def test_non_utf8_content_and_names_and_big_files_are_refused_and_kept(
     assert not [k for k in remote if k.startswith("bad-")]
     assert (h.root / "latin1.md").read_bytes() == "caf\xe9".encode("latin-1")
     assert len((h.root / "big.md").read_text()) == 200_000
-    refused = {getattr(r, "path", "") for r in logged(caplog_agent, messages.REFUSED)}
+    refused = {getattr(r, "path", "") for r in logged(caplog_agent, messages.LOCAL_REFUSED)}
     assert refused == {"/latin1.md", "/big.md"}
-    assert logged(caplog_agent, messages.NOT_REGULAR)  # the undecodable name is reported and left alone
+    bad_names = [getattr(r, "path", "") for r in logged(caplog_agent, messages.BAD_NAME)]
+    assert len(bad_names) == 1 and bad_names[0].startswith("/bad-")  # reported as what it is, left alone
+    assert not logged(caplog_agent, messages.NOT_REGULAR)
+    assert not logged(caplog_agent, messages.REFUSED)  # the local checks do not speak for the server
     assert out.complete
 
 

@@ -8,6 +8,7 @@ checks on a second run (which must reuse the same store) that the final shutdown
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -110,6 +111,45 @@ def snapshot(run: DevProcess) -> tuple[list[MemoryStore], dict[str, str]]:
     return asyncio.run(_snapshot(run.url, admin_key(run.base)))
 
 
+@contextlib.contextmanager
+def served_again(run: DevProcess) -> Iterator[None]:
+    """The stopped run's database served again (same port and admin key file) until the block ends."""
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "memsync",
+            "store",
+            "serve",
+            "--port",
+            str(run.port),
+            "--db",
+            str(run.base / "store.db"),
+            "--admin-key-file",
+            str(run.base / "store.db.admin-key"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not _answers(run):
+            assert server.poll() is None and time.monotonic() < deadline, "the store server did not answer"
+            time.sleep(0.1)
+        yield
+    finally:
+        server.terminate()
+        server.wait(timeout=WAIT_S)
+
+
+def _answers(run: DevProcess) -> bool:
+    try:
+        snapshot(run)
+    except Exception:
+        return False
+    return True
+
+
 def local_files(folder: Path) -> dict[str, str]:
     return {
         p.relative_to(folder).as_posix(): p.read_text()
@@ -148,7 +188,11 @@ def test_dev_lifecycle_syncs_flushes_on_sigint_and_reuses_the_store(
     first.wait_for("a pass to upload the edit and the new file", landed)
     _, remote = snapshot(first)
     assert remote["ideas/new.md"] == "a brand-new memory\n"
-    # The deletion waits for its confirmation window (30 s); the final shutdown waives it.
+    # The deletion waits for its confirmation window (30 s), and the status line says so; the final shutdown
+    # waives it.
+    first.wait_for(
+        "the status line to show the pending delete", lambda: "(+1 pending, confirmed in " in first.output()
+    )
 
     (folder / "last-moment.md").write_text("written right before Ctrl-C\n")
     assert first.interrupt() == 0, first.output()
@@ -175,6 +219,36 @@ def test_dev_lifecycle_syncs_flushes_on_sigint_and_reuses_the_store(
     assert not folder.exists()
 
 
+def test_dev_keeps_refused_files_aside_names_them_and_exits_partial(
+    tmp_path: Path, dev_runs: list[DevProcess]
+) -> None:
+    run = DevProcess(tmp_path, free_port())
+    dev_runs.append(run)
+    folder = run.base / "mnt" / "memory" / "demo-memory"
+    run.wait_mounted()
+    big = "x" * 150_000
+    (folder / "big.md").write_text(big)  # over the size limit
+    (folder / "notes" / "blob.bin").write_bytes(b"\x00\xff\xfebinary")  # not UTF-8
+    latin1 = os.fsdecode(b"caf\xe9.md")  # a Latin-1 file name: not a memory path
+    (folder / latin1).write_text("name in Latin-1\n")
+    (folder / "fine.md").write_text("this one syncs\n")
+    run.wait_for("the status line to count the refused files", lambda: "refused 3," in run.output())
+    assert run.interrupt() == 7, run.output()  # partial: files were left, and are named
+    out = run.output()
+    kept = run.base / "refused"
+    assert (kept / "big.md").read_text() == big
+    assert (kept / "notes" / "blob.bin").read_bytes() == b"\x00\xff\xfebinary"
+    assert (kept / latin1).read_text() == "name in Latin-1\n"
+    assert "3 file(s) the store did not take were moved aside" in out
+    assert f"big.md (refused) -> {kept / 'big.md'}" in out
+    assert "notes/blob.bin (refused)" in out and "caf\ufffd.md (refused)" in out
+    assert not folder.exists(), "the folder itself is removed once nothing in it is lost"
+    with served_again(run):
+        _, remote = snapshot(run)
+    assert remote["fine.md"] == "this one syncs\n"
+    assert not {"big.md", "notes/blob.bin"} & set(remote)
+
+
 def test_dev_sigterm_also_flushes_and_cleans_up(tmp_path: Path, dev_runs: list[DevProcess]) -> None:
     run = DevProcess(tmp_path, free_port())
     dev_runs.append(run)
@@ -185,37 +259,9 @@ def test_dev_sigterm_also_flushes_and_cleans_up(tmp_path: Path, dev_runs: list[D
     assert run.proc.wait(timeout=WAIT_S) == 0, run.output()
     assert not folder.exists()
     # Check the store directly: serve the same database again with the admin key file.
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "memsync",
-            "store",
-            "serve",
-            "--port",
-            str(run.port),
-            "--db",
-            str(run.base / "store.db"),
-            "--admin-key-file",
-            str(run.base / "store.db.admin-key"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            try:
-                _, remote = snapshot(run)
-                break
-            except Exception:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise
-                time.sleep(0.1)
-        assert remote["from-sigterm.md"] == "saved by the final shutdown\n"
-    finally:
-        server.terminate()
-        server.wait(timeout=WAIT_S)
+    with served_again(run):
+        _, remote = snapshot(run)
+    assert remote["from-sigterm.md"] == "saved by the final shutdown\n"
 
 
 def test_dev_environment_shows_a_scripted_session_writing_a_memory_that_lands_in_the_store(

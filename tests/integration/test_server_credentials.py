@@ -3,6 +3,8 @@ keys that rotate, and the commands that manage them (``memsync store token [revo
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import time
 
@@ -80,7 +82,7 @@ def test_admin_keys_rotate(store_api: StoreApi, store_server: RunningStoreServer
 
     listed = _memsync(store_server, "store", "admin-key", "list", key=new_key)  # the new key works
     assert listed.returncode == 0, listed.stderr
-    assert f"{key_id}\tci-rotation" in listed.stdout and "default" in listed.stdout
+    assert re.search(rf"^{key_id} +ci-rotation ", listed.stdout, re.M) and "default" in listed.stdout
     assert new_key not in listed.stdout and store_server.admin_key not in listed.stdout
 
     # writes are attributed to the key that made them
@@ -100,7 +102,10 @@ def test_admin_keys_rotate(store_api: StoreApi, store_server: RunningStoreServer
     refused = _memsync(store_server, "store", "list", key=new_key)
     assert refused.returncode == 4 and "401" in refused.stderr
     again = _memsync(store_server, "store", "admin-key", "list")
-    assert f"{key_id}\tci-rotation" in again.stdout and "revoked" in again.stdout
+    assert re.search(rf"^{key_id} +ci-rotation .* revoked ", again.stdout, re.M)
+    items = json.loads(_memsync(store_server, "store", "admin-key", "list", "-o", "json").stdout)["items"]
+    assert {i["id"]: i["name"] for i in items}[key_id] == "ci-rotation"
+    assert all("key" not in i for i in items)
 
 
 def test_the_last_current_admin_key_cannot_be_revoked(fresh_store_server: RunningStoreServer) -> None:

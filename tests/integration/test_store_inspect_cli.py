@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import RunningStoreServer
 from memsync.client import errors
@@ -100,8 +101,8 @@ async def test_memories_is_a_tree_without_content(store_server: RunningStoreServ
     assert "2.0 KiB   mem_" in lines[-1]
     assert SECRET_CONTENT not in result.stdout
 
-    as_json = memsync(store_server, "memories", store_id, "--json", "--prefix", "/notes/")
-    items = [json.loads(line) for line in as_json.stdout.splitlines()]
+    as_json = memsync(store_server, "memories", store_id, "--json", "--prefix", "/notes/")  # = -o json
+    items = json.loads(as_json.stdout)["items"]
     assert [i["path"] for i in items] == ["/notes/deep/é.txt", "/notes/todo.md"]
     assert all("content" not in i for i in items)
     assert SECRET_CONTENT not in as_json.stdout
@@ -122,9 +123,8 @@ async def test_history_by_path_or_id_and_redact(store_server: RunningStoreServer
     assert [r[-2] for r in rows[1:]] == ["/clean.md", "/creds.md", "/creds.md"]
     assert all(r[3].startswith("apikey_") and r[-1] == "no" for r in rows[1:])
     assert SECRET_CONTENT not in by_path.stdout
-    versions = [
-        json.loads(line)
-        for line in memsync(store_server, "history", store_id, created.id, "--json").stdout.splitlines()
+    versions = json.loads(memsync(store_server, "history", store_id, created.id, "-o", "json").stdout)[
+        "items"
     ]
     assert [v["id"] for v in versions] == [r[0] for r in rows[1:]]
     assert versions[0]["id"] == head.memory_version_id
@@ -150,7 +150,10 @@ async def test_history_by_path_or_id_and_redact(store_server: RunningStoreServer
     assert f"VERSION_ID '{head.memory_version_id}'" in head_refused.stderr and "409" in head_refused.stderr
 
     unknown = memsync(store_server, "history", store_id, "/nowhere.md")
-    assert unknown.returncode == 3 and "MEMORY '/nowhere.md': no memory at this path" in unknown.stderr
+    assert (
+        unknown.returncode == 3
+        and "MEMORY '/nowhere.md': no memory, live or deleted, at this path" in unknown.stderr
+    )
 
 
 async def test_archive_then_delete(store_server: RunningStoreServer) -> None:
@@ -265,3 +268,60 @@ async def test_delete_asks_at_a_terminal_and_no_keeps_the_store(store_server: Ru
     async with store_server.admin_client() as admin:
         with pytest.raises(errors.NotFound):
             await admin.get_store(store_id)
+
+
+async def test_a_deleted_memory_is_listed_its_history_and_content_reachable_and_redactable(
+    store_server: RunningStoreServer,
+) -> None:
+    store_id = await make_store(store_server, {"/kept.md": "stays"})
+    async with store_server.admin_client() as admin:
+        leaked = await admin.create_memory(store_id, "/notes/leak.md", SECRET_CONTENT)
+        await admin.delete_memory(store_id, leaked.id)
+
+    # Not among the live memories; listed with --deleted, in every output format.
+    assert "leak.md" not in memsync(store_server, "memories", store_id).stdout
+    gone = memsync(store_server, "memories", store_id, "--deleted")
+    assert gone.returncode == 0, gone.stderr
+    rows = [line.split() for line in gone.stdout.splitlines()]
+    assert rows[0] == ["PATH", "DELETED", "BY", "MEMORY"]
+    assert [(r[0], r[-1]) for r in rows[1:]] == [("/notes/leak.md", leaked.id)]
+    data = json.loads(memsync(store_server, "memories", store_id, "--deleted", "-o", "json").stdout)
+    assert [(i["memory_id"], i["operation"]) for i in data["items"]] == [(leaked.id, "deleted")]
+    as_yaml = yaml.safe_load(memsync(store_server, "memories", store_id, "--deleted", "-o", "yaml").stdout)
+    assert as_yaml == data
+    assert SECRET_CONTENT not in gone.stdout
+
+    # Its history by its last path; a version's content with cat --version; then redacted for good.
+    history = json.loads(memsync(store_server, "history", store_id, "/notes/leak.md", "-o", "json").stdout)
+    ops = [(v["operation"], v["id"]) for v in history["items"]]
+    assert [op for op, _ in ops] == ["deleted", "created"]
+    written = ops[1][1]
+    shown = memsync(store_server, "cat", store_id, "--version", written)
+    assert shown.returncode == 0 and shown.stdout == SECRET_CONTENT
+    live_cat = memsync(store_server, "cat", store_id, "/notes/leak.md")
+    assert live_cat.returncode == 3 and "deleted; print one of its versions with --version" in live_cat.stderr
+    assert memsync(store_server, "redact", store_id, written, "--yes").returncode == 0
+    after = memsync(store_server, "cat", store_id, "--version", written)
+    assert after.returncode == 3 and f"--version '{written}': redacted at " in after.stderr
+    assert "Traceback" not in live_cat.stderr + after.stderr
+
+    # cat of a live memory, by path or id.
+    assert memsync(store_server, "cat", store_id, "/kept.md").stdout == "stays"
+    no_arg = memsync(store_server, "cat", store_id)
+    assert no_arg.returncode == 2 and "give MEMORY or --version" in no_arg.stderr
+
+
+async def test_listings_share_one_shape_and_have_wide_tables(store_server: RunningStoreServer) -> None:
+    store_id = await make_store(store_server, {"/a.md": "abc"})
+    listed = json.loads(memsync(store_server, "list", "-o", "json").stdout)
+    assert store_id in [s["id"] for s in listed["items"]]
+    wide = memsync(store_server, "list", "-o", "wide").stdout.splitlines()
+    assert wide[0].split() == ["ID", "NAME", "CREATED", "ARCHIVED", "UPDATED", "DESCRIPTION"]
+    assert any(line.startswith(store_id) and "for the admin CLI" in line for line in wide)
+    memories = memsync(store_server, "memories", store_id, "-o", "wide").stdout.splitlines()
+    assert memories[0].split() == ["PATH", "SIZE", "SHA256", "UPDATED", "MEMORY"]
+    assert memories[1].startswith("/a.md ")
+    history = memsync(store_server, "history", store_id, "/a.md", "-o", "wide").stdout.splitlines()
+    assert history[0].split()[-1] == "MEMORY" and len(history[1].split()[6]) == 64  # the whole hash
+    clash = memsync(store_server, "list", "--json", "-o", "yaml")
+    assert clash.returncode == 2 and "--json is -o json" in clash.stderr

@@ -509,7 +509,7 @@ async def test_oversized_file_is_refused_until_it_changes(h: Harness, caplog_age
     await h.sync()
     remote = await h.remote()
     assert "big.md" not in remote and remote["ok.md"] == "fine"  # other files keep syncing
-    assert paths_of(logged(caplog_agent, messages.REFUSED)) == ["/big.md"]  # warned once
+    assert paths_of(logged(caplog_agent, messages.LOCAL_REFUSED)) == ["/big.md"]  # warned once
     assert h.state().refused_shas["big.md"] == content_sha256("x" * 102_401)
     h.write("big.md", "small now")
     await h.sync()
@@ -522,7 +522,7 @@ async def test_non_utf8_file_is_refused_and_kept(h: Harness, caplog_agent) -> No
     await h.sync()
     assert "bin.dat" not in await h.remote()
     assert (h.root / "bin.dat").read_bytes() == b"\xff\xfe\x00binary"
-    assert paths_of(logged(caplog_agent, messages.REFUSED)) == ["/bin.dat"]
+    assert paths_of(logged(caplog_agent, messages.LOCAL_REFUSED)) == ["/bin.dat"]
 
 
 async def test_create_racing_a_remote_create_of_the_same_content_is_adopted(h: Harness) -> None:

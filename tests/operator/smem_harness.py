@@ -601,7 +601,7 @@ MOUNTED = json.dumps(
 )
 
 
-def flushed(complete: bool = True, **per_store: dict[str, int]) -> str:
+def flushed(complete: bool = True, **per_store: dict[str, int | list[str]]) -> str:
     """A final flush report; by default a complete one: 4 uploads and 1 delete in memstore_01aa."""
     stores = per_store or {
         "memstore_01aa": {"uploaded": 4, "deleted": 1, "conflicts": 0, "refused": 0, "unsent": 0},

@@ -413,6 +413,28 @@ def test_success_needs_a_clean_exit_and_a_complete_flush() -> None:
     assert status["lastSyncTime"] == "2026-01-01T12:30:00Z"
 
 
+def test_a_complete_flush_with_refused_files_says_they_never_reached_the_store() -> None:
+    message = flushed(
+        True,
+        memstore_01aa={
+            "uploaded": 1,
+            "deleted": 0,
+            "conflicts": 0,
+            "refused": 2,
+            "unsent": 0,
+            "refused_paths": ["big.md", "notes/blob.bin"],
+        },
+    )
+    status = derive(ended_pod(0, message))
+    assert summary(status) == ("Succeeded", "SessionSucceeded", "True", "True", "FlushComplete")
+    assert cond(status, "Flushed")["message"].endswith(
+        "refused 2, unsent 0 across 1 store; "
+        "2 refused files never reached the store (/big.md, /notes/blob.bin)"
+    )
+    assert status["stores"][0]["refused"] == 2
+    assert status["stores"][0]["refusedPaths"] == ["big.md", "notes/blob.bin"]
+
+
 def test_an_incomplete_flush_fails_the_session_and_names_the_stores() -> None:
     message = flushed(
         False,

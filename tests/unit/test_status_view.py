@@ -164,6 +164,18 @@ def test_ended_sessions_say_whether_the_final_flush_saved_everything() -> None:
     assert summary.phase == "Succeeded"
     assert set(healths(summary).values()) == {view.FLUSHED}
 
+    report["stores"][NOTES]["refused"] = 2  # type: ignore[index]  # files the flush could not send
+    with_refused = pod(
+        "Succeeded",
+        [terminated("memsync-mount", 0, MOUNTED), terminated("memsync-sync", 0, json.dumps(report))],
+        [terminated("sandbox", 0)],
+    )
+    summary = view.summarize(
+        smem("s", st.derive_status(None, with_refused, stores=STORES, generation=1, now=T0))
+    )
+    assert summary.phase == "Succeeded"
+    assert healths(summary) == {PREFS: view.FLUSHED, NOTES: view.REFUSED}
+
     refused = st.refusal_status(
         None, reason=st.SECRET_NOT_FOUND, message="no Secret work", stores=STORES, generation=1, now=T0
     )
@@ -211,6 +223,9 @@ def test_the_list_is_a_kubectl_like_table() -> None:
     # Columns line up: every header starts where its cells start.
     assert lines[1].index("Running") == lines[0].index("PHASE") == lines[2].index("Pending")
     assert "NAMESPACE" not in view.render_list(rows, now=NOW, all_namespaces=False)
+    wide = view.render_list(rows, now=NOW, all_namespaces=False, wide=True).splitlines()
+    assert wide[0].split()[-3:] == ["REFUSED", "SESSION", "POD"]
+    assert wide[1].split()[-3] == "0" and wide[2].split()[-3:] == ["0", "sesn_01", "<none>"]  # no Pod yet
 
 
 def test_the_detail_shows_stores_conditions_pod_and_recent_events_but_no_secret() -> None:

@@ -109,6 +109,7 @@ def test_the_store_group_lists_every_command_and_loads_each() -> None:
         "admin-key",
         "archive",
         "backup",
+        "cat",
         "create",
         "delete",
         "export",

@@ -32,10 +32,13 @@ def open_and_scan(
 
 
 def warn_blocked(ctx: StoreContext, result: ScanResult) -> None:
-    """Once per entry: what the scan found that never syncs (symlinks, FIFOs...) or could not read."""
+    """Once per entry: what the scan found that never syncs (symlinks, FIFOs..., names that cannot be memory
+    paths) or could not read."""
     for rel, why in sorted(result.blocked.items()):
         if rel in result.unreadable:  # retried every pass; counted while it lasts
             ctx.warn_once(messages.UNREADABLE, rel, why, reason=result.unreadable[rel])
+        elif rel in result.unsyncable:
+            ctx.warn_once(messages.BAD_NAME, rel, why, reason=result.unsyncable[rel])
         else:
             ctx.warn_once(messages.NOT_REGULAR, rel, why, kind=why)
 

@@ -38,6 +38,10 @@ UPLOAD_LOST: Final = (
     "memory changed both locally and remotely; the upload was refused and the local edit loses"
 )
 REFUSED: Final = "the server rejected this memory file, so it stays un-synced until its content changes"
+LOCAL_REFUSED: Final = (
+    "this file cannot be a memory (over the size limit or not UTF-8 text), so it stays un-synced until its "
+    "content changes"
+)
 UPLOAD_FAILED: Final = "failed to upload memory"
 
 # --- shutdown (docs/sync-semantics.md#sync-flush-and-the-final-shutdown) ----------------------------------
@@ -55,6 +59,10 @@ READ_ONLY_LOCAL_EDIT: Final = (
 )
 NOT_REGULAR: Final = (
     "not a regular file (symlink, FIFO, device or socket); leaving it alone and not syncing it"
+)
+BAD_NAME: Final = (
+    "file name cannot be a memory path (not UTF-8, too long, or a character memory paths refuse); leaving it "
+    "alone and not syncing it"
 )
 UNSAFE_REMOTE_PATH: Final = "memory path cannot be mapped safely into the store folder; skipping it"
 PATH_TAKEN: Final = "the memory's path is held by another memory in the store; the next sync reconciles it"

@@ -4,8 +4,10 @@ It starts an embedded store server (uvicorn on a background thread, SQLite under
 store exists (found by name, so every run reuses it), mints a session for it, mounts the store into
 ``<dir>/mnt/memory/<slug>/`` with the sync agent's own ``mount``, and runs the agent's own ``sync`` loop with
 a short interval and a status line on stderr. Ctrl-C (SIGINT) or SIGTERM runs the agent's final shutdown
-(final sync, then the push-only flush), removes the folders this command created, stops the server, and
-prints where the store lives and how to look at it.
+(final sync, then the push-only flush), moves the files the store did not take (refused, or a local edit that
+lost a conflict) under ``DIR/refused/`` and ``DIR/conflicts/`` (``memsync.cli.dev_keep``), removes the folders
+this command created, stops the server, and prints where the store lives, what was kept and how to look at it.
+The exit code is 7 (partial) when files were moved aside, 1 when the flush left changed files unsent.
 
 Nothing here is a second implementation of the agent: ``memsync.agent.commands.mount`` and ``run_sync`` do the
 work, with an ordinary configuration whose mount path and state directory sit under ``--dir`` (no test-only
@@ -34,16 +36,20 @@ import uvicorn
 
 from memsync.agent.commands import EXIT_OK, AgentFailure, mount, run_sync
 from memsync.agent.config import AgentConfig, ConfigError, load_config
+from memsync.agent.localfs import open_root
+from memsync.agent.scan import HashCache, scan
 from memsync.agent.state import load_state, lock_file, remove_state
 from memsync.api.constants import MARKER_FILENAME
 from memsync.api.hashing import marker_text, sha256_bytes
 from memsync.api.models import Memory, MemoryStore, MemoryStoreResource
-from memsync.cli.dev_status import ClearStatusFirst, StatusLine, format_status, read_counts
-from memsync.cli.failures import CliError
+from memsync.cli.dev_keep import Kept, describe, move_aside, plan_keep
+from memsync.cli.dev_status import ClearStatusFirst, DevNumbers, StatusLine, format_status, read_counts
+from memsync.cli.failures import CliError, ExitCode
 from memsync.cli.store_admin import load_or_create_key_file
 from memsync.cli.store_serve import bind
 from memsync.client import StoreClient
 from memsync.client import errors as store_errors
+from memsync.contracts.env import CONFLICT_POLICIES
 from memsync.server import create_app
 from memsync.server.protocol import uvicorn_config
 
@@ -156,6 +162,7 @@ class DevRun:
     port: int
     interval: float
     flush_timeout: float
+    conflict_policy: str = "storeWins"
 
     @property
     def db_path(self) -> Path:
@@ -183,6 +190,7 @@ def _agent_config(run: DevRun, store: MemoryStore, slug: str, secret: str, base_
             ],
             interval=run.interval,
             flush_timeout=run.flush_timeout,
+            conflict_policy=run.conflict_policy,
             state_dir=str(run.state_dir),
             base_url=base_url,
             work_secret=secret,
@@ -221,6 +229,7 @@ async def _main(run: DevRun, status: StatusLine) -> int:
     config: AgentConfig | None = None
     store: MemoryStore | None = None
     code = 1
+    kept: list[Kept] = []
     try:
         async with StoreClient(server.url, api_key=admin_key) as admin:
             store, created = await ensure_demo_store(admin)
@@ -242,7 +251,9 @@ async def _main(run: DevRun, status: StatusLine) -> int:
         click.echo("memsync dev: edit the files there; Ctrl-C runs the final sync and cleans up", err=True)
         code = await _sync_with_status(config, store, stop, status)
         status.clear()
-        _cleanup(config, folder, store.id, code)
+        kept = await asyncio.to_thread(_cleanup, config, folder, store.id, code, run.base)
+        if kept and code == EXIT_OK:
+            code = ExitCode.PARTIAL
         return code
     except AgentFailure as exc:
         status.clear()
@@ -253,7 +264,7 @@ async def _main(run: DevRun, status: StatusLine) -> int:
             loop.remove_signal_handler(sig)
         await asyncio.to_thread(server.stop)
         status.clear()
-        _print_where(run, store, code)
+        _print_where(run, store, code, kept)
 
 
 async def _environment_main(run: DevRun) -> int:
@@ -311,11 +322,14 @@ async def _sync_with_status(
     def on_ready(agent: Any, _server: Any) -> None:
         agents.append(agent)
 
+    def counts() -> DevNumbers:
+        return read_counts(agents[0], store.id, _pending_since(config, store.id), config.delete_window)
+
     async def refresh() -> None:
         while True:
             if agents:
-                counts = read_counts(agents[0], store.id)
-                status.show(format_status(store.name, counts, time.time(), status.tty))
+                now = await asyncio.to_thread(counts)
+                status.show(format_status(store.name, now, time.time(), status.tty))
             await asyncio.sleep(STATUS_REFRESH_S)
 
     ticker = asyncio.create_task(refresh())
@@ -326,24 +340,55 @@ async def _sync_with_status(
         with contextlib.suppress(asyncio.CancelledError):
             await ticker
         if agents:  # the last numbers, final shutdown included
-            status.show(format_status(store.name, read_counts(agents[0], store.id), time.time(), status.tty))
+            status.show(format_status(store.name, counts(), time.time(), status.tty))
 
 
-def _cleanup(config: AgentConfig, folder: Path, store_id: str, code: int) -> None:
-    """Remove the folders this command created, unless something would be lost by doing so."""
+def _keep_aside(config: AgentConfig, folder: Path, store_id: str, base: Path) -> list[Kept] | None:
+    """Move what the store did not take out of the folder; None when the folder cannot be read as ours."""
+    state = load_state(config.state_path, store_id)
+    if state is None:
+        return None
+    try:
+        root = open_root(folder, state.root_id)
+    except OSError:
+        return None
+    try:
+        result = scan(root, store_id, HashCache())
+    finally:
+        root.close()
+    plan = plan_keep(result.files, state.baseline, state.refused_shas, result.blocked)
+    return move_aside(folder, base, plan)
+
+
+def _pending_since(config: AgentConfig, store_id: str) -> list[float]:
+    """When each local deletion still waiting for its confirmation window was first seen (saved state)."""
+    try:
+        state = load_state(config.state_path, store_id)
+    except (OSError, ValueError):
+        return []  # being replaced right now: the next refresh reads it
+    return list(state.pending_deletes.values()) if state is not None else []
+
+
+def _cleanup(config: AgentConfig, folder: Path, store_id: str, code: int, base: Path) -> list[Kept]:
+    """Move aside what the store did not take, then remove the folders this command created, unless
+    something would be lost by doing so. Returns what was moved aside."""
     if code != EXIT_OK:
         logger.warning(
             "the final flush left changed files unsent; keeping the store folder and its state so the next "
             "memsync dev run resumes and pushes them",
             extra={"path": str(folder)},
         )
-        return
+        return []
     if not _marker_ok(folder, store_id) and _has_files(folder):
         logger.warning(
             "the store folder's marker file is missing or does not match; keeping the folder as found",
             extra={"path": str(folder)},
         )
-        return
+        return []
+    kept = _keep_aside(config, folder, store_id, base)
+    if kept is None:
+        logger.warning("cannot scan the store folder; keeping it as found", extra={"path": str(folder)})
+        return []
     with contextlib.suppress(FileNotFoundError):
         shutil.rmtree(folder)  # fd-based on Linux: never follows a symlink inside
     remove_state(config.state_path, store_id)
@@ -352,12 +397,14 @@ def _cleanup(config: AgentConfig, folder: Path, store_id: str, code: int) -> Non
     for empty in (folder.parent, folder.parent.parent, config.state_path):
         with contextlib.suppress(OSError):
             empty.rmdir()  # only if empty
+    return kept
 
 
-def _print_where(run: DevRun, store: MemoryStore | None, code: int) -> None:
+def _print_where(run: DevRun, store: MemoryStore | None, code: int, kept: list[Kept]) -> None:
     lines = [
         "",
         f"memsync dev stopped (exit {code}). The store lives on in {run.db_path}",
+        *describe(kept),
         f"  admin key file: {run.key_path}",
         f"  API (while a server runs): http://127.0.0.1:{run.port}",
         "  serve it again:   memsync store serve --db "
@@ -403,15 +450,33 @@ def _print_where(run: DevRun, store: MemoryStore | None, code: int) -> None:
     help="Seconds for each shutdown pass (final sync, then flush).",
 )
 @click.option(
+    "--conflict-policy",
+    type=click.Choice(CONFLICT_POLICIES),
+    default="storeWins",
+    show_default=True,
+    help="A local edit that loses to a change in the store: storeWins (the store's version replaces it) or "
+    "keepLocalCopy (the local version is kept beside it as a conflict copy, which syncs as a new file), as "
+    "a SessionMemory's spec.conflictPolicy.",
+)
+@click.option(
     "--environment",
     is_flag=True,
     help="Instead: run a self-hosted environment's flow once (a scripted session writes a memory through "
     "memsync session run, the sidecar flushes it, the work item stops) and exit.",
 )
-def dev(base: Path, port: int, interval: float, flush_timeout: float, environment: bool) -> None:
+def dev(
+    *, base: Path, port: int, interval: float, flush_timeout: float, conflict_policy: str, environment: bool
+) -> None:
     """Run the whole lifecycle on this machine: an embedded store server, a demo store, a folder under
-    DIR/mnt/memory/ kept in two-way sync. Ctrl-C runs the final sync and flush, then removes the folder."""
-    run = DevRun(base=base.resolve(), port=port, interval=interval, flush_timeout=flush_timeout)
+    DIR/mnt/memory/ kept in two-way sync. Ctrl-C runs the final sync and flush, moves the files the store
+    did not take under DIR/refused/ and DIR/conflicts/ (exit 7 if any), then removes the folder."""
+    run = DevRun(
+        base=base.resolve(),
+        port=port,
+        interval=interval,
+        flush_timeout=flush_timeout,
+        conflict_policy=conflict_policy,
+    )
     if environment:
         sys.exit(asyncio.run(_environment_main(run)))
     status = StatusLine(sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import IO, Any, get_args
 
@@ -62,10 +63,18 @@ class DevNumbers:
     downloads: int = 0
     conflicts: int = 0
     deletes: int = 0
+    refused: int = 0
+    unreadable: int = 0
+    pending: int = 0  # local deletions waiting for their confirmation window
+    pending_due: float | None = None  # when the first of them is confirmed (Unix time)
 
 
-def read_counts(agent: Any, store_id: str) -> DevNumbers:
-    """The running agent's numbers, from its Prometheus registry (passes exclude the mount)."""
+def read_counts(
+    agent: Any, store_id: str, pending_since: Iterable[float] = (), window: float = 0.0
+) -> DevNumbers:
+    """The running agent's numbers, from its Prometheus registry (passes exclude the mount);
+    ``pending_since``: when each local deletion still waiting was first seen (the saved state's), and
+    ``window`` the confirmation window it waits for."""
     registry = agent.metrics.registry
 
     def value(name: str, **labels: str) -> float:
@@ -73,6 +82,7 @@ def read_counts(agent: Any, store_id: str) -> DevNumbers:
 
     passes = sum(int(value("memsync_sync_passes_total", outcome=o)) for o in _OUTCOMES)
     last = value("memsync_last_successful_pass_timestamp_seconds")
+    since = list(pending_since)
     return DevNumbers(
         passes=passes,
         last_sync=last or None,
@@ -80,6 +90,10 @@ def read_counts(agent: Any, store_id: str) -> DevNumbers:
         downloads=int(value("memsync_downloads_total")),
         conflicts=int(value("memsync_conflicts_total")),
         deletes=int(value("memsync_remote_deletes_total")),
+        refused=int(value("memsync_refused_paths")),
+        unreadable=int(value("memsync_unreadable_files")),
+        pending=len(since),
+        pending_due=min(since) + window if since else None,
     )
 
 
@@ -92,8 +106,13 @@ def format_status(name: str, counts: DevNumbers, now: float, tty: bool) -> str:
     else:
         ago = max(0, int(now - counts.last_sync))
         last = time.strftime("%H:%M:%S", time.localtime(counts.last_sync)) + (f" ({ago}s ago)" if tty else "")
+    deletes = f"deletes {counts.deletes}"
+    if counts.pending and counts.pending_due is not None:
+        left = max(0, int(counts.pending_due - now + 0.999))
+        deletes += f" (+{counts.pending} pending, confirmed in {left}s)"
     text = (
         f"memsync dev: {name}: passes {counts.passes}, last sync {last}, uploads {counts.uploads}, "
-        f"downloads {counts.downloads}, deletes {counts.deletes}, conflicts {counts.conflicts}"
+        f"downloads {counts.downloads}, {deletes}, conflicts {counts.conflicts}, refused {counts.refused}, "
+        f"unreadable {counts.unreadable}"
     )
     return text + (" | Ctrl-C to stop" if tty else "")

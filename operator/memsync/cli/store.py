@@ -2,7 +2,7 @@
 
 ``serve``, ``backup`` and ``restore`` (``memsync.cli.store_serve``) run the server and work on its SQLite
 file; ``create``, ``list``, ``token`` and ``admin-key`` (``store_admin``), ``import`` and ``export``
-(``store_transfer``) and ``show``, ``delete``, ``archive``, ``memories``, ``history`` and ``redact``
+(``store_transfer``) and ``show``, ``delete``, ``archive``, ``memories``, ``history``, ``cat`` and ``redact``
 (``store_inspect``) talk to a running server with the store client and the admin key. Each module is
 imported only when one of its commands runs, so the admin commands never load the server.
 """
@@ -37,6 +37,11 @@ COMMANDS: Final = {
         "backup",
         "Copy the SQLite database to DESTINATION while the server keeps running (SQLite's online backup).",
     ),
+    "cat": Lazy(
+        _INSPECT,
+        "cat",
+        "Print a memory's content: MEMORY (its id or path), or one version of it with --version.",
+    ),
     "create": Lazy(_ADMIN, "create", "Create a memory store; print its id."),
     "delete": Lazy(
         _INSPECT,
@@ -56,7 +61,7 @@ COMMANDS: Final = {
     "memories": Lazy(
         _INSPECT,
         "memories",
-        "A store's memories as a tree, with sizes and memory ids (--json: one memory per line, no content).",
+        "A store's memories as a tree, with sizes and memory ids (-o json|yaml: no content).",
     ),
     "redact": Lazy(
         _INSPECT,

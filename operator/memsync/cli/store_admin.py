@@ -16,8 +16,9 @@ from typing import Any, TypeVar
 
 import click
 
-from memsync.api.models import MemoryStoreResource
+from memsync.api.models import MemoryStore, MemoryStoreResource
 from memsync.cli.failures import store_failure
+from memsync.cli.output import dump, is_data, listing, output_options, table, timestamp
 from memsync.cli.params import ID, check_url
 from memsync.client import StoreClient, errors
 
@@ -117,22 +118,31 @@ def create(
     run_with_client(url, admin_key_file, work)
 
 
+def render_stores(stores: list[MemoryStore], *, wide: bool) -> str:
+    headers = ["ID", "NAME", "CREATED", "ARCHIVED"] + (["UPDATED", "DESCRIPTION"] if wide else [])
+    rows = [
+        [s.id, s.name, timestamp(s.created_at), timestamp(s.archived_at) if s.archived_at else "no"]
+        + ([timestamp(s.updated_at), s.description or "-"] if wide else [])
+        for s in stores
+    ]
+    return table(headers, rows)
+
+
 @click.command("list")
 @click.option("--include-archived", is_flag=True)
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@output_options
 @admin_options
-def list_(*, include_archived: bool, as_json: bool, url: str, admin_key_file: Path | None) -> None:
+def list_(*, include_archived: bool, output: str, url: str, admin_key_file: Path | None) -> None:
     """List memory stores (newest first)."""
 
-    async def work(client: StoreClient) -> None:
-        async for item in client.list_stores(include_archived=include_archived, limit=100):
-            if as_json:
-                click.echo(item.model_dump_json())
-            else:
-                archived = "  (archived)" if item.archived_at else ""
-                click.echo(f"{item.id}\t{item.name}\t{item.created_at.isoformat()}{archived}")
+    async def work(client: StoreClient) -> list[MemoryStore]:
+        return [s async for s in client.list_stores(include_archived=include_archived, limit=100)]
 
-    run_with_client(url, admin_key_file, work)
+    stores = run_with_client(url, admin_key_file, work)
+    if is_data(output):
+        click.echo(dump(listing(s.model_dump(mode="json") for s in stores), output))
+    else:
+        click.echo(render_stores(stores, wide=output == "wide"))
 
 
 # --- token ----------------------------------------------------------------------------------------------
@@ -232,13 +242,25 @@ def admin_key_create(*, name: str, url: str, admin_key_file: Path | None) -> Non
 
 
 @admin_key.command("list")
+@output_options
 @admin_options
-def admin_key_list(*, url: str, admin_key_file: Path | None) -> None:
+def admin_key_list(*, output: str, url: str, admin_key_file: Path | None) -> None:
     """List admin keys (ids and names; never the keys)."""
     listed = run_with_client(url, admin_key_file, lambda c: c.admin_keys("GET"))
-    for row in listed["data"]:
-        state = f"revoked {row['revoked_at']}" if row["revoked_at"] else "current"
-        click.echo(f"{row['id']}\t{row['name']}\t{row['created_at']}\t{state}")
+    rows = [row for row in listed["data"] if isinstance(row, dict)]
+    if is_data(output):
+        click.echo(dump(listing({k: v for k, v in row.items() if k != "key"} for row in rows), output))
+        return
+    states = [f"revoked {row['revoked_at']}" if row["revoked_at"] else "current" for row in rows]
+    click.echo(
+        table(
+            ["ID", "NAME", "CREATED", "STATE"],
+            [
+                [row["id"], row["name"], row["created_at"], state]
+                for row, state in zip(rows, states, strict=True)
+            ],
+        )
+    )
 
 
 @admin_key.command("revoke")

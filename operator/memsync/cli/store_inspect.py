@@ -1,9 +1,12 @@
-"""``memsync store show|delete|archive|memories|history|redact``: look into a store and manage it over HTTP.
+"""``memsync store show|delete|archive|memories|history|cat|redact``: look into a store and manage it.
 
-Each command talks to the server with the store client and the admin key (see ``memsync.cli.store``), has
-``--json`` for scripts (one object, or one object per line for listings, as ``store list``), and names the
-argument a refusal is about. Memory content is never printed: listings use the API's ``basic`` view. The
-destructive commands (``delete``, ``redact``) ask first, or need ``--yes`` when stdin is not a terminal.
+Each command talks to the server with the store client and the admin key (see ``memsync.cli.store``) and
+names the argument a refusal is about. The single-object commands have ``--json``; the listings
+(``memories``, ``history``) have ``-o table|wide|json|yaml`` (``memsync.cli.output``: one ``{"items": [...]}``
+document). Only ``cat`` prints memory content: the listings use the API's ``basic`` view. Deleted memories
+stay reachable: ``memories --deleted`` lists them (from their ``deleted`` versions), and ``history``,
+``cat --version`` and ``redact`` take their ids (or their last path). The destructive commands (``delete``,
+``redact``) ask first, or need ``--yes`` when stdin is not a terminal.
 """
 
 from __future__ import annotations
@@ -13,15 +16,15 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import click
 from pydantic import BaseModel
 
 from memsync.api.models import Memory, MemoryStore, MemoryVersion
 from memsync.cli.failures import CliError, ExitCode, store_exit_code
+from memsync.cli.output import dump, is_data, listing, output_options, table, timestamp
 from memsync.cli.params import ID, MEMORY_REF
 from memsync.cli.store_admin import admin_options, run_with_client
 from memsync.client import StoreClient, errors
@@ -41,10 +44,6 @@ def human_size(n: int) -> str:
             return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")
-
-
-def _time(value: datetime | None) -> str:
-    return value.strftime("%Y-%m-%dT%H:%M:%SZ") if value is not None else "-"
 
 
 @dataclass
@@ -98,24 +97,60 @@ def actor(version: MemoryVersion) -> str:
     return "-"
 
 
-def render_history(versions: Sequence[MemoryVersion]) -> str:
+def render_history(versions: Sequence[MemoryVersion], *, wide: bool = False) -> str:
+    """Versions as a table; ``wide``: the whole hash and the memory id too."""
     headers = ["VERSION", "OPERATION", "CREATED", "BY", "SIZE", "SHA256", "PATH", "REDACTED"]
     rows = [
         [
             v.id,
             v.operation,
-            _time(v.created_at),
+            timestamp(v.created_at),
             actor(v),
             human_size(v.content_size_bytes) if v.content_size_bytes is not None else "-",
-            (v.content_sha256 or "-")[:12],
+            (v.content_sha256 or "-") if wide else (v.content_sha256 or "-")[:12],
             v.path or "-",
-            _time(v.redacted_at) if v.redacted_at else "no",
+            timestamp(v.redacted_at) if v.redacted_at else "no",
         ]
         for v in versions
     ]
-    grid = [headers, *rows]
-    widths = [max(len(r[i]) for r in grid) for i in range(len(headers))]
-    return "\n".join("   ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in grid)
+    if wide:
+        headers.append("MEMORY")
+        for v, row in zip(versions, rows, strict=True):
+            row.append(v.memory_id)
+    return table(headers, rows)
+
+
+def render_memories(memories: Sequence[Memory]) -> str:
+    """``memories -o wide``: one row per memory, with its hash and last update."""
+    rows = [
+        [m.path, human_size(m.content_size_bytes), m.content_sha256[:12], timestamp(m.updated_at), m.id]
+        for m in sorted(memories, key=lambda m: m.path.encode("utf-8"))
+    ]
+    return table(["PATH", "SIZE", "SHA256", "UPDATED", "MEMORY"], rows)
+
+
+def render_deleted(deletions: Sequence[MemoryVersion], *, wide: bool = False) -> str:
+    """``memories --deleted``: each deleted memory's last path, when and by whom it was deleted."""
+    headers = ["PATH", "DELETED", "BY", "MEMORY"] + (["DELETION VERSION"] if wide else [])
+    rows = [
+        [v.path or "-", timestamp(v.created_at), actor(v), v.memory_id] + ([v.id] if wide else [])
+        for v in deletions
+    ]
+    return table(headers, rows)
+
+
+def deleted_only(
+    deletions: Sequence[MemoryVersion], live: set[str], prefix: str | None
+) -> list[MemoryVersion]:
+    """The memories deleted for good, by their newest ``deleted`` version (``deletions``: newest first): one
+    per memory id, none still live, only paths below ``prefix``."""
+    found: dict[str, MemoryVersion] = {}
+    for version in deletions:
+        if version.memory_id in live or version.memory_id in found:
+            continue
+        if prefix is None or (version.path or "").startswith(prefix):
+            found[version.memory_id] = version
+    return list(found.values())
 
 
 def render_store(store: MemoryStore, memories: int, total_bytes: int) -> str:
@@ -124,9 +159,9 @@ def render_store(store: MemoryStore, memories: int, total_bytes: int) -> str:
         ("id", store.id),
         ("name", store.name),
         ("description", store.description or "-"),
-        ("created", _time(store.created_at)),
-        ("updated", _time(store.updated_at)),
-        ("archived", _time(store.archived_at) if store.archived_at else "no"),
+        ("created", timestamp(store.created_at)),
+        ("updated", timestamp(store.updated_at)),
+        ("archived", timestamp(store.archived_at) if store.archived_at else "no"),
         ("metadata", metadata),
         ("memories", f"{memories} ({human_size(total_bytes)})"),
     ]
@@ -162,6 +197,20 @@ def emit(model: BaseModel, as_json: bool, text: str, extra: dict[str, Any] | Non
         click.echo(text)
         return
     click.echo(json.dumps({**model.model_dump(mode="json", exclude={"content"}), **(extra or {})}))
+
+
+def print_items(models: Sequence[BaseModel], output: str) -> None:
+    """API objects as one json or yaml listing, never with their content."""
+    click.echo(dump(listing(m.model_dump(mode="json", exclude={"content"}) for m in models), output))
+
+
+async def deleted_memories(
+    client: StoreClient, store_id: str, prefix: str | None = None
+) -> list[MemoryVersion]:
+    """Deleted memories, newest deletion first, as their ``deleted`` versions (no content)."""
+    live = {m.id for m in await all_memories(client, store_id)}
+    listed = client.list_versions(store_id, operation="deleted", view="basic", limit=PAGE)
+    return deleted_only([v async for v in listed], live, prefix)
 
 
 async def all_memories(
@@ -235,7 +284,7 @@ def archive(*, store_id: str, as_json: bool, url: str, admin_key_file: Path | No
     async def work(client: StoreClient) -> None:
         with about("STORE_ID", store_id):
             info = await client.archive_store(store_id)
-        emit(info, as_json, f"archived {info.id} at {_time(info.archived_at)}")
+        emit(info, as_json, f"archived {info.id} at {timestamp(info.archived_at)}")
 
     run_with_client(url, admin_key_file, work)
 
@@ -243,27 +292,41 @@ def archive(*, store_id: str, as_json: bool, url: str, admin_key_file: Path | No
 @click.command()
 @store_id_argument
 @click.option("--prefix", default=None, help="Only the memories below this folder (ends in /, e.g. /notes/).")
-@json_option
+@click.option(
+    "--deleted",
+    is_flag=True,
+    help="The deleted memories instead: each one's last path, when and by whom, and its id (for history, "
+    "cat --version and redact).",
+)
+@output_options
 @admin_options
 def memories(
-    *, store_id: str, prefix: str | None, as_json: bool, url: str, admin_key_file: Path | None
+    *, store_id: str, prefix: str | None, deleted: bool, output: str, url: str, admin_key_file: Path | None
 ) -> None:
-    """A store's memories as a tree, with sizes and memory ids (--json: one memory per line, no content)."""
+    """A store's memories as a tree, with sizes and memory ids (-o json|yaml: no content)."""
 
     async def work(client: StoreClient) -> None:
         with about("STORE_ID" if prefix is None else "--prefix", store_id if prefix is None else prefix):
-            found = await all_memories(client, store_id, prefix)
-        if as_json:
-            for memory in found:
-                click.echo(memory.model_dump_json(exclude={"content"}))
+            found: Sequence[BaseModel] = (
+                await deleted_memories(client, store_id, prefix)
+                if deleted
+                else await all_memories(client, store_id, prefix)
+            )
+        if is_data(output):
+            print_items(found, output)
+        elif deleted:
+            click.echo(render_deleted(cast(list[MemoryVersion], found), wide=output == "wide"))
+        elif output == "wide":
+            click.echo(render_memories(cast(list[Memory], found)))
         else:
-            click.echo(render_tree(store_id + (f" {prefix}" if prefix else ""), found))
+            click.echo(render_tree(store_id + (f" {prefix}" if prefix else ""), cast(list[Memory], found)))
 
     run_with_client(url, admin_key_file, work)
 
 
 async def resolve_memory(client: StoreClient, store_id: str, memory: str) -> str:
-    """A memory id from MEMORY: an id as given, or the id of the memory at a path (``/...``)."""
+    """A memory id from MEMORY: an id as given, or the id of the memory at a path (``/...``): the live one,
+    else the one deleted last at that path."""
     if not memory.startswith("/"):
         return memory
     folder = memory.rsplit("/", 1)[0] + "/"
@@ -271,9 +334,12 @@ async def resolve_memory(client: StoreClient, store_id: str, memory: str) -> str
         for item in await all_memories(client, store_id, folder, depth=1):
             if item.path == memory:
                 return item.id
+        for gone in await deleted_memories(client, store_id, folder):
+            if gone.path == memory:
+                return gone.memory_id
     raise CliError(
-        f"MEMORY {memory!r}: no memory at this path in {store_id} (a deleted memory's history needs its "
-        "id, mem_...; `memsync store memories` lists the ids)",
+        f"MEMORY {memory!r}: no memory, live or deleted, at this path in {store_id} "
+        "(`memsync store memories` and `memsync store memories --deleted` list them)",
         ExitCode.NOT_FOUND,
     )
 
@@ -281,10 +347,11 @@ async def resolve_memory(client: StoreClient, store_id: str, memory: str) -> str
 @click.command()
 @store_id_argument
 @click.argument("memory", metavar="MEMORY", type=MEMORY_REF)
-@json_option
+@output_options
 @admin_options
-def history(*, store_id: str, memory: str, as_json: bool, url: str, admin_key_file: Path | None) -> None:
-    """A memory's versions, newest first. MEMORY is its id (mem_...) or its path (/notes/todo.md)."""
+def history(*, store_id: str, memory: str, output: str, url: str, admin_key_file: Path | None) -> None:
+    """A memory's versions, newest first. MEMORY is its id (mem_...) or its path (/notes/todo.md); a
+    deleted memory's too."""
 
     async def work(client: StoreClient) -> None:
         memory_id = await resolve_memory(client, store_id, memory)
@@ -294,13 +361,63 @@ def history(*, store_id: str, memory: str, as_json: bool, url: str, admin_key_fi
             ]
         if not versions:
             raise CliError(f"MEMORY {memory!r}: no versions in {store_id}", ExitCode.NOT_FOUND)
-        if as_json:
-            for version in versions:
-                click.echo(version.model_dump_json(exclude={"content"}))
+        if is_data(output):
+            print_items(versions, output)
         else:
-            click.echo(render_history(versions))
+            click.echo(render_history(versions, wide=output == "wide"))
 
     run_with_client(url, admin_key_file, work)
+
+
+@click.command()
+@store_id_argument
+@click.argument("memory", metavar="MEMORY", type=MEMORY_REF, required=False)
+@click.option(
+    "--version",
+    "version_id",
+    type=ID,
+    default=None,
+    help="Print this version's content instead (memver_..., from `store history`): also of a deleted memory.",
+)
+@admin_options
+def cat(
+    *, store_id: str, memory: str | None, version_id: str | None, url: str, admin_key_file: Path | None
+) -> None:
+    """Print a memory's content: MEMORY (its id or path), or one version of it with --version."""
+    if (memory is None) == (version_id is None):
+        raise click.UsageError("give MEMORY or --version VERSION_ID (one of them)")
+
+    async def work(client: StoreClient) -> str:
+        if version_id is not None:
+            with about("--version", version_id):
+                version = await client.get_version(store_id, version_id, view="full")
+            return version_content(version)
+        assert memory is not None
+        memory_id = await resolve_memory(client, store_id, memory)
+        with about("MEMORY", memory):
+            try:
+                return (await client.get_memory(store_id, memory_id, view="full")).content or ""
+            except errors.NotFound:
+                raise CliError(
+                    f"MEMORY {memory!r}: deleted; print one of its versions with --version "
+                    f"(`memsync store history {store_id} {memory}` lists them)",
+                    ExitCode.NOT_FOUND,
+                ) from None
+
+    click.echo(run_with_client(url, admin_key_file, work), nl=False)
+
+
+def version_content(version: MemoryVersion) -> str:
+    """A version's content, or why it has none (redacted, or the record of a deletion)."""
+    if version.redacted_at is not None:
+        raise CliError(
+            f"--version {version.id!r}: redacted at {timestamp(version.redacted_at)}", ExitCode.NOT_FOUND
+        )
+    if version.content is None:
+        raise CliError(
+            f"--version {version.id!r}: a {version.operation} version holds no content", ExitCode.NOT_FOUND
+        )
+    return version.content
 
 
 @click.command()
@@ -322,14 +439,14 @@ def redact(
             version = await client.get_version(store_id, version_id, view="basic")
             confirm_or_refuse(
                 f"Redact {version.id} ({version.operation} of {version.path or version.memory_id}, "
-                f"{_time(version.created_at)})? Its content is erased for good.",
+                f"{timestamp(version.created_at)})? Its content is erased for good.",
                 yes,
             )
             redacted = await client.redact_version(store_id, version_id)
         emit(
             redacted,
             as_json,
-            f"redacted {redacted.id} of {redacted.memory_id} at {_time(redacted.redacted_at)}",
+            f"redacted {redacted.id} of {redacted.memory_id} at {timestamp(redacted.redacted_at)}",
         )
 
     run_with_client(url, admin_key_file, work)

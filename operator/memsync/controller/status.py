@@ -399,6 +399,10 @@ def _flush_summary(report: FlushReport) -> str:
         f"uploaded {totals.uploaded}, deleted {totals.deleted}, conflicts {totals.conflicts}, "
         f"refused {totals.refused}, unsent {totals.unsent} across {_plural(len(report.stores), 'store')}"
     )
+    if totals.refused:
+        refused = sorted({p for s in stores for p in s.refused_paths})
+        sample = f" ({', '.join('/' + p for p in refused)})" if refused else ""
+        text += f"; {_plural(totals.refused, 'refused file')} never reached the store{sample}"
     if totals.unreadable:
         text += f"; {_plural(totals.unreadable, 'file')} could not be read"
     if totals.held_deletes:

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from pydantic.alias_generators import to_camel
 
+from memsync.cli.output import table
 from memsync.contracts.report import StoreCounts
 from memsync.controller.status import counts_of, named_as_failing
 from memsync.crd.models import (
@@ -33,6 +34,9 @@ PENDING: Final = "pending"  # no sync pass has finished yet
 UNKNOWN: Final = "unknown"  # the operator cannot read the sidecar's sync status
 FLUSHED: Final = "flushed"  # the session ended and its final flush sent everything
 UNSAVED: Final = "unsaved"  # the session ended with changed files the final flush did not save
+REFUSED: Final = (
+    "refused"  # the session ended, its final flush sent all it could, but some files were refused
+)
 UNCONFIRMED: Final = "unconfirmed"  # the session ended and no final flush was reported
 NOT_MOUNTED: Final = "not-mounted"  # the session ended before the store was mounted
 
@@ -149,7 +153,9 @@ def store_health(
         if counts.unsent:
             return UNSAVED
         if flushed.get("status") == "True":
-            return NOT_MOUNTED if flushed.get("reason") == "NothingToFlush" else FLUSHED
+            if flushed.get("reason") == "NothingToFlush":
+                return NOT_MOUNTED
+            return REFUSED if counts.refused else FLUSHED
         return UNCONFIRMED
     synced = conditions.get(CONDITION_SYNCED)
     if synced is None:
@@ -373,22 +379,14 @@ def age(value: str | None, now: datetime) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[str]], indent: str = "") -> str:
-    """Left-aligned columns three spaces apart, as kubectl prints them; the last column is not padded."""
-    grid = [list(headers), *[list(r) for r in rows]]
-    widths = [max(len(line[i]) for line in grid) for i in range(len(headers))]
-    lines = []
-    for line in grid:
-        cells = [cell.ljust(widths[i]) for i, cell in enumerate(line[:-1])] + [line[-1]]
-        lines.append((indent + "   ".join(cells)).rstrip())
-    return "\n".join(lines)
-
-
 def _stores_cell(stores: Sequence[StoreRow]) -> str:
     return ",".join(f"{s.label}:{s.health}" for s in stores) or NONE
 
 
-def render_list(summaries: Sequence[SessionSummary], *, now: datetime, all_namespaces: bool) -> str:
+def render_list(
+    summaries: Sequence[SessionSummary], *, now: datetime, all_namespaces: bool, wide: bool = False
+) -> str:
+    """The list; ``wide`` adds each session's id, its sandbox Pod and the refused files of its stores."""
     headers = ["NAME", "PHASE", "STORES", "LAST SYNC", "CONFLICTS", "AGE"]
     rows = [
         [
@@ -401,6 +399,10 @@ def render_list(summaries: Sequence[SessionSummary], *, now: datetime, all_names
         ]
         for s in summaries
     ]
+    if wide:
+        headers += ["REFUSED", "SESSION", "POD"]
+        for s, row in zip(summaries, rows, strict=True):
+            row += [str(sum(st.counts.refused for st in s.stores)), s.session_id or NONE, s.pod_name or NONE]
     if all_namespaces:
         headers.insert(0, "NAMESPACE")
         for s, row in zip(summaries, rows, strict=True):

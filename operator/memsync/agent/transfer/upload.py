@@ -58,8 +58,9 @@ def read_for_upload(root: StoreRoot, upload: Upload) -> Read:
         return f"{sha}:not valid UTF-8"
 
 
-def refuse(ctx: StoreContext, rel: str, sha: str, why: str) -> Refused:
-    ctx.warn_once(messages.REFUSED, rel, sha, reason=why)
+def refuse(ctx: StoreContext, rel: str, sha: str, why: str, *, by_server: bool) -> Refused:
+    """Content refused for good: by the server (400, 413) or by the local checks before sending."""
+    ctx.warn_once(messages.REFUSED if by_server else messages.LOCAL_REFUSED, rel, sha, reason=why)
     ctx.recorder.refused()
     return Refused(rel=rel, sha=sha)
 
@@ -101,7 +102,7 @@ async def read_uploads(ctx: StoreContext, root: StoreRoot, uploads: list[Upload]
             continue
         if isinstance(read, str):
             sha, _, why = read.partition(":")
-            out.records.append(refuse(ctx, upload.rel, sha, why))
+            out.records.append(refuse(ctx, upload.rel, sha, why, by_server=False))
             out.settled += 1
             continue
         content, sha = read
@@ -151,7 +152,7 @@ async def upload_one(
         return await path_conflict(ctx, upload, content, sha, exc)
     except store_errors.StoreError as exc:
         if exc.is_refusal:
-            return "settled", [refuse(ctx, rel, sha, str(exc))]
+            return "settled", [refuse(ctx, rel, sha, str(exc), by_server=True)]
         records: list[Record] = []
         if not isinstance(
             exc, store_errors.TransportError | store_errors.ServerError | store_errors.RateLimited
