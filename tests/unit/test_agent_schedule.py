@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from memsync.agent import schedule
 from memsync.agent.loop import not_ours, store_of, wrote_locally
 from memsync.agent.recorder import PassStats
@@ -33,7 +35,7 @@ def test_a_burst_is_one_pass_after_its_last_change() -> None:
     clock = after_pass(0.0, 0.2)
     for i in range(50):
         clock = schedule.seen(clock, 9.0 + i * 0.01, ON)
-    assert schedule.next_pass_at(clock, ON) == 9.49 + schedule.SETTLE_S
+    assert schedule.next_pass_at(clock, ON) == pytest.approx(9.49 + schedule.SETTLE_S)
 
 
 def test_never_sooner_than_the_minimum_gap_after_the_last_pass_started() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 MIN_GAP_S = 5.0  # at most one pass per store in this many seconds, early or not
-SETTLE_S = 0.75  # a change starts a pass once the folder has been quiet this long
+SETTLE_S = 0.5  # a change starts a pass once the folder has been quiet this long
 OWN_WRITES_S = 1.0  # after a pass that wrote into the folder, changes seen this long are its own
 
 
