@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import shutil
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -86,6 +87,20 @@ async def test_a_burst_of_fifty_writes_is_one_or_two_passes(pod: Pod) -> None:
         remote = await pod.wait_remote(lambda r: expected.items() <= r.items(), timeout=20)
         assert expected.items() <= remote.items()
         assert 1 <= await settle(port) - before <= 2
+
+
+async def test_a_folder_removed_is_recovered_early_and_watched_afresh(pod: Pod) -> None:
+    async with sidecar(pod) as port:
+        assert await settle(port) == 1
+        shutil.rmtree(pod.folder)  # the change starts a pass, which recovers the folder from the store
+        deadline = time.monotonic() + 20
+        while not (pod.folder / "notes/b.md").is_file() and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert (pod.folder / "notes/b.md").read_text() == "bravo"
+        await settle(port)
+        (pod.folder / "after.md").write_text("seen by the new watch")
+        remote = await pod.wait_remote(lambda r: "after.md" in r, timeout=20)
+        assert remote.get("after.md") == "seen by the new watch"
 
 
 async def test_early_sync_off_leaves_the_edit_to_the_periodic_pass(pod: Pod) -> None:

@@ -3,8 +3,8 @@
 
 The periodic pass is the backstop (every interval, with jitter, the first at start); early sync adds a pass
 soon after a change settles. The watcher uses inotify (``watchfiles``) and ignores memsync's temp files; a
-pass's own writes are sorted out by the schedule. If the folders cannot be watched, the periodic pass goes on
-alone (logged once a minute at most).
+pass's own writes are sorted out by the schedule. A store folder re-created by a recovery is watched afresh.
+If the folders cannot be watched, the periodic pass goes on alone (logged once a minute at most).
 """
 
 from __future__ import annotations
@@ -78,6 +78,17 @@ class FinalRequest:
             await asyncio.wait_for(self._delivered.wait(), timeout=wait_s)
 
 
+class _Either:
+    """The watcher's stop event: the loop ends, or the folders are to be watched afresh."""
+
+    def __init__(self, stop: asyncio.Event, rewatch: Callable[[], bool]) -> None:
+        self.stop = stop
+        self.rewatch = rewatch
+
+    def is_set(self) -> bool:
+        return self.stop.is_set() or self.rewatch()
+
+
 class PassLoop:
     """Every store's passes, until ``stop`` is set; a pass in flight then is cancelled (the final sync that
     follows redoes its work: the state is saved as transfers finish)."""
@@ -91,6 +102,7 @@ class PassLoop:
         self.clocks = {e.id: schedule.StoreClock(periodic_due=start) for e in agent.stores}
         self.wake = {e.id: asyncio.Event() for e in agent.stores}
         self._unwatch = asyncio.Event()  # read by the watcher's thread: set before the watcher is awaited
+        self._rewatch = False  # a folder was re-created (recovery): its old watch sees nothing any more
 
     def periodic_wait(self) -> float:
         return self.agent.config.interval * random.uniform(1 - JITTER, 1 + JITTER)  # noqa: S311
@@ -130,6 +142,7 @@ class PassLoop:
                 continue
             self.clocks[engine.id] = schedule.started(self.clocks[engine.id], now)
             stats = await self.agent.pass_of(engine)
+            self._rewatch = self._rewatch or stats.outcome == "recovered"
             self.clocks[engine.id] = schedule.ended(
                 self.clocks[engine.id],
                 self.now(),
@@ -144,6 +157,9 @@ class PassLoop:
         while not self._unwatch.is_set():
             try:
                 await self._follow(watchfiles.awatch, folders)  # it ends when told to
+                if self._rewatch:
+                    self._rewatch = False
+                    continue
             except Exception as exc:  # a folder gone, out of inotify watches: the periodic pass goes on
                 logger.warning(
                     "early sync: cannot watch the stores' folders; the periodic pass goes on",
@@ -158,7 +174,7 @@ class PassLoop:
             watch_filter=not_ours,
             debounce=WATCH_DEBOUNCE_MS,
             step=WATCH_STEP_MS,
-            stop_event=self._unwatch,
+            stop_event=_Either(self._unwatch, lambda: self._rewatch),
             recursive=True,
             ignore_permission_denied=True,
         )
