@@ -16,6 +16,12 @@ docs/design.md#performance-targets (N = 2,000) are printed beside the measured t
 
     .venv/bin/python bench/sync_agent.py               # N = 2,000 and 10,000
     .venv/bin/python bench/sync_agent.py --sizes 2000  # one size
+    .venv/bin/python bench/sync_agent.py --latency     # edit-to-store latency, early sync on and off
+
+``--latency`` runs the sidecar's loop (``memsync.agent.loop.PassLoop``, what ``memsync sync`` runs) on a
+store of ``LATENCY_N`` memories at the default interval, with early sync on and then off: after a quiet
+period it rewrites one file and polls the store (straight, not through the proxy) every 20 ms until the new
+content is there. It prints p50, p90, p99 and the worst of ``--samples`` edits per mode.
 
 The store is seeded straight into a fresh SQLite file through the server's own service layer (no HTTP), then
 ``memsync store serve`` runs on it as a subprocess; the latency proxy (``bench/latency_proxy.py``) sits in
@@ -32,6 +38,7 @@ import math
 import os
 import platform
 import pstats
+import random
 import secrets
 import shutil
 import signal
@@ -46,8 +53,10 @@ from typing import Any
 
 import httpx
 
+from memsync.agent import schedule
 from memsync.agent.commands import SyncAgent, mount
-from memsync.agent.config import load_config
+from memsync.agent.config import DEFAULT_INTERVAL_S, AgentConfig, load_config
+from memsync.agent.loop import PassLoop
 from memsync.api.models import MemoryStoreResource
 from memsync.api.secret import decode_work_secret
 from memsync.client import StoreClient
@@ -61,6 +70,8 @@ FILES_PER_FOLDER = 100
 CHANGED_AT_SHUTDOWN = 500
 STEP_TIMEOUT_S = 300.0
 RECENT_S = 2.1  # the agent re-hashes files modified within the last 2 s: wait this long for a steady state
+LATENCY_N = 200
+POLL_S = 0.02
 TARGETS_2000 = {"mount": 1.5, "no-change pass": 0.6, "final shutdown (500 changed)": 3.0}
 
 
@@ -326,6 +337,102 @@ async def bench_size(n: int, work: Path, delay_ms: float, max_connections: int) 
     return rows
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank percentile of ``values`` (q in 0-100)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+async def edit_latencies(
+    config: AgentConfig, client: StoreClient, admin: StoreClient, samples: int, log: str
+) -> list[float]:
+    """Seconds from a file's write to the store holding it, per sample, with the sidecar's loop running."""
+    store_id = config.stores[0].memory_store_id
+    root = config.mount_dir(config.stores[0])
+    path = layout(LATENCY_N)[0]
+    ids = [m.id async for m in admin.list_memories(store_id) if getattr(m, "path", "") == path]
+    memory_id = ids[0]
+    stop = asyncio.Event()
+    loop_task = asyncio.create_task(PassLoop(SyncAgent(config, client), stop).run())
+    seconds: list[float] = []
+    try:
+        for sample in range(samples):
+            # A quiet period past the 5 s gap; for the periodic pass, a write at a random phase of it.
+            spread = 2 if config.early_sync else config.interval
+            quiet = schedule.MIN_GAP_S + 0.5 + random.uniform(0, spread)
+            await asyncio.sleep(quiet)
+            text = content_for(0, 100 + sample)
+            (root / path.lstrip("/")).write_text(text, encoding="utf-8")
+            written = time.perf_counter()
+            while (await admin.get_memory(store_id, memory_id)).content != text:
+                if time.perf_counter() - written > STEP_TIMEOUT_S:
+                    raise RuntimeError("the edit never reached the store")
+                await asyncio.sleep(POLL_S)
+            seconds.append(time.perf_counter() - written)
+            print(f"  {log} #{sample + 1}: {seconds[-1]:.2f} s", file=sys.stderr)
+    finally:
+        stop.set()
+        await loop_task
+    return seconds
+
+
+async def bench_latency(work: Path, delay_ms: float, samples: int) -> list[tuple[str, list[float]]]:
+    admin_key = "sk-bench-admin-" + secrets.token_urlsafe(16)
+    db_path = work / "store-latency.db"
+    store_id = seed_store(db_path, admin_key, LATENCY_N)
+    server = Process(
+        "store server",
+        ["-m", "memsync", "store", "serve", "--db", str(db_path)],
+        db_path.with_suffix(".log"),
+        {"MEMSYNC_ADMIN_KEY": admin_key, "MEMSYNC_LOG_LEVEL": "WARNING"},
+    )
+    results: list[tuple[str, list[float]]] = []
+    try:
+        async with StoreClient(server.url, api_key=admin_key) as admin:
+            _, secret = await admin.mint_session([MemoryStoreResource(memory_store_id=store_id)])
+            token = decode_work_secret(secret).sessions_token
+            proxy = Process(
+                "latency proxy",
+                [str(BENCH_DIR / "latency_proxy.py"), "--upstream", server.url, "--delay-ms", str(delay_ms)],
+                work / "proxy-latency.log",
+            )
+            try:
+                for early in (True, False):
+                    base = work / f"pod-latency-{early}"
+                    config = load_config(
+                        stores=[
+                            {"memory_store_id": store_id, "name": "bench", "mount_path": "/mnt/memory/b"}
+                        ],
+                        work_secret=secret,
+                        test_root=str(base),
+                        early_sync=early,
+                    )
+                    async with StoreClient(proxy.url, bearer_token=token, max_connections=64) as client:
+                        await bounded(mount(config, client=client))
+                        label = "on" if early else "off"
+                        results.append(
+                            (
+                                label,
+                                await edit_latencies(config, client, admin, samples, f"early sync {label}"),
+                            )
+                        )
+            finally:
+                proxy.stop()
+    finally:
+        server.stop()
+    return results
+
+
+def latency_table(results: list[tuple[str, list[float]]], interval: float) -> str:
+    head = ["early sync", "interval", "edits", "p50", "p90", "p99", "worst"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for label, values in results:
+        cells = [label, f"{interval:g} s", str(len(values))]
+        cells += [f"{percentile(values, q):.2f} s" for q in (50, 90, 99)] + [f"{max(values):.2f} s"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -340,7 +447,24 @@ def main() -> None:
         "--max-connections", type=int, default=64, help="HTTP pool size of the agent's client (agent uses 64)"
     )
     parser.add_argument("--profile", action="store_true", help="cProfile the run; print the top functions")
+    parser.add_argument(
+        "--latency", action="store_true", help="measure the edit-to-store latency, early sync on and off"
+    )
+    parser.add_argument("--samples", type=int, default=20, help="edits per mode with --latency (default 20)")
     args = parser.parse_args()
+    if args.latency:
+        work = Path(tempfile.mkdtemp(prefix="memsync-bench-"))
+        try:
+            results = asyncio.run(bench_latency(work, args.delay_ms, args.samples))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        print(
+            f"\nedit-to-store latency: {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs; {LATENCY_N} "
+            f"memories, {args.delay_ms:.0f} ms per request, the default interval; one file rewritten after a "
+            "quiet period\n"
+        )
+        print(latency_table(results, DEFAULT_INTERVAL_S))
+        return
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     work = Path(tempfile.mkdtemp(prefix="memsync-bench-"))
     rows: list[Row] = []

@@ -387,7 +387,10 @@ async def test_sigterm_right_after_the_start_line_still_flushes(pod: Pod) -> Non
 async def test_flush_while_sync_runs(pod: Pod) -> None:
     assert pod.run("mount").returncode == 0
     port = free_port()
-    proc = pod.start("sync", MEMSYNC_METRICS_PORT=str(port), MEMSYNC_SYNC_INTERVAL="60")
+    # Early sync off: the flush, not the sidecar, is to push the edit.
+    proc = pod.start(
+        "sync", MEMSYNC_METRICS_PORT=str(port), MEMSYNC_SYNC_INTERVAL="60", MEMSYNC_EARLY_SYNC="false"
+    )
     try:
         await wait_ready(port, proc)
         (pod.folder / "a.md").write_text("pushed by preStop flush")

@@ -185,6 +185,7 @@ def make_pod(
             ),
             "ANTHROPIC_WORK_SECRET": encode_work_secret(decode_work_secret(secret).sessions_token, proxy_url),
             "MEMSYNC_SYNC_INTERVAL": str(SYNC_INTERVAL_S),
+            "MEMSYNC_EARLY_SYNC": "true",  # the sidecars' default: passes soon after the driver's writes too
             "MEMSYNC_TEST_DELETE_WINDOW": "0",
             "MEMSYNC_FLUSH_TIMEOUT": str(FLUSH_TIMEOUT_S),
             "MEMSYNC_SESSION_ID": f"sesn_soak_{name}",

@@ -126,3 +126,10 @@ def test_test_delete_window() -> None:
 def test_metrics_port() -> None:
     assert cfg(metrics_port="9477").metrics_port == 9477
     assert "MEMSYNC_METRICS_PORT" in refused(metrics_port="70000")
+
+
+def test_early_sync_on_by_default_and_a_switch() -> None:
+    assert cfg().early_sync is True
+    assert cfg(early_sync="false").early_sync is False
+    assert cfg(early_sync=" On ").early_sync is True
+    assert "MEMSYNC_EARLY_SYNC" in refused(early_sync="sometimes")

@@ -9,10 +9,8 @@ import asyncio
 import contextlib
 import logging
 import os
-import random
 import shutil
 import signal
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +21,7 @@ from memsync.agent.config import AgentConfig, ConfigError
 from memsync.agent.context import SyncContext
 from memsync.agent.engine import StoreSync
 from memsync.agent.localfs import make_root
+from memsync.agent.loop import FinalRequest, PassLoop
 from memsync.agent.metrics import Metrics, MetricsServer
 from memsync.agent.recorder import PassStats, is_transient
 from memsync.agent.state import load_state, remove_state
@@ -42,8 +41,6 @@ from memsync.contracts.report import (
 
 logger = logging.getLogger("memsync.agent")
 
-JITTER = 0.1  # each wait is interval * (1 +/- 10 %), so many Pods do not sync in step
-
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -58,9 +55,6 @@ class AgentFailure(Exception):
         self.store = store
 
 
-# --- termination log --------------------------------------------------------------------------------------
-
-
 def write_termination_log(config: AgentConfig | None, report: Report, path: Path | None = None) -> None:
     """The report as one line of JSON (< 4 KiB) to the termination log, written only if its folder exists."""
     target = path if path is not None else (config.termination_path if config is not None else None)
@@ -72,9 +66,6 @@ def write_termination_log(config: AgentConfig | None, report: Report, path: Path
             fh.write(line + "\n")
     except OSError as exc:
         logger.warning("cannot write the termination log", extra={"path": str(target), "error": str(exc)})
-
-
-# --- the client ---------------------------------------------------------------------------------------------
 
 
 def make_client(config: AgentConfig) -> StoreClient:
@@ -94,6 +85,7 @@ def _log_start(command: str, config: AgentConfig) -> None:
             "session_id": config.session_id or "",
             "stores": ",".join(s.memory_store_id for s in config.stores),
             "interval": config.interval,
+            "early_sync": config.early_sync,
             "deletions": config.deletions,
         },
     )
@@ -260,6 +252,10 @@ class SyncAgent:
         )
         return {e.id: r for e, r in zip(self.stores, results, strict=True)}
 
+    async def pass_of(self, engine: StoreSync) -> PassStats:
+        """One periodic (or early) pass of one store; a failure is logged and recorded, never raised."""
+        return await self._sync_store(engine, final=False, lock_timeout=None)
+
     async def _sync_store(self, engine: StoreSync, *, final: bool, lock_timeout: float | None) -> PassStats:
         """One pass of one store; a failure is logged and recorded, never raised."""
         try:
@@ -401,31 +397,6 @@ class SyncAgent:
         return SyncHealth(healthy=all(h.healthy for h in stores.values()), stores=stores)
 
 
-class FinalRequest:
-    """The session runner's ``POST /final``: ends the sync loop like SIGTERM does, and answers the final
-    sync and flush's report once they are done (every request, however many, gets the same answer)."""
-
-    def __init__(self, stop: asyncio.Event) -> None:
-        self.stop = stop
-        self.requested = False
-        self._answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._delivered = asyncio.Event()
-
-    async def request(self) -> dict[str, Any]:
-        self.requested = True
-        self.stop.set()
-        try:
-            return await asyncio.shield(self._answer)
-        finally:
-            self._delivered.set()
-
-    async def answer(self, report: dict[str, Any], *, wait_s: float = 5.0) -> None:
-        if not self._answer.done():
-            self._answer.set_result(report)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._delivered.wait(), timeout=wait_s)
-
-
 async def run_sync(
     config: AgentConfig,
     *,
@@ -436,7 +407,8 @@ async def run_sync(
     metrics: Metrics | None = None,
     on_ready: Any = None,
 ) -> int:
-    """``memsync sync``: pass every interval (with jitter) until SIGTERM, then the final shutdown.
+    """``memsync sync``: passes every interval (with jitter) and soon after a change (``memsync.agent.loop``)
+    until SIGTERM, then the final shutdown.
 
     Returns the exit code: with ``once``, 0 unless a store failed; otherwise 0 when the final shutdown saved
     everything, else 1. Never dies on a sync error.
@@ -475,21 +447,7 @@ async def run_sync(
         if once:
             results = await agent.sync_once()
             return EXIT_FAILED if any(r.outcome == "failed" for r in results.values()) else EXIT_OK
-        while not stop_event.is_set():
-            started = time.monotonic()
-            pass_task = asyncio.create_task(agent.sync_once())
-            stopper = asyncio.create_task(stop_event.wait())
-            await asyncio.wait({pass_task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            if not pass_task.done():
-                pass_task.cancel()  # SIGTERM mid-pass: the final sync redoes the work, state is saved
-                with contextlib.suppress(asyncio.CancelledError):
-                    await pass_task
-                stopper.cancel()
-                break
-            stopper.cancel()
-            wait = config.interval * random.uniform(1 - JITTER, 1 + JITTER) - (time.monotonic() - started)  # noqa: S311
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop_event.wait(), timeout=max(0.0, wait))
+        await PassLoop(agent, stop_event).run()
         if final.requested:
             logger.info("the session runner asked for the final sync and flush: running them")
         else:

@@ -92,6 +92,7 @@ class AgentConfig(BaseModel):
     # MEMSYNC_STORES=session: ``stores`` is empty until ``memsync mount`` reads them from the session.
     stores_from_session: bool = False
     interval: float = DEFAULT_INTERVAL_S
+    early_sync: bool = True  # docs/sync-agent.md#early-sync
     deletions: Deletions = "enabled"
     conflict_policy: ConflictPolicy = "storeWins"
     flush_timeout: float = DEFAULT_FLUSH_TIMEOUT_S
@@ -212,6 +213,7 @@ def _describe(error: ValidationError) -> str:
 _ENV_NAMES = {
     "stores": env.STORES,
     "interval": env.SYNC_INTERVAL,
+    "early_sync": env.EARLY_SYNC,
     "deletions": env.SYNC_DELETIONS,
     "conflict_policy": env.CONFLICT_POLICY,
     "flush_timeout": env.FLUSH_TIMEOUT,
@@ -237,10 +239,24 @@ def _number(field: str, raw: str | float | None) -> float | None:
         ) from None
 
 
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def _switch(field: str, raw: str | bool) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    word = raw.strip().lower()
+    if word in _TRUE + _FALSE:
+        return word in _TRUE
+    raise ConfigError(f"{field} ({_ENV_NAMES[field]}): must be true or false, got {raw!r}")
+
+
 def load_config(
     *,
     stores: str | list[dict[str, Any]] | None,
     interval: str | float | None = None,
+    early_sync: str | bool | None = None,
     deletions: str | None = None,
     conflict_policy: str | None = None,
     flush_timeout: str | float | None = None,
@@ -285,6 +301,8 @@ def load_config(
         number = _number(name, raw)
         if number is not None:
             values[name] = number
+    if early_sync is not None and early_sync != "":
+        values["early_sync"] = _switch("early_sync", early_sync)
     if deletions:
         values["deletions"] = deletions.strip()
     if conflict_policy:

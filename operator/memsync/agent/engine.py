@@ -241,6 +241,9 @@ class StoreSync:
             for event in plan.events:
                 self.ctx.log(event)
             self.recorder.bump(conflicts=len(plan.conflicts))
+            self.recorder.last.local_writes = (
+                len(plan.pulls) + len(plan.local_removals) + len(plan.conflicts) + len(plan.clashes)
+            )
             try:
                 await Transfers(self.ctx, self.ledger, root).sync_plan(plan)
             finally:  # also when the final sync is cut off mid-transfer: what it holds back is still reported

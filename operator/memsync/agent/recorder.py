@@ -39,6 +39,7 @@ class PassStats:
     uploads: int = 0
     deletes: int = 0
     hashed: int = 0
+    local_writes: int = 0  # pulls, local removals and conflicts: writes into the folder (early sync)
     changed: int = 0  # flush: files whose content differed from the baseline
     unsent: int = 0  # flush: of those, how many were neither saved nor settled (conflict, refusal)
     errors: int = 0  # transfers that failed and are retried (the pass then does not count as a success)

@@ -108,7 +108,13 @@ def _common(func: F) -> F:
     return func
 
 
-def _config(params: dict[str, Any], *, command: str, metrics_port: str | None = None) -> AgentConfig:
+def _config(
+    params: dict[str, Any],
+    *,
+    command: str,
+    metrics_port: str | None = None,
+    early_sync: str | None = None,
+) -> AgentConfig:
     secret_file: Path | None = params.pop("work_secret_file", None)
     secret = os.environ.get(env.WORK_SECRET)
     if secret_file is not None:
@@ -120,6 +126,7 @@ def _config(params: dict[str, Any], *, command: str, metrics_port: str | None = 
         return load_config(
             stores=params.get("stores"),
             interval=params.get("interval"),
+            early_sync=early_sync,
             deletions=params.get("deletions"),
             conflict_policy=params.get("conflict_policy"),
             flush_timeout=params.get("flush_timeout"),
@@ -175,14 +182,21 @@ def mount(**params: Any) -> None:
 @_common
 @click.option("--once", is_flag=True, help="Run exactly one pass and exit (tests and debugging).")
 @click.option(
+    "--early-sync",
+    envvar=env.EARLY_SYNC,
+    show_envvar=True,
+    help="true (default) | false: a change in a store's folder starts a pass once it settles (at most "
+    "one pass per store every 5 s; the periodic pass stays).",
+)
+@click.option(
     "--metrics-port",
     envvar=env.METRICS_PORT,
     show_envvar=True,
     help="Serve /metrics, /readyz and /healthz on this port (the Pod uses 9477).",
 )
-def sync(once: bool, metrics_port: str | None, **params: Any) -> None:
+def sync(once: bool, early_sync: str | None, metrics_port: str | None, **params: Any) -> None:
     """Keep every store in two-way sync until SIGTERM, then run the final sync and flush (the sidecar)."""
-    config = _config(params, command="sync", metrics_port=metrics_port)
+    config = _config(params, command="sync", metrics_port=metrics_port, early_sync=early_sync)
     _run(functools.partial(run_sync, config, once=once))
 
 
