@@ -29,7 +29,8 @@ from memsync.api.constants import MAX_STORES_PER_SESSION
 from memsync.api.models import Deletions
 from memsync.api.paths import default_mount_path, is_ancestor, is_clean_absolute_path
 from memsync.contracts import env
-from memsync.contracts.env import ConflictPolicy, StoreEntry
+from memsync.contracts.env import ConflictPolicy
+from memsync.contracts.stores import StoreEntry
 
 MIN_INTERVAL_S = 5.0
 DEFAULT_INTERVAL_S = 15.0

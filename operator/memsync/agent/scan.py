@@ -15,7 +15,8 @@ import stat
 import time
 from dataclasses import dataclass, field
 
-from memsync.agent.localfs import TEMP_NAME, NotRegularFile, StoreRoot, path_problem
+from memsync.agent.localfs import NotRegularFile, StoreRoot
+from memsync.agent.relpath import TEMP_NAME, path_problem
 from memsync.api.constants import MARKER_FILENAME
 from memsync.api.hashing import marker_text, sha256_bytes
 

@@ -38,14 +38,10 @@ from memsync.controller.memtrace import install_from_env as install_memory_trace
 from memsync.controller.pod import DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
 from memsync.controller.settings import ControllerConfig, bounded_session, configure_settings
 from memsync.crd import agentenv_schema
-from memsync.crd.models import (
-    BYTES_QUANTITY_MAX,
-    BYTES_QUANTITY_PATTERN,
-    EnvVarSpec,
-    describe_validation_error,
-    env_problems,
-)
+from memsync.crd.env_spec import EnvVarSpec, env_problems
+from memsync.crd.models import BYTES_QUANTITY_MAX, BYTES_QUANTITY_PATTERN
 from memsync.crd.schema import render_crd_yaml
+from memsync.crd.spec_messages import describe_validation_error
 
 logger = logging.getLogger("memsync.operator")
 

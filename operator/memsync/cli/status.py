@@ -1,6 +1,6 @@
 """``memsync status`` (also ``kubectl memsync status``): the SessionMemories of a namespace, or one in detail.
 
-The formatting is ``memsync.status.view`` and the fetching ``memsync.status.cluster``; both are imported
+The formatting is ``memsync.status.view`` and the fetching ``memsync.cli.status_cluster``; both are imported
 only when the command runs, so ``memsync status --help`` loads neither the Kubernetes client nor pydantic.
 """
 
@@ -40,8 +40,8 @@ def status(
     """
     if all_namespaces and (name is not None or namespace is not None):
         raise click.UsageError("--all-namespaces excludes NAME and --namespace")
+    from memsync.cli.status_cluster import connect, fetch_list, fetch_one  # noqa: PLC0415
     from memsync.status import view  # noqa: PLC0415 (imported when the command runs, not for --help)
-    from memsync.status.cluster import connect, fetch_list, fetch_one  # noqa: PLC0415
 
     conn = connect(kubeconfig, context)
     ns = namespace or conn.namespace

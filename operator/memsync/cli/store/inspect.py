@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from memsync.api.models import Memory, MemoryStore, MemoryVersion
 from memsync.cli.failures import CliError, ExitCode, store_exit_code
 from memsync.cli.params import ID, MEMORY_REF
-from memsync.cli.store_admin import admin_options, run_with_client
+from memsync.cli.store.admin import admin_options, run_with_client
 from memsync.client import StoreClient, errors
 
 PAGE: Final = 100  # the API's largest page
