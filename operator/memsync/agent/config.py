@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict, Unpack
 
 from pydantic import (
     BaseModel,
@@ -238,27 +239,39 @@ def _number(field: str, raw: str | float | None) -> float | None:
         ) from None
 
 
-def load_config(
-    *,
-    stores: str | list[dict[str, Any]] | None,
-    interval: str | float | None = None,
-    deletions: str | None = None,
-    conflict_policy: str | None = None,
-    flush_timeout: str | float | None = None,
-    state_dir: str | None = None,
-    base_url: str | None = None,
-    work_secret: str | None = None,
-    termination_log: str | None = None,
-    metrics_port: str | int | None = None,
-    session_id: str | None = None,
-    test_root: str | None = None,
-    delete_window: str | float | None = None,
-) -> AgentConfig:
+class RawSettings(TypedDict, total=False):
+    """The settings besides the stores, raw: strings from the environment or flags (numbers from tests)."""
+
+    interval: str | float | None
+    deletions: str | None
+    conflict_policy: str | None
+    flush_timeout: str | float | None
+    state_dir: str | None
+    base_url: str | None
+    work_secret: str | None
+    termination_log: str | None
+    metrics_port: str | int | None
+    session_id: str | None
+    test_root: str | None
+    delete_window: str | float | None
+
+
+def load_config(*, stores: str | list[dict[str, Any]] | None, **raw: Unpack[RawSettings]) -> AgentConfig:
     """Build and validate the configuration from raw values (strings from the environment or flags).
 
     Raises ``ConfigError`` naming the field (and its environment variable) and what is allowed; never echoes
     the secret.
     """
+    parsed, from_session = _parse_stores(stores)
+    values: dict[str, Any] = {"stores": parsed, "stores_from_session": from_session, **_settings(raw)}
+    try:
+        return AgentConfig.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _parse_stores(stores: str | list[dict[str, Any]] | None) -> tuple[list[Any], bool]:
+    """The stores as a list (empty when they come from the session), and whether they do."""
     if stores is None or (isinstance(stores, str) and not stores.strip()):
         raise ConfigError(
             f"stores ({env.STORES}): required, a JSON array of 1-8 stores or {env.STORES_FROM_SESSION!r}"
@@ -277,27 +290,27 @@ def load_config(
         raise ConfigError(f"stores ({env.STORES}): must be a JSON array of store objects")
     if not parsed and not from_session:
         raise ConfigError(_NO_STORES)
-    values: dict[str, Any] = {"stores": parsed, "stores_from_session": from_session}
-    for name, raw in (
-        ("interval", interval),
-        ("flush_timeout", flush_timeout),
-        ("delete_window", delete_window),
-    ):
-        number = _number(name, raw)
+    return parsed, from_session
+
+
+def _settings(raw: RawSettings) -> dict[str, Any]:
+    """The settings given (an empty or absent value keeps the default), numbers parsed."""
+    given: Mapping[str, Any] = raw
+    values: dict[str, Any] = {}
+    for name in ("interval", "flush_timeout", "delete_window"):
+        number = _number(name, given.get(name))
         if number is not None:
             values[name] = number
-    if deletions:
-        values["deletions"] = deletions.strip()
-    if conflict_policy:
-        values["conflict_policy"] = conflict_policy.strip()
-    if state_dir:
-        values["state_dir"] = state_dir
-    if base_url:
-        values["base_url"] = base_url.strip()
+    for name in ("deletions", "conflict_policy", "base_url"):
+        if text := given.get(name):
+            values[name] = str(text).strip()
+    for name in ("state_dir", "termination_log", "session_id", "test_root"):
+        if text := given.get(name):
+            values[name] = text
+    work_secret = raw.get("work_secret")
     if work_secret is not None and work_secret.strip():
         values["work_secret"] = SecretStr(work_secret)
-    if termination_log:
-        values["termination_log"] = termination_log
+    metrics_port = raw.get("metrics_port")
     if metrics_port is not None and metrics_port != "":
         try:
             values["metrics_port"] = int(metrics_port)
@@ -305,14 +318,7 @@ def load_config(
             raise ConfigError(
                 f"metrics_port ({env.METRICS_PORT}): must be an integer, got {metrics_port!r}"
             ) from None
-    if session_id:
-        values["session_id"] = session_id
-    if test_root:
-        values["test_root"] = test_root
-    try:
-        return AgentConfig.model_validate(values)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from None
+    return values
 
 
 def with_stores(config: AgentConfig, stores: list[StoreEntry]) -> AgentConfig:

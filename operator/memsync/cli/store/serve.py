@@ -173,7 +173,7 @@ logger = logging.getLogger("memsync.store")
     help="One structured INFO line per request (no headers, no query strings).",
 )
 @click.pass_context
-def serve(
+def serve(  # noqa: PLR0913 - click passes each of the command's options as a parameter
     ctx: click.Context,
     *,
     host: str,
