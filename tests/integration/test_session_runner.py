@@ -23,7 +23,7 @@ from memsync.agent.config import load_config
 from memsync.agent.metrics import MetricsServer
 from memsync.client import StoreClient
 from memsync.contracts import runner
-from memsync.contracts.env import StoreEntry
+from memsync.contracts.stores import StoreEntry
 from memsync.session.runner import RunnerConfig, RunnerConfigError, config_from_env, run_session
 
 

@@ -38,10 +38,10 @@ from memsync.crd.models import (
     API_VERSION,
     FINALIZER,
     KIND,
-    plain,
     sandbox_template,
     validate_spec,
 )
+from memsync.crd.spec_messages import plain
 
 
 def smem(name: str, session: str, created: str, uid: str | None = None) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from memsync.crd.models import (
     MESSAGE_MAX,
     Phase,
     SessionMemorySpec,
-    _matched,
 )
+from memsync.crd.spec_base import matched
 
 ConditionStatus = Literal["True", "False", "Unknown"]
 
@@ -71,7 +71,7 @@ class Condition(_StatusModel):
     @field_validator("type")
     @classmethod
     def _check_type(cls, value: str) -> str:
-        return _matched(
+        return matched(
             value,
             CONDITION_TYPE_PATTERN,
             CONDITION_TYPE_MAX,
@@ -81,7 +81,7 @@ class Condition(_StatusModel):
     @field_validator("reason")
     @classmethod
     def _check_reason(cls, value: str) -> str:
-        return _matched(
+        return matched(
             value,
             CONDITION_REASON_PATTERN,
             CONDITION_REASON_MAX,

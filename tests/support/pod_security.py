@@ -67,8 +67,21 @@ def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
     """
     spec: Mapping[str, Any] = pod.get("spec") or {}
     psc: Mapping[str, Any] = spec.get("securityContext") or {}
-    out: list[str] = []
+    pod_seccomp = (psc.get("seccompProfile") or {}).get("type")
+    out = _pod_violations(pod, spec, psc, pod_seccomp)
+    containers = [("initContainers", c) for c in spec.get("initContainers") or []] + [
+        ("containers", c) for c in spec.get("containers") or []
+    ]
+    containers += [("ephemeralContainers", c) for c in spec.get("ephemeralContainers") or []]
+    for group, c in containers:
+        out += _container_violations(f"spec.{group}[{c.get('name')}]", c, psc, pod_seccomp)
+    return out
 
+
+def _pod_violations(
+    pod: Mapping[str, Any], spec: Mapping[str, Any], psc: Mapping[str, Any], pod_seccomp: str | None
+) -> list[str]:
+    out: list[str] = []
     for field in ("hostNetwork", "hostPID", "hostIPC"):
         if spec.get(field):
             out.append(f"spec.{field} must not be true")
@@ -81,7 +94,6 @@ def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
             out.append(f"spec.securityContext.sysctls: {sysctl.get('name')!r} is not a safe sysctl")
     if psc.get("runAsUser") == 0:
         out.append("spec.securityContext.runAsUser must not be 0")
-    pod_seccomp = (psc.get("seccompProfile") or {}).get("type")
     if pod_seccomp is not None and pod_seccomp not in ("RuntimeDefault", "Localhost"):
         out.append("spec.securityContext.seccompProfile.type must be RuntimeDefault or Localhost")
     out += _selinux_violations("spec.securityContext", psc)
@@ -94,39 +106,39 @@ def restricted_violations(pod: Mapping[str, Any]) -> list[str]:
             out.append(f"metadata.annotations[{key}] must be runtime/default or localhost/* (got {value!r})")
     if (psc.get("windowsOptions") or {}).get("hostProcess"):
         out.append("spec.securityContext.windowsOptions.hostProcess must not be true")
+    return out
 
-    containers = [("initContainers", c) for c in spec.get("initContainers") or []] + [
-        ("containers", c) for c in spec.get("containers") or []
-    ]
-    containers += [("ephemeralContainers", c) for c in spec.get("ephemeralContainers") or []]
-    for group, c in containers:
-        where = f"spec.{group}[{c.get('name')}]"
-        sc: Mapping[str, Any] = c.get("securityContext") or {}
-        if sc.get("privileged"):
-            out.append(f"{where}.securityContext.privileged must not be true")
-        if sc.get("allowPrivilegeEscalation") is not False:
-            out.append(f"{where}.securityContext.allowPrivilegeEscalation must be false")
-        caps: Mapping[str, Any] = sc.get("capabilities") or {}
-        if "ALL" not in (caps.get("drop") or []):
-            out.append(f"{where}.securityContext.capabilities.drop must include ALL")
-        extra = [a for a in caps.get("add") or [] if a not in ALLOWED_ADDED_CAPABILITIES]
-        if extra:
-            out.append(f"{where}.securityContext.capabilities.add must not add {extra}")
-        non_root = sc.get("runAsNonRoot", psc.get("runAsNonRoot"))
-        if non_root is not True:
-            out.append(f"{where}: runAsNonRoot must be true (on the container or the Pod)")
-        if sc.get("runAsUser") == 0:
-            out.append(f"{where}.securityContext.runAsUser must not be 0")
-        seccomp = (sc.get("seccompProfile") or {}).get("type", pod_seccomp)
-        if seccomp not in ("RuntimeDefault", "Localhost"):
-            out.append(f"{where}: seccompProfile.type must be RuntimeDefault or Localhost")
-        if sc.get("procMount", "Default") != "Default":
-            out.append(f"{where}.securityContext.procMount must be Default")
-        if (sc.get("windowsOptions") or {}).get("hostProcess"):
-            out.append(f"{where}.securityContext.windowsOptions.hostProcess must not be true")
-        out += _selinux_violations(f"{where}.securityContext", sc)
-        out += _apparmor_violations(f"{where}.securityContext", sc)
-        for port in c.get("ports") or []:
-            if port.get("hostPort"):
-                out.append(f"{where}: hostPort must not be set")
+
+def _container_violations(
+    where: str, c: Mapping[str, Any], psc: Mapping[str, Any], pod_seccomp: str | None
+) -> list[str]:
+    out: list[str] = []
+    sc: Mapping[str, Any] = c.get("securityContext") or {}
+    if sc.get("privileged"):
+        out.append(f"{where}.securityContext.privileged must not be true")
+    if sc.get("allowPrivilegeEscalation") is not False:
+        out.append(f"{where}.securityContext.allowPrivilegeEscalation must be false")
+    caps: Mapping[str, Any] = sc.get("capabilities") or {}
+    if "ALL" not in (caps.get("drop") or []):
+        out.append(f"{where}.securityContext.capabilities.drop must include ALL")
+    extra = [a for a in caps.get("add") or [] if a not in ALLOWED_ADDED_CAPABILITIES]
+    if extra:
+        out.append(f"{where}.securityContext.capabilities.add must not add {extra}")
+    non_root = sc.get("runAsNonRoot", psc.get("runAsNonRoot"))
+    if non_root is not True:
+        out.append(f"{where}: runAsNonRoot must be true (on the container or the Pod)")
+    if sc.get("runAsUser") == 0:
+        out.append(f"{where}.securityContext.runAsUser must not be 0")
+    seccomp = (sc.get("seccompProfile") or {}).get("type", pod_seccomp)
+    if seccomp not in ("RuntimeDefault", "Localhost"):
+        out.append(f"{where}: seccompProfile.type must be RuntimeDefault or Localhost")
+    if sc.get("procMount", "Default") != "Default":
+        out.append(f"{where}.securityContext.procMount must be Default")
+    if (sc.get("windowsOptions") or {}).get("hostProcess"):
+        out.append(f"{where}.securityContext.windowsOptions.hostProcess must not be true")
+    out += _selinux_violations(f"{where}.securityContext", sc)
+    out += _apparmor_violations(f"{where}.securityContext", sc)
+    for port in c.get("ports") or []:
+        if port.get("hostPort"):
+            out.append(f"{where}: hostPort must not be set")
     return out

@@ -16,14 +16,12 @@ from memsync.agent.localfs import (
     NotRegularFile,
     RootMissing,
     RootReplaced,
-    UnsafePath,
     dir_identity,
     make_root,
     open_root,
-    path_problem,
     recreate_root,
-    remote_to_rel,
 )
+from memsync.agent.relpath import UnsafePath, path_problem, remote_to_rel
 from memsync.agent.scan import HashCache, scan
 from memsync.agent.state import LockTimeout, StoreState, load_state, save_state, store_lock
 from memsync.api.constants import MARKER_FILENAME

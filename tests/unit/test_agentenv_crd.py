@@ -15,9 +15,10 @@ import yaml
 from test_crd_apiserver import apply_defaults, cel_errors, structural_errors
 from test_manifests import K8S_VERSION
 
-from memsync.crd import agentenv_schema, schema
+from memsync.crd import agentenv_schema, sandbox_schema, schema
 from memsync.crd.agentenv import API_VERSION, KIND, AgentEnvironmentSpec, validate_environment_spec
-from memsync.crd.models import InvalidSpecError, SandboxTemplate
+from memsync.crd.models import SandboxTemplate
+from memsync.crd.spec_messages import InvalidSpecError
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "crds" / "agentenvironments.agents.memsync.dev.yaml"
@@ -182,7 +183,7 @@ def test_environment_id_is_immutable() -> None:
 
 def test_the_template_and_sync_schemas_are_the_session_memorys() -> None:
     props = agentenv_schema.spec_schema()["properties"]
-    assert props["template"] == schema.template_schema()
+    assert props["template"] == sandbox_schema.template_schema()
     assert props["sync"] == schema.sync_schema()
     assert AgentEnvironmentSpec.model_fields["template"].annotation is SandboxTemplate
 

@@ -91,12 +91,12 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
 
 
 def test_an_unexpected_error_is_one_line_and_debug_raises_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    import memsync.status.cluster
+    import memsync.cli.status_cluster
 
     def broken(*_: object) -> None:
         raise RuntimeError("boom\nsecond line")
 
-    monkeypatch.setattr(memsync.status.cluster, "connect", broken)
+    monkeypatch.setattr(memsync.cli.status_cluster, "connect", broken)
     result = run("status")
     assert result.exit_code == ExitCode.FAILED
     assert "unexpected RuntimeError: boom (a bug: run with --debug" in one_error_line(result)

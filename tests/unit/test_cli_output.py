@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from memsync.api.models import MemoryVersion
 from memsync.cli import status as status_cli
 from memsync.cli.output import dump, listing, output_options, timestamp
-from memsync.cli.store_inspect import deleted_only, render_deleted
+from memsync.cli.store.inspect import deleted_only, render_deleted
 
 
 @click.command()
@@ -80,7 +80,7 @@ def test_deleted_only_keeps_the_newest_deletion_of_memories_not_live_below_the_p
 def test_status_watch_prints_again_only_on_change_and_ctrl_c_exits_0(monkeypatch: pytest.MonkeyPatch) -> None:
     closed: list[bool] = []
     conn = SimpleNamespace(namespace="agents", api=SimpleNamespace(close=lambda: closed.append(True)))
-    monkeypatch.setattr("memsync.status.cluster.connect", lambda kubeconfig, context: conn)
+    monkeypatch.setattr("memsync.cli.status_cluster.connect", lambda kubeconfig, context: conn)
     fetched = iter([({"v": 1}, "first", ""), ({"v": 1}, "first again", ""), ({"v": 2}, "second", "")])
     monkeypatch.setattr(status_cli, "_fetch", lambda c, q: next(fetched))
     sleeps: list[float] = []

@@ -170,19 +170,24 @@ def _shape_for(request: httpx.Request) -> httpx.Response:
         return ok({"session": session_json(), "work_secret": encode_work_secret(TOKEN)})
     if path.startswith("/v1/sessions/"):
         return ok(session_json())
-    if path.endswith("/memories") and request.method == "GET":
+    return _store_shape_for(path, request.method)
+
+
+def _store_shape_for(path: str, method: str) -> httpx.Response:
+    """The answer's shape for a path under ``/v1/memory_stores``."""
+    if path.endswith("/memories") and method == "GET":
         return ok({"data": [memory_json()], "next_page": None})
     if path.endswith("/memory_versions"):
         return ok({"data": [version_json()], "next_page": None})
     if "/memory_versions/" in path:
         return ok(version_json())
     if "/memories" in path:
-        if request.method == "DELETE":
+        if method == "DELETE":
             return ok({"type": "memory_deleted", "id": "mem_1"})
         return ok(memory_json())
-    if path == "/v1/memory_stores" and request.method == "GET":
+    if path == "/v1/memory_stores" and method == "GET":
         return ok({"data": [store_json()], "next_page": None})
-    if request.method == "DELETE":
+    if method == "DELETE":
         return ok({"type": "memory_store_deleted", "id": "memstore_1"})
     return ok(store_json())
 

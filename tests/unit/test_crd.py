@@ -23,17 +23,9 @@ from test_manifests import K8S_VERSION
 
 from memsync.crd import core, models
 from memsync.crd.guards import handler_paths
-from memsync.crd.models import (
-    API_VERSION,
-    KIND,
-    InvalidSpecError,
-    Phase,
-    SessionMemorySpec,
-    StoreSpec,
-    describe_validation_error,
-    validate_spec,
-)
+from memsync.crd.models import API_VERSION, KIND, Phase, SessionMemorySpec, StoreSpec, validate_spec
 from memsync.crd.schema import build_crd, render_crd_yaml
+from memsync.crd.spec_messages import InvalidSpecError, describe_validation_error
 from support.crd_status import Condition, SessionMemory, SessionMemoryStatus, StoreStatus, now
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,8 +17,10 @@ from memsync.controller.pod import (
     build_sandbox_pod,
     memsync_env,
 )
-from memsync.crd.models import EnvVarSpec, InvalidSpecError, validate_spec
+from memsync.crd.env_spec import EnvVarSpec
+from memsync.crd.models import validate_spec
 from memsync.crd.schema import build_crd
+from memsync.crd.spec_messages import InvalidSpecError
 
 
 def spec(memsync: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:

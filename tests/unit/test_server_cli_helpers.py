@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 import pytest
 
-from memsync.cli.store_admin import load_or_create_key_file, parse_store_spec
-from memsync.cli.store_transfer import UnsafePathError, export_segments, plan_import, write_below
+from memsync.cli.store.admin import load_or_create_key_file, parse_store_spec
+from memsync.cli.store.transfer import UnsafePathError, export_segments, plan_import, write_below
 
 
 def test_plan_import(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ import click
 
 from memsync.api.models import ApiActor, Memory, MemoryVersion, SessionActor
 from memsync.cli.store import store
-from memsync.cli.store_inspect import actor, human_size, render_history, render_tree
-from memsync.cli.store_transfer import crossed_step
+from memsync.cli.store.inspect import actor, human_size, render_history, render_tree
+from memsync.cli.store.transfer import crossed_step
 
 T = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

@@ -17,6 +17,7 @@ from memsync.agent.records import (
     DeleteDropped,
     Gone,
     Listed,
+    Mounted,
     Noted,
     PassEnded,
     Planned,
@@ -67,7 +68,12 @@ def apply_outcomes(state: StoreState, outcomes: Iterable[Record]) -> StoreState:
 
 
 def _apply(d: _Draft, o: Record) -> None:
-    s = d.state
+    if not _apply_transfer(d, o):
+        _apply_pass(d, o)
+
+
+def _apply_transfer(d: _Draft, o: Record) -> bool:
+    """A transfer's record (what happened to one path); False, changing nothing, for any other record."""
     if isinstance(o, Written | Uploaded):
         d.map("baseline")[o.rel] = o.sha
         d.map("remote_ids")[o.rel] = o.memory_id
@@ -86,7 +92,15 @@ def _apply(d: _Draft, o: Record) -> None:
             d.map(name).pop(o.rel, None)
     elif isinstance(o, DeleteDropped):
         d.map("pending_deletes").pop(o.rel, None)
-    elif isinstance(o, Planned):
+    else:
+        return False
+    return True
+
+
+def _apply_pass(d: _Draft, o: Record) -> None:
+    """A pass's record: its plan, listing, counts, end, or the root's recovery, sighting or mount."""
+    s = d.state
+    if isinstance(o, Planned):
         s.baseline, s.remote_ids = dict(o.baseline), dict(o.remote_ids)
         s.refused_shas, s.pending_deletes = dict(o.refused), dict(o.pending)
         s.sent_shas, s.prior_baseline = dict(o.sent), dict(o.prior)
@@ -110,10 +124,12 @@ def _apply(d: _Draft, o: Record) -> None:
         d.copied.update(_MAPS)
     elif isinstance(o, RootSeen):
         s.set_root(o.root)
-    else:  # Mounted
+    elif isinstance(o, Mounted):
         s.set_root(o.root)
         s.set_parent(o.parent)
         s.mounted_at = s.last_success_at = o.at
+    else:
+        raise TypeError(f"not a pass's record: {type(o).__name__}")
 
 
 class StateInvariantError(ValueError):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict, Unpack
 
 from pydantic import (
     BaseModel,
@@ -29,7 +30,8 @@ from memsync.api.constants import MAX_STORES_PER_SESSION
 from memsync.api.models import Deletions
 from memsync.api.paths import default_mount_path, is_ancestor, is_clean_absolute_path
 from memsync.contracts import env
-from memsync.contracts.env import ConflictPolicy, StoreEntry
+from memsync.contracts.env import ConflictPolicy
+from memsync.contracts.stores import StoreEntry
 
 MIN_INTERVAL_S = 5.0
 DEFAULT_INTERVAL_S = 15.0
@@ -252,28 +254,40 @@ def _switch(field: str, raw: str | bool) -> bool:
     raise ConfigError(f"{field} ({_ENV_NAMES[field]}): must be true or false, got {raw!r}")
 
 
-def load_config(
-    *,
-    stores: str | list[dict[str, Any]] | None,
-    interval: str | float | None = None,
-    early_sync: str | bool | None = None,
-    deletions: str | None = None,
-    conflict_policy: str | None = None,
-    flush_timeout: str | float | None = None,
-    state_dir: str | None = None,
-    base_url: str | None = None,
-    work_secret: str | None = None,
-    termination_log: str | None = None,
-    metrics_port: str | int | None = None,
-    session_id: str | None = None,
-    test_root: str | None = None,
-    delete_window: str | float | None = None,
-) -> AgentConfig:
+class RawSettings(TypedDict, total=False):
+    """The settings besides the stores, raw: strings from the environment or flags (numbers from tests)."""
+
+    interval: str | float | None
+    early_sync: str | bool | None
+    deletions: str | None
+    conflict_policy: str | None
+    flush_timeout: str | float | None
+    state_dir: str | None
+    base_url: str | None
+    work_secret: str | None
+    termination_log: str | None
+    metrics_port: str | int | None
+    session_id: str | None
+    test_root: str | None
+    delete_window: str | float | None
+
+
+def load_config(*, stores: str | list[dict[str, Any]] | None, **raw: Unpack[RawSettings]) -> AgentConfig:
     """Build and validate the configuration from raw values (strings from the environment or flags).
 
     Raises ``ConfigError`` naming the field (and its environment variable) and what is allowed; never echoes
     the secret.
     """
+    parsed, from_session = _parse_stores(stores)
+    values: dict[str, Any] = {"stores": parsed, "stores_from_session": from_session, **_settings(raw)}
+    try:
+        return AgentConfig.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from None
+
+
+def _parse_stores(stores: str | list[dict[str, Any]] | None) -> tuple[list[Any], bool]:
+    """The stores as a list (empty when they come from the session), and whether they do."""
     if stores is None or (isinstance(stores, str) and not stores.strip()):
         raise ConfigError(
             f"stores ({env.STORES}): required, a JSON array of 1-8 stores or {env.STORES_FROM_SESSION!r}"
@@ -292,29 +306,30 @@ def load_config(
         raise ConfigError(f"stores ({env.STORES}): must be a JSON array of store objects")
     if not parsed and not from_session:
         raise ConfigError(_NO_STORES)
-    values: dict[str, Any] = {"stores": parsed, "stores_from_session": from_session}
-    for name, raw in (
-        ("interval", interval),
-        ("flush_timeout", flush_timeout),
-        ("delete_window", delete_window),
-    ):
-        number = _number(name, raw)
+    return parsed, from_session
+
+
+def _settings(raw: RawSettings) -> dict[str, Any]:
+    """The settings given (an empty or absent value keeps the default), numbers parsed."""
+    given: Mapping[str, Any] = raw
+    values: dict[str, Any] = {}
+    for name in ("interval", "flush_timeout", "delete_window"):
+        number = _number(name, given.get(name))
         if number is not None:
             values[name] = number
+    early_sync = given.get("early_sync")
     if early_sync is not None and early_sync != "":
         values["early_sync"] = _switch("early_sync", early_sync)
-    if deletions:
-        values["deletions"] = deletions.strip()
-    if conflict_policy:
-        values["conflict_policy"] = conflict_policy.strip()
-    if state_dir:
-        values["state_dir"] = state_dir
-    if base_url:
-        values["base_url"] = base_url.strip()
+    for name in ("deletions", "conflict_policy", "base_url"):
+        if text := given.get(name):
+            values[name] = str(text).strip()
+    for name in ("state_dir", "termination_log", "session_id", "test_root"):
+        if text := given.get(name):
+            values[name] = text
+    work_secret = raw.get("work_secret")
     if work_secret is not None and work_secret.strip():
         values["work_secret"] = SecretStr(work_secret)
-    if termination_log:
-        values["termination_log"] = termination_log
+    metrics_port = raw.get("metrics_port")
     if metrics_port is not None and metrics_port != "":
         try:
             values["metrics_port"] = int(metrics_port)
@@ -322,14 +337,7 @@ def load_config(
             raise ConfigError(
                 f"metrics_port ({env.METRICS_PORT}): must be an integer, got {metrics_port!r}"
             ) from None
-    if session_id:
-        values["session_id"] = session_id
-    if test_root:
-        values["test_root"] = test_root
-    try:
-        return AgentConfig.model_validate(values)
-    except ValidationError as exc:
-        raise ConfigError(_describe(exc)) from None
+    return values
 
 
 def with_stores(config: AgentConfig, stores: list[StoreEntry]) -> AgentConfig:

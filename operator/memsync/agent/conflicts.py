@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from memsync.agent.localfs import StoreRoot, path_problem
+from memsync.agent.localfs import StoreRoot
+from memsync.agent.relpath import path_problem
 from memsync.api.hashing import sha256_bytes
 
 MAX_ATTEMPTS = 100

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from memsync.agent.config import AgentConfig, StoreConfig
-from memsync.agent.localfs import rel_to_remote
 from memsync.agent.merge import Event
 from memsync.agent.metrics import Metrics
 from memsync.agent.recorder import Recorder
+from memsync.agent.relpath import rel_to_remote
 from memsync.api.models import Memory
 from memsync.client import StoreClient
 

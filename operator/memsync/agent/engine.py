@@ -21,14 +21,7 @@ from memsync.agent.execute import Transfers
 from memsync.agent.folder import count_unsaved, open_and_scan, unsaved_files, warn_blocked
 from memsync.agent.ledger import Ledger
 from memsync.agent.listing import list_for_sync, map_remote
-from memsync.agent.localfs import (
-    RootReplaced,
-    dir_identity,
-    make_root,
-    open_root,
-    recreate_root,
-    rel_to_remote,
-)
+from memsync.agent.localfs import RootReplaced, dir_identity, make_root, open_root, recreate_root
 from memsync.agent.merge import (
     Remote,
     RootStatus,
@@ -48,6 +41,7 @@ from memsync.agent.records import (
     Recovering,
     RootSeen,
 )
+from memsync.agent.relpath import rel_to_remote
 from memsync.agent.scan import HashCache, ScanResult
 from memsync.agent.state import store_lock
 from memsync.agent.transfer.pull import download

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 
 from memsync.agent import messages
 from memsync.agent.context import StoreContext
-from memsync.agent.localfs import UnsafePath, remote_to_rel
 from memsync.agent.records import Listed
+from memsync.agent.relpath import UnsafePath, remote_to_rel
 from memsync.api.constants import LIST_LIMIT_FULL_MAX, LIST_LIMIT_MAX, MARKER_FILENAME
 from memsync.api.models import Memory, MemoryPrefix, View
 from memsync.client import errors as store_errors

@@ -16,7 +16,6 @@ import contextlib
 import errno
 import hashlib
 import os
-import re
 import secrets
 import stat
 import threading
@@ -26,68 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memsync.agent import renames
+from memsync.agent.dirfd import DIR_FLAGS, put_back, remove_empty_tree, temp_file
 from memsync.api.constants import MARKER_FILENAME
 from memsync.api.hashing import marker_text, sha256_bytes
-from memsync.api.paths import path_violation
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-TEMP_NAME = re.compile(r"^\.fs-[0-9a-f]{16}\.tmp$")
-NAME_MAX_BYTES = 255
 _CHUNK = 64 * 1024
-
-
-class UnsafePath(ValueError):
-    """A path that must never become a local file (it could escape the folder, or collide with our own)."""
 
 
 class NotRegularFile(OSError):
     """The path exists but is not a regular file (symlink, FIFO, device, socket, directory)."""
-
-
-def path_problem(rel: str) -> str | None:
-    """Why the relative store path ``rel`` cannot be synced safely, or None when it can.
-
-    Applied in both directions: a remote path that fails is never written locally, and a local file whose
-    path fails is never uploaded (or its remote twin could never come back down).
-    """
-    if not rel:
-        return "empty path"
-    try:
-        rel.encode("utf-8")
-    except UnicodeEncodeError:
-        return "is not valid UTF-8"
-    violation = path_violation("/" + rel)
-    if violation is not None:
-        return violation.message
-    if "\\" in rel:
-        return "contains a backslash"
-    if rel == MARKER_FILENAME:
-        return "is the store's marker file, which never syncs"
-    for segment in rel.split("/"):
-        if len(segment.encode("utf-8")) > NAME_MAX_BYTES:
-            return f"has a segment longer than {NAME_MAX_BYTES} bytes"
-        if TEMP_NAME.match(segment):
-            return "looks like one of memsync's temporary files"
-    return None
-
-
-def remote_to_rel(remote_path: str) -> str:
-    """Map a wire path (``/notes/todo.md``) to a relative store path, or raise UnsafePath."""
-    if not remote_path.startswith("/"):
-        raise UnsafePath(f"path {remote_path!r}: must start with '/'")
-    rel = remote_path[1:]
-    if "\x00" in rel:
-        raise UnsafePath(f"path {remote_path!r}: contains NUL")
-    problem = path_problem(rel)
-    if problem is not None:
-        raise UnsafePath(f"path {remote_path!r}: {problem}")
-    return rel
-
-
-def rel_to_remote(rel: str) -> str:
-    return "/" + rel
 
 
 @dataclass(frozen=True)
@@ -148,7 +95,7 @@ class StoreRoot:
         try:
             for name in dirs:
                 try:
-                    nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                    nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
                 except FileNotFoundError:
                     if not create:
                         raise
@@ -156,7 +103,7 @@ class StoreRoot:
                         os.mkdir(name, self.dir_mode, dir_fd=fd)
                     except FileExistsError:
                         pass
-                    nxt = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                    nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
                 os.close(fd)
                 fd = nxt
             yield fd
@@ -263,7 +210,7 @@ class StoreRoot:
         _, name = _split(rel)
         try:
             with self.parent_dir(rel) as dir_fd:
-                return _remove_empty_tree(dir_fd, name)
+                return remove_empty_tree(dir_fd, name)
         except OSError:
             return False
 
@@ -298,7 +245,7 @@ class StoreRoot:
                 existing = None
             if existing is not None and not stat.S_ISREG(existing.st_mode):
                 raise NotRegularFile(errno.EEXIST, "something other than a regular file is in the way", rel)
-            with _temp_file(dir_fd, data, self.file_mode, fsync=fsync) as tmp:
+            with temp_file(dir_fd, data, self.file_mode, fsync=fsync) as tmp:
                 os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
     def replace_if(self, rel: str, data: bytes, expected_sha: str | None) -> bool:
@@ -311,7 +258,7 @@ class StoreRoot:
         _, name = _split(rel)
         if self.sha_of(rel) != expected_sha:
             return False
-        with self.parent_dir(rel, create=True) as dir_fd, _temp_file(dir_fd, data, self.file_mode) as tmp:
+        with self.parent_dir(rel, create=True) as dir_fd, temp_file(dir_fd, data, self.file_mode) as tmp:
             try:
                 if expected_sha is None:
                     renames.rename_noreplace(dir_fd, tmp, name)
@@ -333,7 +280,7 @@ class StoreRoot:
             try:
                 renames.exchange(dir_fd, tmp, name)
             except FileNotFoundError:  # the new file was deleted meanwhile: the edit goes back to its name
-                _put_back(dir_fd, tmp, name)
+                put_back(dir_fd, tmp, name)
                 return False
             if self.hash_at(dir_fd, tmp)[0] != sha256_bytes(data):
                 # written in place during the swap: keep that edit beside the file, never drop it
@@ -365,7 +312,7 @@ class StoreRoot:
                 except OSError:
                     moved_sha = None  # not a regular file any more: put it back untouched
                 if moved_sha != expected_sha:
-                    _put_back(dir_fd, aside, name)
+                    put_back(dir_fd, aside, name)
                     return False
                 os.unlink(aside, dir_fd=dir_fd)
         except FileNotFoundError:
@@ -411,42 +358,6 @@ class StoreRoot:
         self.close()
 
 
-def _put_back(dir_fd: int, aside: str, name: str) -> None:
-    """Return a file moved aside to ``name`` without clobbering anything created there meanwhile."""
-    try:
-        os.link(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
-    except FileExistsError:
-        # Written again meanwhile: keep the newest at its name, and this one beside it (never lost).
-        os.rename(aside, f"{name}.memsync-kept-{secrets.token_hex(4)}", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        return
-    except OSError:
-        os.rename(aside, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # no hard links on this filesystem
-        return
-    os.unlink(aside, dir_fd=dir_fd)
-
-
-@contextmanager
-def _temp_file(dir_fd: int, data: bytes, mode: int, *, fsync: bool = False) -> Iterator[str]:
-    """A temp file (``O_CREAT|O_EXCL|O_NOFOLLOW``) holding ``data`` in ``dir_fd``; whatever is left at its
-    name afterwards is removed (nothing, once it was renamed into place)."""
-    tmp = f".fs-{secrets.token_hex(8)}.tmp"
-    fd = os.open(tmp, _TEMP_FLAGS, mode, dir_fd=dir_fd)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        yield tmp
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=dir_fd)
-
-
 def sync_filesystem(path: Path) -> None:
     """Flush the filesystem holding ``path`` to stable storage (Linux ``syncfs``; else ``sync``)."""
     try:
@@ -463,31 +374,12 @@ def sync_filesystem(path: Path) -> None:
         os.close(fd)
 
 
-def _remove_empty_tree(dir_fd: int, name: str) -> bool:
-    try:
-        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-    except OSError:
-        return False  # nothing there, not a directory, or a symlink
-    try:
-        with os.scandir(fd) as it:
-            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-        if not all(is_dir and _remove_empty_tree(fd, sub) for sub, is_dir in entries):
-            return False
-    finally:
-        os.close(fd)
-    try:
-        os.rmdir(name, dir_fd=dir_fd)
-    except OSError:
-        return False
-    return True
-
-
 def _open_root_fd(path: Path, parent_fd: int | None = None) -> int:
     """Open the store folder (relative to ``parent_fd`` when given), never following a symlink at its name."""
     try:
         if parent_fd is None:
-            return os.open(path, _DIR_FLAGS)
-        return os.open(path.name, _DIR_FLAGS, dir_fd=parent_fd)
+            return os.open(path, DIR_FLAGS)
+        return os.open(path.name, DIR_FLAGS, dir_fd=parent_fd)
     except FileNotFoundError:
         raise RootMissing(errno.ENOENT, "the memory store folder does not exist", str(path)) from None
     except OSError as exc:
@@ -516,7 +408,7 @@ def open_root(path: Path, expected: RootId | None = None) -> StoreRoot:
 def root_is_empty(path: Path) -> bool:
     """Whether the folder at ``path`` (not followed if a symlink) has no entries at all."""
     try:
-        fd = os.open(path, _DIR_FLAGS)
+        fd = os.open(path, DIR_FLAGS)
     except OSError:
         return False
     try:

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memsync.agent import schedule
-from memsync.agent.localfs import TEMP_NAME
 from memsync.agent.recorder import PassStats
+from memsync.agent.relpath import TEMP_NAME
 
 if TYPE_CHECKING:
     from memsync.agent.commands import SyncAgent

@@ -214,22 +214,7 @@ def _merge_path(inp: SyncInput, plan: SyncPlan, rel: str, candidates: list[str])
         refused = None
 
     if remote is None:
-        plan.pending.pop(rel, None)
-        if local is None:
-            plan.baseline.pop(rel, None)
-            return
-        if base is not None and local == base:
-            # Deleted remotely, unchanged locally: remove it (the engine re-hashes first).
-            plan.local_removals.append(LocalRemove(rel=rel, expected_sha=base))
-            return
-        # An un-pushed local edit (or a new file) whose memory is not in the store.
-        if _held_back(inp, plan, rel, local, refused):
-            return
-        if base is not None:
-            plan.events.append(Event(logging.WARNING, messages.RECREATING, rel))
-        plan.uploads.append(
-            Upload(rel=rel, local_sha=local, remote_id=None, expected_sha=None, base_sha=base)
-        )
+        _merge_not_in_store(inp, plan, rel, local=local, base=base, refused=refused)
         return
 
     if base is None and local is not None and local != remote.sha and inp.prior.get(rel) == remote.sha:
@@ -264,6 +249,26 @@ def _merge_path(inp: SyncInput, plan: SyncPlan, rel: str, candidates: list[str])
         _push_local_edit(inp, plan, rel, local, remote, refused=refused)
         return
     plan.baseline[rel] = remote.sha
+
+
+def _merge_not_in_store(
+    inp: SyncInput, plan: SyncPlan, rel: str, *, local: str | None, base: str | None, refused: str | None
+) -> None:
+    """A path the store does not list: forget it, remove the local copy, or upload it (again)."""
+    plan.pending.pop(rel, None)
+    if local is None:
+        plan.baseline.pop(rel, None)
+        return
+    if base is not None and local == base:
+        # Deleted remotely, unchanged locally: remove it (the engine re-hashes first).
+        plan.local_removals.append(LocalRemove(rel=rel, expected_sha=base))
+        return
+    # An un-pushed local edit (or a new file) whose memory is not in the store.
+    if _held_back(inp, plan, rel, local, refused):
+        return
+    if base is not None:
+        plan.events.append(Event(logging.WARNING, messages.RECREATING, rel))
+    plan.uploads.append(Upload(rel=rel, local_sha=local, remote_id=None, expected_sha=None, base_sha=base))
 
 
 def _push_local_edit(

@@ -15,7 +15,8 @@ import stat
 import time
 from dataclasses import dataclass, field
 
-from memsync.agent.localfs import TEMP_NAME, NotRegularFile, StoreRoot, path_problem
+from memsync.agent.localfs import NotRegularFile, StoreRoot
+from memsync.agent.relpath import TEMP_NAME, path_problem
 from memsync.api.constants import MARKER_FILENAME
 from memsync.api.hashing import marker_text, sha256_bytes
 
@@ -70,91 +71,132 @@ class ScanResult:
 
 def scan(root: StoreRoot, memory_store_id: str, cache: HashCache, *, now_ns: int | None = None) -> ScanResult:
     """Scan the open store folder. Never follows a symlink; never descends into a directory symlink."""
-    now = time.time_ns() if now_ns is None else now_ns
-    result = ScanResult()
-    expected_marker = sha256_bytes(marker_text(memory_store_id).encode("utf-8"))
-    seen: set[str] = set()
+    walk = _Walk(
+        root,
+        cache,
+        now=time.time_ns() if now_ns is None else now_ns,
+        expected_marker=sha256_bytes(marker_text(memory_store_id).encode("utf-8")),
+    )
     stack: list[tuple[int, str]] = [(root.dup(), "")]
     try:
         while stack:
             dir_fd, prefix = stack.pop()
             try:
-                try:
-                    with os.scandir(dir_fd) as it:
-                        entries = list(it)
-                except OSError as exc:
-                    if not prefix:
-                        raise  # the store folder itself: the pass fails (and is retried) as a whole
-                    _unreadable(result, prefix.rstrip("/"), exc)
-                    continue
-                for entry in entries:
-                    name = entry.name
-                    rel = prefix + name
-                    if not prefix and name == MARKER_FILENAME:
-                        result.marker_ok = _marker_matches(root, dir_fd, expected_marker)
-                        continue
-                    if TEMP_NAME.match(name):
-                        continue
-                    try:
-                        st = entry.stat(follow_symlinks=False)
-                    except FileNotFoundError:
-                        continue
-                    except OSError as exc:
-                        _unreadable(result, rel, exc)
-                        continue
-                    if stat.S_ISDIR(st.st_mode):
-                        try:
-                            sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-                        except FileNotFoundError:
-                            continue
-                        except (PermissionError, OSError) as exc:
-                            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                                result.blocked[rel] = "directory that cannot be opened safely"
-                            else:
-                                _unreadable(result, rel, exc)
-                            continue
-                        stack.append((sub, rel + "/"))
-                        continue
-                    if not stat.S_ISREG(st.st_mode):
-                        result.blocked[rel] = _kind(st.st_mode)
-                        continue
-                    problem = path_problem(rel)
-                    if problem is not None:
-                        result.blocked[rel] = f"file name that cannot be a memory path ({problem})"
-                        result.unsyncable[rel] = problem
-                        continue
-                    key: CacheKey = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
-                    cached = cache.entries.get(rel)
-                    recent = now - max(st.st_mtime_ns, st.st_ctime_ns) < RECENT_NS
-                    if cached is not None and cached[0] == key and not recent:
-                        sha = cached[1]
-                    else:
-                        try:
-                            sha, fst = root.hash_at(dir_fd, name)
-                        except FileNotFoundError:
-                            continue
-                        except NotRegularFile as exc:
-                            result.blocked[rel] = exc.strerror or "not a regular file"
-                            continue
-                        except OSError as exc:
-                            _unreadable(result, rel, exc)
-                            result.unreadable_files.add(rel)
-                            continue
-                        cache.hashes += 1
-                        result.hashed += 1
-                        key = (fst.st_mtime_ns, fst.st_ctime_ns, fst.st_size, fst.st_ino)
-                        cache.entries[rel] = (key, sha)
-                    result.files[rel] = sha
-                    result.sizes[rel] = st.st_size
-                    seen.add(rel)
+                stack.extend(walk.folder(dir_fd, prefix))
             finally:
                 os.close(dir_fd)
     finally:
         for dir_fd, _ in stack:
             os.close(dir_fd)
-    for rel in [r for r in cache.entries if r not in seen]:
+    for rel in [r for r in cache.entries if r not in walk.seen]:
         del cache.entries[rel]
-    return result
+    return walk.result
+
+
+@dataclass
+class _Walk:
+    """One scan's walk: what it found so far, and the hash cache it reads and refreshes."""
+
+    root: StoreRoot
+    cache: HashCache
+    now: int
+    expected_marker: str
+    result: ScanResult = field(default_factory=ScanResult)
+    seen: set[str] = field(default_factory=set)
+
+    def folder(self, dir_fd: int, prefix: str) -> list[tuple[int, str]]:
+        """Look at each entry of the open folder at ``prefix``; the subfolders to walk next (open)."""
+        try:
+            with os.scandir(dir_fd) as it:
+                entries = list(it)
+        except OSError as exc:
+            if not prefix:
+                raise  # the store folder itself: the pass fails (and is retried) as a whole
+            _unreadable(self.result, prefix.rstrip("/"), exc)
+            return []
+        subfolders: list[tuple[int, str]] = []
+        try:
+            for entry in entries:
+                sub = self.entry(dir_fd, prefix, entry)
+                if sub is not None:
+                    subfolders.append(sub)
+        except BaseException:
+            for sub_fd, _ in subfolders:
+                os.close(sub_fd)
+            raise
+        return subfolders
+
+    def entry(self, dir_fd: int, prefix: str, entry: os.DirEntry[str]) -> tuple[int, str] | None:
+        """Record one entry; an open subfolder to walk, or None."""
+        name = entry.name
+        rel = prefix + name
+        if not prefix and name == MARKER_FILENAME:
+            self.result.marker_ok = _marker_matches(self.root, dir_fd, self.expected_marker)
+            return None
+        if TEMP_NAME.match(name):
+            return None
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            _unreadable(self.result, rel, exc)
+            return None
+        if stat.S_ISDIR(st.st_mode):
+            return self.subfolder(dir_fd, name, rel)
+        if not stat.S_ISREG(st.st_mode):
+            self.result.blocked[rel] = _kind(st.st_mode)
+            return None
+        problem = path_problem(rel)
+        if problem is not None:
+            self.result.blocked[rel] = f"file name that cannot be a memory path ({problem})"
+            self.result.unsyncable[rel] = problem
+            return None
+        sha = self.file_sha(dir_fd, name, rel, st)
+        if sha is not None:
+            self.result.files[rel] = sha
+            self.result.sizes[rel] = st.st_size
+            self.seen.add(rel)
+        return None
+
+    def subfolder(self, dir_fd: int, name: str, rel: str) -> tuple[int, str] | None:
+        """The subfolder opened without following a symlink, or None (recorded as blocked or unreadable)."""
+        try:
+            sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        except (PermissionError, OSError) as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                self.result.blocked[rel] = "directory that cannot be opened safely"
+            else:
+                _unreadable(self.result, rel, exc)
+            return None
+        return sub, rel + "/"
+
+    def file_sha(self, dir_fd: int, name: str, rel: str, st: os.stat_result) -> str | None:
+        """The file's sha: from the cache while the file is unchanged and not recent, else read and hashed;
+        None when it went away or cannot be read (recorded)."""
+        key: CacheKey = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+        cached = self.cache.entries.get(rel)
+        recent = self.now - max(st.st_mtime_ns, st.st_ctime_ns) < RECENT_NS
+        if cached is not None and cached[0] == key and not recent:
+            return cached[1]
+        try:
+            sha, fst = self.root.hash_at(dir_fd, name)
+        except FileNotFoundError:
+            return None
+        except NotRegularFile as exc:
+            self.result.blocked[rel] = exc.strerror or "not a regular file"
+            return None
+        except OSError as exc:
+            _unreadable(self.result, rel, exc)
+            self.result.unreadable_files.add(rel)
+            return None
+        self.cache.hashes += 1
+        self.result.hashed += 1
+        key = (fst.st_mtime_ns, fst.st_ctime_ns, fst.st_size, fst.st_ino)
+        self.cache.entries[rel] = (key, sha)
+        return sha
 
 
 def _unreadable(result: ScanResult, rel: str, exc: OSError) -> None:

@@ -23,7 +23,7 @@ from memsync.api.paths import is_ancestor
 from memsync.client import StoreClient
 from memsync.client import errors as store_errors
 from memsync.contracts import env
-from memsync.contracts.env import StoreEntry, encode_stores
+from memsync.contracts.stores import StoreEntry, encode_stores
 
 logger = logging.getLogger("memsync.agent")
 

@@ -42,33 +42,46 @@ def _bad_character(ch: str) -> str | None:
 
 def path_violation(path: str) -> PathRuleViolation | None:
     """Return the first rule ``path`` breaks, or None when it is a valid memory path."""
+    broken = _length_rule(path) or _character_rule(path) or _segment_rule(path)
+    if broken is None:
+        return None
+    rule, message = broken
+    return PathRuleViolation(path, rule, f"path {path!r}: {message}")
 
-    def bad(rule: str, message: str) -> PathRuleViolation:
-        return PathRuleViolation(path, rule, f"path {path!r}: {message}")
 
+def _length_rule(path: str) -> tuple[str, str] | None:
     if not path.startswith("/"):
-        return bad("leading_slash", "must start with '/'")
+        return "leading_slash", "must start with '/'"
     if len(path) < 2:
-        return bad("too_short", "must name at least one segment after '/'")
+        return "too_short", "must name at least one segment after '/'"
     if len(path.encode("utf-8")) > MAX_PATH_BYTES:
-        return bad("too_long", f"must be at most {MAX_PATH_BYTES} bytes of UTF-8")
+        return "too_long", f"must be at most {MAX_PATH_BYTES} bytes of UTF-8"
+    return None
+
+
+def _character_rule(path: str) -> tuple[str, str] | None:
     # ASCII is always NFC and has no format characters: only its control characters need a look. This
     # check runs for every listed memory on every pass, so the common case skips the per-character walk.
-    if not path.isascii() or _ASCII_CONTROL.search(path):
-        for ch in path:
-            why = _bad_character(ch)
-            if why is not None:
-                return bad("bad_character", f"must not contain a {why}")
-        if unicodedata.normalize("NFC", path) != path:
-            return bad("not_nfc", "must be NFC-normalized Unicode")
+    if path.isascii() and not _ASCII_CONTROL.search(path):
+        return None
+    for ch in path:
+        why = _bad_character(ch)
+        if why is not None:
+            return "bad_character", f"must not contain a {why}"
+    if unicodedata.normalize("NFC", path) != path:
+        return "not_nfc", "must be NFC-normalized Unicode"
+    return None
+
+
+def _segment_rule(path: str) -> tuple[str, str] | None:
     segments = path[1:].split("/")
     if len(segments) > MAX_PATH_SEGMENTS:
-        return bad("too_deep", f"must have at most {MAX_PATH_SEGMENTS} segments")
+        return "too_deep", f"must have at most {MAX_PATH_SEGMENTS} segments"
     for segment in segments:
         if segment == "":
-            return bad("empty_segment", "must not contain empty segments ('//' or a trailing '/')")
+            return "empty_segment", "must not contain empty segments ('//' or a trailing '/')"
         if segment in (".", ".."):
-            return bad("dot_segment", "must not contain '.' or '..' segments")
+            return "dot_segment", "must not contain '.' or '..' segments"
     return None
 
 

@@ -24,15 +24,12 @@ import os
 import shutil
 import signal
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
-import uvicorn
 
 from memsync.agent.commands import EXIT_OK, AgentFailure, mount, run_sync
 from memsync.agent.config import AgentConfig, ConfigError, load_config
@@ -41,104 +38,24 @@ from memsync.agent.scan import HashCache, scan
 from memsync.agent.state import load_state, lock_file, remove_state
 from memsync.api.constants import MARKER_FILENAME
 from memsync.api.hashing import marker_text, sha256_bytes
-from memsync.api.models import Memory, MemoryStore, MemoryStoreResource
+from memsync.api.models import MemoryStore, MemoryStoreResource
 from memsync.cli.dev_keep import Kept, describe, move_aside, plan_keep
 from memsync.cli.dev_status import ClearStatusFirst, DevNumbers, StatusLine, format_status, read_counts
-from memsync.cli.failures import CliError, ExitCode
-from memsync.cli.store_admin import load_or_create_key_file
-from memsync.cli.store_serve import bind
+from memsync.cli.failures import ExitCode
+from memsync.cli.store.admin import load_or_create_key_file
 from memsync.client import StoreClient
 from memsync.client import errors as store_errors
 from memsync.contracts.env import CONFLICT_POLICIES
-from memsync.server import create_app
-from memsync.server.protocol import uvicorn_config
+from memsync.devtools.demo_store import count_memories, ensure_demo_store
+from memsync.devtools.dev_server import EmbeddedServer
 
 logger = logging.getLogger("memsync.dev")
 
-DEMO_STORE_NAME = "Demo Memory"
-DEMO_DESCRIPTION = "memsync dev: a demo store; edit the files in the mounted folder and watch them sync."
-DEMO_MEMORIES: dict[str, str] = {
-    "/README.md": (
-        "# Demo Memory\n\nThis store was created by `memsync dev`. Every file in this folder is a memory:\n"
-        "edit, create or delete files here and the next sync pass sends the change to the store.\n"
-    ),
-    "/preferences/style.md": "- Answer briefly.\n- Prefer plain words over jargon.\n",
-    "/projects/memsync.md": "memsync keeps /mnt/memory/<slug>/ in two-way sync with a memory store.\n",
-    "/notes/todo.md": "- [ ] try editing this file while `memsync dev` runs\n",
-}
 DB_NAME = "store.db"
-STARTUP_TIMEOUT_S = 20.0
 STATUS_REFRESH_S = 0.5
 
 
-# --- the embedded store server ---------------------------------------------------------------------------
-
-
-class _ThreadServer(uvicorn.Server):
-    """uvicorn without its own signal handlers: this command owns SIGINT/SIGTERM (they start the flush)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-@dataclass
-class EmbeddedServer:
-    """The store server on a background thread with its own event loop."""
-
-    db_path: Path
-    admin_key: str
-    host: str
-    port: int
-
-    def __post_init__(self) -> None:
-        self.url = f"http://{self.host}:{self.port}"
-        # Bound first: a port in use is said before the app starts (and logs that it is ready).
-        try:
-            self._socket = bind(self.host, self.port)
-        except CliError as exc:
-            raise CliError(f"the embedded store server: {exc.message} (choose another with --port)") from exc
-        app = create_app(self.db_path, self.admin_key, self.url, access_logs=False)
-        self._server = _ThreadServer(uvicorn_config(app, host=self.host, port=self.port))
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._socket]}, name="memsync-dev-store", daemon=True
-        )
-
-    def start(self) -> None:
-        self._thread.start()
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while not self._server.started:
-            if not self._thread.is_alive():
-                raise click.ClickException(f"the embedded store server stopped on {self.host}:{self.port}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise click.ClickException(
-                    f"the embedded store server did not start within {STARTUP_TIMEOUT_S}s"
-                )
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-        self._socket.close()
-
-
 # --- the demo store and the session ---------------------------------------------------------------------
-
-
-async def ensure_demo_store(admin: StoreClient) -> tuple[MemoryStore, bool]:
-    """The store named ``DEMO_STORE_NAME`` (the first listed, if several); created with a few memories."""
-    async for existing in admin.list_stores():
-        if existing.name == DEMO_STORE_NAME:
-            return existing, False
-    created = await admin.create_store(DEMO_STORE_NAME, description=DEMO_DESCRIPTION)
-    for path, content in DEMO_MEMORIES.items():
-        await admin.create_memory(created.id, path, content)
-    return created, True
-
-
-async def count_memories(admin: StoreClient, store_id: str) -> int:
-    return sum([1 async for item in admin.list_memories(store_id, limit=100) if isinstance(item, Memory)])
 
 
 def _marker_ok(folder: Path, store_id: str) -> bool:

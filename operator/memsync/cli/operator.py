@@ -23,6 +23,7 @@ import os
 import re
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
@@ -38,14 +39,10 @@ from memsync.controller.memtrace import install_from_env as install_memory_trace
 from memsync.controller.pod import DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
 from memsync.controller.settings import ControllerConfig, bounded_session, configure_settings
 from memsync.crd import agentenv_schema
-from memsync.crd.models import (
-    BYTES_QUANTITY_MAX,
-    BYTES_QUANTITY_PATTERN,
-    EnvVarSpec,
-    describe_validation_error,
-    env_problems,
-)
+from memsync.crd.env_spec import EnvVarSpec, env_problems
+from memsync.crd.models import BYTES_QUANTITY_MAX, BYTES_QUANTITY_PATTERN
 from memsync.crd.schema import render_crd_yaml
+from memsync.crd.spec_messages import describe_validation_error
 
 logger = logging.getLogger("memsync.operator")
 
@@ -211,14 +208,14 @@ def parse_memsync_env(raw: str | None) -> tuple[EnvVarSpec, ...]:
 def operator(ctx: click.Context, /, **options: Any) -> None:
     """The SessionMemory controller. Without a subcommand it runs, as "memsync operator run" does."""
     if ctx.invoked_subcommand is None:
-        _run(**options)
+        _run(RunOptions(**options))
 
 
 @operator.command("run")
 @_run_options
 def run(**options: Any) -> None:
     """Run the controller until SIGTERM/SIGINT."""
-    _run(**options)
+    _run(RunOptions(**options))
 
 
 @operator.command("crd")
@@ -283,40 +280,44 @@ def _check_served_resources(kube: KubeApi, *, environments: bool) -> None:
         raise click.ClickException(message)
 
 
-def _run(
-    *,
-    namespaces: tuple[str, ...],
-    all_namespaces: bool,
-    agent_image: str | None,
-    agent_image_pull_policy: str,
-    liveness: str | None,
-    metrics_port: int,
-    context: str | None,
-    recheck_interval: float,
-    service_account_wait: float,
-    sidecar_start_timeout: float,
-    memory_volume_size_limit: str,
-    memsync_env: str | None,
-    environments: bool,
-) -> None:
-    if namespaces and all_namespaces:
+@dataclass(frozen=True)
+class RunOptions:
+    """The options of ``memsync operator [run]``, as click parsed them."""
+
+    namespaces: tuple[str, ...]
+    all_namespaces: bool
+    agent_image: str | None
+    agent_image_pull_policy: str
+    liveness: str | None
+    metrics_port: int
+    context: str | None
+    recheck_interval: float
+    service_account_wait: float
+    sidecar_start_timeout: float
+    memory_volume_size_limit: str
+    memsync_env: str | None
+    environments: bool
+
+
+def _run(options: RunOptions) -> None:
+    if options.namespaces and options.all_namespaces:
         raise click.UsageError("--namespace and --all-namespaces exclude each other")
     install_memory_trace()  # only with MEMSYNC_TRACEMALLOC set: a debugging aid
-    if not agent_image:
+    if not options.agent_image:
         raise click.UsageError(
             "--agent-image (or MEMSYNC_AGENT_IMAGE) is required: the image of the memsync "
             "containers in the sandbox Pods, normally the operator's own image"
         )
-    patterns = any(ch in ns for ns in namespaces for ch in "*?[!")
+    patterns = any(ch in ns for ns in options.namespaces for ch in "*?[!")
     config = ControllerConfig(
-        agent_image=agent_image,
-        agent_image_pull_policy=agent_image_pull_policy,
-        recheck_interval=recheck_interval,
-        service_account_wait=service_account_wait,
-        sidecar_start_timeout=sidecar_start_timeout,
-        memory_volume_size_limit=memory_volume_size_limit,
-        memsync_env=parse_memsync_env(memsync_env),
-        environments=environments,
+        agent_image=options.agent_image,
+        agent_image_pull_policy=options.agent_image_pull_policy,
+        recheck_interval=options.recheck_interval,
+        service_account_wait=options.service_account_wait,
+        sidecar_start_timeout=options.sidecar_start_timeout,
+        memory_volume_size_limit=options.memory_volume_size_limit,
+        memsync_env=parse_memsync_env(options.memsync_env),
+        environments=options.environments,
     )
     settings = configure_settings(
         kopf.OperatorSettings(),
@@ -324,29 +325,29 @@ def _run(
         reporting_instance=os.environ.get("POD_NAME") or socket.gethostname(),
     )
     try:
-        kube = KubeApi.from_environment(context=context)
+        kube = KubeApi.from_environment(context=options.context)
     except Exception as exc:  # kubernetes.config.ConfigException and file errors
         raise click.ClickException(f"cannot configure the Kubernetes client: {exc}") from None
 
     _check_server_version(kube)
-    _check_served_resources(kube, environments=environments)
+    _check_served_resources(kube, environments=options.environments)
 
     async def login(**_: Any) -> kopf.ConnectionInfo | kopf.AiohttpSession:
         info = kube.connection_info()
         if patterns:  # kopf watches every namespace that matches: no bound on the watches it holds
             return info
         # One watch of SessionMemories and one of Pods, per namespace served (or cluster-wide).
-        return bounded_session(info, watches=2 * max(len(namespaces), 1))
+        return bounded_session(info, watches=2 * max(len(options.namespaces), 1))
 
-    if metrics_port:
-        start_http_server(metrics_port)
+    if options.metrics_port:
+        start_http_server(options.metrics_port)
     logger.info(
         "starting the memsync operator",
         extra={
-            "namespaces": list(namespaces) or "all",
-            "agent_image": agent_image,
-            "liveness": liveness,
-            "metrics_port": metrics_port or None,
+            "namespaces": list(options.namespaces) or "all",
+            "agent_image": options.agent_image,
+            "liveness": options.liveness,
+            "metrics_port": options.metrics_port or None,
         },
     )
     try:
@@ -355,9 +356,9 @@ def _run(
             settings=settings,
             memo=build_memo(kube, config),
             standalone=True,
-            liveness_endpoint=liveness,
-            clusterwide=not namespaces,
-            namespaces=list(namespaces),
+            liveness_endpoint=options.liveness,
+            clusterwide=not options.namespaces,
+            namespaces=list(options.namespaces),
         )
     finally:
         kube.close()

@@ -1,6 +1,6 @@
 """``memsync status`` (also ``kubectl memsync status``): the SessionMemories of a namespace, or one in detail.
 
-The formatting is ``memsync.status.view`` and the fetching ``memsync.status.cluster``; both are imported
+The formatting is ``memsync.status.view`` and the fetching ``memsync.cli.status_cluster``; both are imported
 only when the command runs, so ``memsync status --help`` loads neither the Kubernetes client nor pydantic.
 ``--watch`` fetches again every ``--interval`` seconds and prints the view again whenever what it shows
 changed (not when only an age moved on); Ctrl-C ends it with exit code 0.
@@ -28,8 +28,8 @@ class Query:
 
 def _fetch(conn: Any, query: Query) -> tuple[Any, str, str]:
     """What to show: (its data, comparable across fetches; the text to print; what to say on stderr)."""
+    from memsync.cli.status_cluster import fetch_list, fetch_one  # noqa: PLC0415
     from memsync.status import view  # noqa: PLC0415 (imported when the command runs, not for --help)
-    from memsync.status.cluster import fetch_list, fetch_one  # noqa: PLC0415
 
     now = datetime.now(UTC)
     if query.name is not None:
@@ -101,7 +101,7 @@ def status(
     """
     if all_namespaces and (name is not None or namespace is not None):
         raise click.UsageError("--all-namespaces excludes NAME and --namespace")
-    from memsync.status.cluster import connect  # noqa: PLC0415 (imported when the command runs)
+    from memsync.cli.status_cluster import connect  # noqa: PLC0415 (imported when the command runs)
 
     conn = connect(kubeconfig, context)
     query = Query(name, None if all_namespaces else (namespace or conn.namespace), output)

@@ -15,7 +15,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
 import httpx
@@ -91,6 +91,14 @@ def _log_retry(method: str, path: str, outcome: httpx.Response | httpx.RequestEr
         logger.info("retrying store request after a transport error", extra=fields)
 
 
+class ClientHooks(TypedDict, total=False):
+    """What tests and embedders may put in place of the defaults: the HTTP transport, and the sleep between
+    retries."""
+
+    transport: httpx.AsyncBaseTransport | None
+    sleep: Sleep | None
+
+
 class ClientCore:
     """Credentials, the pooled HTTP client and the request/retry/parse machinery shared by every endpoint
     group of ``StoreClient``."""
@@ -105,8 +113,7 @@ class ClientCore:
         timeout: float = 30.0,
         max_retries: int = 2,
         max_connections: int = 64,
-        transport: httpx.AsyncBaseTransport | None = None,
-        sleep: Sleep | None = None,
+        **hooks: Unpack[ClientHooks],
     ) -> None:
         if api_key is not None and bearer_token is not None:
             raise ValueError("pass api_key or bearer_token, not both: exactly one credential goes out")
@@ -132,6 +139,7 @@ class ClientCore:
             "api_key" if api_key is not None else "bearer" if bearer_token is not None else "none"
         )
         self._secrets = tuple(s for s in (api_key, bearer_token) if s)
+        sleep, transport = hooks.get("sleep"), hooks.get("transport")
         self._sleep: Sleep = sleep if sleep is not None else asyncio.sleep
 
         headers = {

@@ -5,17 +5,13 @@ reads them (each is also a flag). ``RESERVED`` lists the names users may not ove
 environment of the memsync containers.
 
 ``StoreEntry`` and ``encode_stores`` (the stores JSON, a pydantic model) live in
-``memsync.contracts.stores`` and are importable from here too, loaded on first use: importing the names
-costs no pydantic, so the command line's help (which shows them) starts at once.
+``memsync.contracts.stores``, which imports from here and not the other way: this module costs no pydantic,
+so the command line's help (which shows these names) starts at once.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Literal
-
-if TYPE_CHECKING:
-    from memsync.contracts.stores import StoreEntry as StoreEntry  # noqa: PLC0414 (a re-export)
-    from memsync.contracts.stores import encode_stores as encode_stores  # noqa: PLC0414
+from typing import Final, Literal
 
 SESSION_ID: Final = "MEMSYNC_SESSION_ID"
 STORES: Final = "MEMSYNC_STORES"
@@ -52,12 +48,3 @@ CONFLICT_POLICIES: Final = ("storeWins", "keepLocalCopy")
 def is_reserved(name: str) -> bool:
     """Whether ``name`` is one of memsync's own variables (or could become one)."""
     return name.upper().startswith(RESERVED_PREFIXES)
-
-
-def __getattr__(name: str) -> object:
-    """``StoreEntry`` and ``encode_stores``, imported when first used (see the module's docstring)."""
-    if name in ("StoreEntry", "encode_stores"):
-        from memsync.contracts import stores  # noqa: PLC0415
-
-        return getattr(stores, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

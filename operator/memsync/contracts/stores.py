@@ -1,4 +1,4 @@
-"""The stores JSON of ``MEMSYNC_STORES`` (``memsync.contracts.env`` names the variable, re-exports these)."""
+"""The stores JSON of ``MEMSYNC_STORES`` (``memsync.contracts.env`` names the variable and the access)."""
 
 from __future__ import annotations
 

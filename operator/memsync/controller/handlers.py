@@ -120,10 +120,10 @@ from memsync.crd.models import (
     MANAGED_BY,
     PLURAL,
     VERSION,
-    InvalidSpecError,
     SessionMemorySpec,
     validate_spec,
 )
+from memsync.crd.spec_messages import InvalidSpecError
 
 logger = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ import kopf
 
 from memsync.controller import status as st
 from memsync.controller.objects import meta_of
-from memsync.crd.models import plain
+from memsync.crd.spec_messages import plain
 
 logger = logging.getLogger(__name__)
 

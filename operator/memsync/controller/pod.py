@@ -46,8 +46,9 @@ from pydantic.alias_generators import to_snake
 
 from memsync.api.constants import MOUNT_ROOT
 from memsync.contracts import env
-from memsync.contracts.env import StoreEntry, encode_stores
+from memsync.contracts.stores import StoreEntry, encode_stores
 from memsync.crd import guards
+from memsync.crd.env_spec import EnvVarSpec
 from memsync.crd.guards import ALLOWED_ADDED_CAPABILITIES, SANDBOX_CONTAINER_NAME, SANDBOX_UID
 from memsync.crd.models import (
     API_VERSION,
@@ -59,7 +60,6 @@ from memsync.crd.models import (
     LABEL_SESSION_ID,
     LABEL_SESSIONMEMORY,
     MANAGED_BY,
-    EnvVarSpec,
     MemsyncContainersSpec,
     SessionMemorySpec,
 )

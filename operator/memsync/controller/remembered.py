@@ -23,7 +23,8 @@ from memsync.controller.kube import CALL_THREADS, KubeApi
 from memsync.controller.objects import meta_of
 from memsync.controller.pod import SYNC_CONTAINER
 from memsync.controller.settings import ControllerConfig
-from memsync.crd.models import InvalidSpecError, SessionMemorySpec, plain, validate_spec
+from memsync.crd.models import SessionMemorySpec, validate_spec
+from memsync.crd.spec_messages import InvalidSpecError, plain
 
 #: Handler steps that run at once. kopf starts a handler for every object at once: a burst of 1,000 new
 #: SessionMemories would otherwise hold 1,000 objects, Pod manifests and responses while they all queue

@@ -29,7 +29,8 @@ import aiohttp
 import kopf
 
 from memsync.controller.pod import DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
-from memsync.crd.models import ANNOTATION_PREFIX, FINALIZER, LABEL_MANAGED_BY, MANAGED_BY, EnvVarSpec
+from memsync.crd.env_spec import EnvVarSpec
+from memsync.crd.models import ANNOTATION_PREFIX, FINALIZER, LABEL_MANAGED_BY, MANAGED_BY
 
 #: The label selector of the Pods the operator watches (every sandbox Pod carries it).
 POD_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"

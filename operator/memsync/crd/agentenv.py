@@ -16,18 +16,9 @@ from typing import Annotated, Any, Final
 from pydantic import Field, ValidationError, field_validator
 
 from memsync.api.constants import DEFAULT_BASE_URL
-from memsync.crd.models import (
-    GROUP,
-    InvalidSpecError,
-    SandboxTemplate,
-    SecretKeyRef,
-    SyncSpec,
-    _matched,
-    _SpecModel,
-    checked_api_base_url,
-    describe_validation_error,
-    plain,
-)
+from memsync.crd.models import GROUP, SandboxTemplate, SecretKeyRef, SyncSpec, checked_api_base_url
+from memsync.crd.spec_base import SpecModel, matched
+from memsync.crd.spec_messages import InvalidSpecError, describe_validation_error, plain
 
 KIND: Final = "AgentEnvironment"
 LIST_KIND: Final = "AgentEnvironmentList"
@@ -68,7 +59,7 @@ CONDITION_POLLING: Final = "Polling"
 CONDITION_READY: Final = "Ready"
 
 
-class AgentEnvironmentSpec(_SpecModel):
+class AgentEnvironmentSpec(SpecModel):
     """``spec`` of an AgentEnvironment."""
 
     environment_id: str
@@ -87,7 +78,7 @@ class AgentEnvironmentSpec(_SpecModel):
     @field_validator("environment_id")
     @classmethod
     def _check_environment_id(cls, value: str) -> str:
-        return _matched(
+        return matched(
             value,
             ENVIRONMENT_ID_PATTERN,
             ENVIRONMENT_ID_MAX,
@@ -104,7 +95,7 @@ class AgentEnvironmentSpec(_SpecModel):
     def _check_worker_id(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        return _matched(
+        return matched(
             value,
             WORKER_ID_PATTERN,
             WORKER_ID_MAX,

@@ -16,15 +16,9 @@ import yaml
 from memsync.api.constants import DEFAULT_BASE_URL
 from memsync.crd import agentenv as a
 from memsync.crd import models as m
-from memsync.crd.schema import (
-    _count,
-    _rule,
-    _string,
-    condition_schema,
-    crd_document,
-    sync_schema,
-    template_schema,
-)
+from memsync.crd.sandbox_schema import template_schema
+from memsync.crd.schema import condition_schema, crd_document, sync_schema
+from memsync.crd.schema_nodes import count_node, rule, string_node
 
 
 def secret_ref_schema(description: str) -> dict[str, Any]:
@@ -33,8 +27,10 @@ def secret_ref_schema(description: str) -> dict[str, Any]:
         "description": description,
         "required": ["name", "key"],
         "properties": {
-            "name": _string("Secret name.", pattern=m.SECRET_NAME_PATTERN, maxLength=m.SECRET_NAME_MAX),
-            "key": _string("Key in the Secret.", pattern=m.SECRET_KEY_PATTERN, maxLength=m.SECRET_KEY_MAX),
+            "name": string_node("Secret name.", pattern=m.SECRET_NAME_PATTERN, maxLength=m.SECRET_NAME_MAX),
+            "key": string_node(
+                "Key in the Secret.", pattern=m.SECRET_KEY_PATTERN, maxLength=m.SECRET_KEY_MAX
+            ),
         },
     }
 
@@ -46,13 +42,13 @@ def spec_schema() -> dict[str, Any]:
         "Pod and memory are set up.",
         "required": ["environmentId", "environmentKeySecretRef", "template"],
         "properties": {
-            "environmentId": _string(
+            "environmentId": string_node(
                 "The self-hosted environment (env_...); immutable.",
                 pattern=a.ENVIRONMENT_ID_PATTERN,
                 maxLength=a.ENVIRONMENT_ID_MAX,
                 **{
                     "x-kubernetes-validations": [
-                        _rule("self == oldSelf", "environmentId is immutable: create a new AgentEnvironment")
+                        rule("self == oldSelf", "environmentId is immutable: create a new AgentEnvironment")
                     ]
                 },
             ),
@@ -60,7 +56,7 @@ def spec_schema() -> dict[str, Any]:
                 "The Secret key (in this namespace) holding the environment key; only the operator reads it, "
                 "it never enters a Pod."
             ),
-            "apiBaseUrl": _string(
+            "apiBaseUrl": string_node(
                 "The API serving the environment, its sessions and their memory stores.",
                 pattern=m.API_BASE_URL_PATTERN,
                 maxLength=m.API_BASE_URL_MAX,
@@ -83,7 +79,7 @@ def spec_schema() -> dict[str, Any]:
                 "maximum": a.RETENTION_MAX,
                 "default": a.RETENTION_DEFAULT,
             },
-            "workerId": _string(
+            "workerId": string_node(
                 "The prefix of the worker id sent with every poll (Anthropic-Worker-ID): "
                 "<workerId>.<operator host>-<token new at each start>. Default: <namespace>.<name>.",
                 pattern=a.WORKER_ID_PATTERN,
@@ -98,7 +94,7 @@ def status_schema() -> dict[str, Any]:
         "type": "object",
         "description": "What the operator observed.",
         "properties": {
-            "phase": _string(
+            "phase": string_node(
                 "Pending, Polling, Degraded (backing off) or Failed.", enum=list(a.ENVIRONMENT_PHASES)
             ),
             "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
@@ -108,17 +104,19 @@ def status_schema() -> dict[str, Any]:
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
             },
-            "active": _count("Sessions whose SessionMemory has not finished."),
-            "claimed": _count("Work items claimed since the AgentEnvironment was created."),
-            "succeeded": _count("Sessions that ended Succeeded."),
-            "failed": _count("Sessions that ended Failed, and work items failed before a session started."),
-            "lastPollTime": _string("When the queue was last polled successfully.", format="date-time"),
-            "lastError": _string("The latest error, if the last pass failed.", maxLength=m.MESSAGE_MAX),
+            "active": count_node("Sessions whose SessionMemory has not finished."),
+            "claimed": count_node("Work items claimed since the AgentEnvironment was created."),
+            "succeeded": count_node("Sessions that ended Succeeded."),
+            "failed": count_node(
+                "Sessions that ended Failed, and work items failed before a session started."
+            ),
+            "lastPollTime": string_node("When the queue was last polled successfully.", format="date-time"),
+            "lastError": string_node("The latest error, if the last pass failed.", maxLength=m.MESSAGE_MAX),
             "tally": {
                 "type": "object",
                 "description": "The operator's running counts behind claimed, succeeded and failed.",
                 "properties": {
-                    name: _count(text)
+                    name: count_node(text)
                     for name, text in (
                         ("claimed", "Work items claimed."),
                         ("itemsFailed", "Work items failed before their session started."),

@@ -33,14 +33,11 @@ Choices made here (each enforced identically by the CRD and by these models):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Final, get_args
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
@@ -52,10 +49,16 @@ from pydantic.alias_generators import to_camel
 from memsync.api.constants import DEFAULT_BASE_URL, MAX_STORES_PER_SESSION, MOUNT_ROOT, STORE_NAME_MAX
 from memsync.api.models import Access, Deletions
 from memsync.api.paths import default_mount_path, is_ancestor
-from memsync.contracts.env import CONFLICT_POLICIES, RESERVED_PREFIXES, ConflictPolicy, is_reserved
+from memsync.contracts.env import CONFLICT_POLICIES, ConflictPolicy
 from memsync.crd import core
-from memsync.crd.core import schema_problems
+from memsync.crd.env_spec import (
+    MEMSYNC_ENV_MAX,
+    EnvVarSpec,
+    env_problems,
+)
 from memsync.crd.guards import SANDBOX_CONTAINER_NAME, annotation_problems, pod_spec_problems
+from memsync.crd.spec_base import SpecModel, checked, matched
+from memsync.crd.spec_messages import InvalidSpecError, describe_validation_error, plain
 
 # --- names -------------------------------------------------------------------------------------------------
 
@@ -117,12 +120,6 @@ ACCESS_VALUES: Final = get_args(Access)
 DELETIONS_VALUES: Final = get_args(Deletions)
 CONFLICT_POLICY_VALUES: Final = CONFLICT_POLICIES
 
-#: An environment variable name, as Kubernetes accepts it.
-ENV_NAME_PATTERN: Final = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
-ENV_NAME_MAX: Final = 256
-MEMSYNC_ENV_MAX: Final = 32
-#: The sources an extra memsync variable may take its value from (never the Pod's fields).
-ENV_VALUE_SOURCES: Final = ("secretKeyRef", "configMapKeyRef")
 #: Keys of the Pod's metadata the operator sets (a template may not set them).
 DEFAULT_CONTAINER_ANNOTATION: Final = "kubectl.kubernetes.io/default-container"
 
@@ -145,20 +142,12 @@ CONDITION_FLUSHED: Final = "Flushed"
 CONDITION_SYNCED: Final = "Synced"
 
 
-def _matched(value: str, pattern: str, max_length: int, requirement: str) -> str:
-    """``value`` when it is at most ``max_length`` characters and matches ``pattern`` whole; else a
-    ValueError saying what is allowed (pydantic reports it with the field's path)."""
-    if len(value) > max_length or re.fullmatch(pattern, value) is None:
-        raise ValueError(requirement)
-    return value
-
-
 # --- spec --------------------------------------------------------------------------------------------------
 
 
 def checked_api_base_url(value: str) -> str:
     """An ``apiBaseUrl`` (SessionMemory, AgentEnvironment), else a ValueError saying what is allowed."""
-    return _matched(
+    return matched(
         value,
         API_BASE_URL_PATTERN,
         API_BASE_URL_MAX,
@@ -167,14 +156,7 @@ def checked_api_base_url(value: str) -> str:
     )
 
 
-class _SpecModel(BaseModel):
-    # strict: the API server would refuse "15" for an integer or 1 for a string; so do we.
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", strict=True, frozen=True
-    )
-
-
-class StoreSpec(_SpecModel):
+class StoreSpec(SpecModel):
     """One attached memory store."""
 
     memory_store_id: str
@@ -185,7 +167,7 @@ class StoreSpec(_SpecModel):
     @field_validator("memory_store_id")
     @classmethod
     def _check_id(cls, value: str) -> str:
-        return _matched(
+        return matched(
             value,
             MEMORY_STORE_ID_PATTERN,
             MEMORY_STORE_ID_MAX,
@@ -198,7 +180,7 @@ class StoreSpec(_SpecModel):
     def _check_mount_path(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        return _matched(
+        return matched(
             value,
             MOUNT_PATH_PATTERN,
             MOUNT_PATH_MAX,
@@ -213,7 +195,7 @@ class StoreSpec(_SpecModel):
         return self.mount_path or default_mount_path(self.name, self.memory_store_id)
 
 
-class SyncSpec(_SpecModel):
+class SyncSpec(SpecModel):
     interval_seconds: Annotated[int, Field(ge=INTERVAL_MIN, le=INTERVAL_MAX)] = INTERVAL_DEFAULT
     deletions: Deletions = "enabled"
     # None = the default, storeWins (kept unset so a stored object shows only what its author wrote)
@@ -228,7 +210,7 @@ class SyncSpec(_SpecModel):
     def _check_size_limit(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        return _matched(
+        return matched(
             value,
             BYTES_QUANTITY_PATTERN,
             BYTES_QUANTITY_MAX,
@@ -236,56 +218,7 @@ class SyncSpec(_SpecModel):
         )
 
 
-class EnvVarSpec(_SpecModel):
-    """One extra environment variable of the memsync containers (a proxy, a CA bundle path...)."""
-
-    name: str
-    value: str | None = None
-    value_from: dict[str, Any] | None = None
-
-    @field_validator("name")
-    @classmethod
-    def _check_name(cls, value: str) -> str:
-        _matched(
-            value,
-            ENV_NAME_PATTERN,
-            ENV_NAME_MAX,
-            "must be an environment variable name (letters, digits, '_', '-' or '.', not starting with a "
-            f"digit), at most {ENV_NAME_MAX} characters",
-        )
-        if is_reserved(value):
-            raise ValueError(
-                f"{value} is memsync's own variable (names starting with {' or '.join(RESERVED_PREFIXES)} "
-                "are set by the operator and cannot be overridden)"
-            )
-        return value
-
-    @field_validator("value_from")
-    @classmethod
-    def _check_value_from(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if value is not None and (len(value) != 1 or next(iter(value)) not in ENV_VALUE_SOURCES):
-            raise ValueError(f"must name exactly one of {', '.join(ENV_VALUE_SOURCES)}")
-        return _checked(value, core.env_var_schema(ENV_VALUE_SOURCES)["properties"]["valueFrom"])  # type: ignore[no-any-return]
-
-    def manifest(self) -> dict[str, Any]:
-        """The container ``env`` entry."""
-        return self.model_dump(by_alias=True, exclude_none=True)
-
-
-def env_problems(entries: list[EnvVarSpec]) -> list[str]:
-    """Each name once, and each entry with a value or a valueFrom (not both)."""
-    problems: list[str] = []
-    seen: dict[str, int] = {}
-    for i, entry in enumerate(entries):
-        first = seen.setdefault(entry.name, i)
-        if first != i:
-            problems.append(f"[{i}].name {entry.name!r} repeats [{first}]: each variable may be set once")
-        if (entry.value is None) == (entry.value_from is None):
-            problems.append(f"[{i}] ({entry.name}): set exactly one of value or valueFrom")
-    return problems
-
-
-class SecretKeyRef(_SpecModel):
+class SecretKeyRef(SpecModel):
     """A key of a Secret in the SessionMemory's namespace: the work item's secret payload."""
 
     name: str
@@ -294,7 +227,7 @@ class SecretKeyRef(_SpecModel):
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str) -> str:
-        return _matched(
+        return matched(
             value,
             SECRET_NAME_PATTERN,
             SECRET_NAME_MAX,
@@ -305,7 +238,7 @@ class SecretKeyRef(_SpecModel):
     @field_validator("key")
     @classmethod
     def _check_key(cls, value: str) -> str:
-        return _matched(
+        return matched(
             value,
             SECRET_KEY_PATTERN,
             SECRET_KEY_MAX,
@@ -313,21 +246,12 @@ class SecretKeyRef(_SpecModel):
         )
 
 
-def _checked(value: Any, schema: Mapping[str, Any]) -> Any:
-    """``value`` when it fits ``schema`` (structurally, strict about unknown fields); else a ValueError whose
-    lines name each offending path relative to the field (see :func:`describe_validation_error`)."""
-    problems = schema_problems(schema, value, "")
-    if problems:
-        raise ValueError("\n".join(problems))
-    return value
-
-
 def reserved_label_keys() -> tuple[str, ...]:
     """The Pod labels the operator sets (it finds and reports on its Pods by them)."""
     return (LABEL_APP_NAME, LABEL_APP_COMPONENT, LABEL_MANAGED_BY, LABEL_SESSION_ID, LABEL_SESSIONMEMORY)
 
 
-class TemplateMetadata(_SpecModel):
+class TemplateMetadata(SpecModel):
     """Labels and annotations added to the sandbox Pod's own."""
 
     labels: dict[str, str] | None = None
@@ -362,7 +286,7 @@ class TemplateMetadata(_SpecModel):
         return value
 
 
-class MemsyncContainersSpec(_SpecModel):
+class MemsyncContainersSpec(SpecModel):
     """The memsync containers of the Pod (the mount init container and the sync sidecar)."""
 
     # Extra environment (e.g. HTTPS_PROXY, NO_PROXY, SSL_CERT_FILE); an entry replaces the operator's default
@@ -382,10 +306,10 @@ class MemsyncContainersSpec(_SpecModel):
     @field_validator("resources")
     @classmethod
     def _check_resources(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        return _checked(value, core.resource_requirements_schema())  # type: ignore[no-any-return]
+        return checked(value, core.resource_requirements_schema())  # type: ignore[no-any-return]
 
 
-class SandboxPodSpec(_SpecModel):
+class SandboxPodSpec(SpecModel):
     """The Pod spec subset a template may set; the operator owns every other field."""
 
     containers: list[dict[str, Any]]
@@ -406,7 +330,7 @@ class SandboxPodSpec(_SpecModel):
     @field_validator("containers", "volumes", "affinity", "tolerations", "image_pull_secrets")
     @classmethod
     def _check_shape(cls, value: Any, info: ValidationInfo) -> Any:
-        return _checked(value, core.pod_field(to_camel(info.field_name or "")))
+        return checked(value, core.pod_field(to_camel(info.field_name or "")))
 
     @model_validator(mode="after")
     def _check_guards(self) -> SandboxPodSpec:
@@ -421,7 +345,7 @@ class SandboxPodSpec(_SpecModel):
         return self.containers[0]
 
 
-class SandboxTemplate(_SpecModel):
+class SandboxTemplate(SpecModel):
     """The sandbox Pod's template: extra metadata, and the Pod spec fields a user may set. Reused by every
     resource that starts sandboxes."""
 
@@ -435,7 +359,7 @@ def sandbox_template(container: Mapping[str, Any], **pod_spec: Any) -> dict[str,
     return {"spec": {"containers": [{**container, "name": SANDBOX_CONTAINER_NAME}], **pod_spec}}
 
 
-class SessionMemorySpec(_SpecModel):
+class SessionMemorySpec(SpecModel):
     """``spec`` of a SessionMemory."""
 
     session_id: str
@@ -450,7 +374,7 @@ class SessionMemorySpec(_SpecModel):
     @field_validator("session_id")
     @classmethod
     def _check_session_id(cls, value: str) -> str:
-        return _matched(
+        return matched(
             value,
             SESSION_ID_PATTERN,
             SESSION_ID_MAX,
@@ -509,70 +433,7 @@ CONDITION_REASON_MAX: Final = 1024
 MESSAGE_MAX: Final = 32768
 
 
-# --- validation messages -----------------------------------------------------------------------------------
-
-
-class InvalidSpecError(ValueError):
-    """The spec is invalid; ``str()`` names every offending field path and what is allowed."""
-
-
-_SCALARS = (str, int, float, bool, type(None))
-
-
-def _format_loc(loc: tuple[int | str, ...], prefix: str) -> str:
-    out = prefix
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
-    return out or "(object)"
-
-
-def describe_validation_error(exc: ValidationError, *, prefix: str = "") -> str:
-    """One line per problem, ``<field path>: <what is wrong and what is allowed>``, joined by ``; ``.
-
-    ``prefix`` is prepended to every path (``"spec"`` when ``exc`` came from :class:`SessionMemorySpec`).
-    A validator's message may hold several lines, each starting with a path relative to the field
-    (``.image: is required``, ``[0].name: ...``). The offending value is echoed only when it is a short
-    scalar outside ``template`` (whose ``env`` may hold literal values the user did not mean to publish in a
-    status message).
-    """
-    lines: list[str] = []
-    for err in exc.errors(include_url=False):
-        loc = tuple(err.get("loc", ()))
-        path = _format_loc(loc, prefix)
-        kind = err.get("type", "")
-        msg = str(err.get("msg", "invalid"))
-        if kind == "value_error":
-            for line in msg.removeprefix("Value error, ").split("\n"):
-                relative = line[:1] in (".", "[", ":")
-                lines.append(f"{path}{line}" if relative else f"{path}: {line}")
-            continue
-        if kind == "missing":
-            text = "is required"
-        elif kind == "extra_forbidden":
-            text = "is not a field of the SessionMemory schema (check the spelling and the nesting)"
-        else:
-            text = msg[:1].lower() + msg[1:]
-            value = err.get("input")
-            if (
-                "template" not in loc
-                and isinstance(value, _SCALARS)
-                and not (isinstance(value, str) and len(value) > 80)
-            ):
-                text += f" (got {value!r})"
-        lines.append(f"{path}: {text}")
-    return "; ".join(lines)
-
-
-def plain(value: Any) -> Any:
-    """A deep copy as plain dicts and lists (kopf hands out mapping views over the raw object)."""
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
-    return value
+# --- validation ------------------------------------------------------------------------------------------
 
 
 def validate_spec(raw: Mapping[str, Any]) -> SessionMemorySpec:

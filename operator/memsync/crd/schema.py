@@ -34,39 +34,13 @@ import yaml
 from pydantic.alias_generators import to_camel
 
 from memsync.api.constants import DEFAULT_BASE_URL, MOUNT_ROOT, STORE_NAME_MAX
-from memsync.contracts.report import CUMULATIVE, SAMPLE_MAX, count_fields
-from memsync.crd import core
-from memsync.crd import guards as g
+from memsync.contracts.report import CUMULATIVE, count_fields
 from memsync.crd import models as m
+from memsync.crd.sandbox_schema import template_schema
+from memsync.crd.schema_nodes import count_node, open_object, paths_node, rule, string_node
 
 SYNC_WAVE_ANNOTATION: Final = "argocd.argoproj.io/sync-wave"
 CRD_SYNC_WAVE: Final = "-1"
-
-
-def _rule(
-    rule: str, message: str, *, reason: str = "FieldValueInvalid", field_path: str | None = None
-) -> Any:
-    out: dict[str, Any] = {"rule": rule, "message": message, "reason": reason}
-    if field_path:
-        out["fieldPath"] = field_path
-    return out
-
-
-def _string(description: str, **extra: Any) -> dict[str, Any]:
-    return {"type": "string", "description": description, **extra}
-
-
-def _count(description: str) -> dict[str, Any]:
-    return {"type": "integer", "format": "int64", "minimum": 0, "description": description}
-
-
-def _paths(description: str) -> dict[str, Any]:
-    return {
-        "type": "array",
-        "description": description,
-        "maxItems": SAMPLE_MAX,
-        "items": {"type": "string", "maxLength": 1024},
-    }
 
 
 def store_count_properties() -> dict[str, Any]:
@@ -75,17 +49,8 @@ def store_count_properties() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, description, is_paths in count_fields():
         session = "Session total: " if name in CUMULATIVE else ""
-        out[to_camel(name)] = _paths(description) if is_paths else _count(session + description)
+        out[to_camel(name)] = paths_node(description) if is_paths else count_node(session + description)
     return out
-
-
-def _open_object(description: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "description": description,
-        "x-kubernetes-preserve-unknown-fields": True,
-        **extra,
-    }
 
 
 def store_schema() -> dict[str, Any]:
@@ -94,27 +59,27 @@ def store_schema() -> dict[str, Any]:
         "description": "One attached memory store.",
         "required": ["memoryStoreId", "name"],
         "properties": {
-            "memoryStoreId": _string(
+            "memoryStoreId": string_node(
                 "The store's id (memstore_...).",
                 pattern=m.MEMORY_STORE_ID_PATTERN,
                 maxLength=m.MEMORY_STORE_ID_MAX,
             ),
-            "name": _string(
+            "name": string_node(
                 "The store's display name; the default mount path is /mnt/memory/<slug of name>.",
                 minLength=m.STORE_NAME_MIN,
                 maxLength=STORE_NAME_MAX,
             ),
-            "access": _string(
+            "access": string_node(
                 "read_write (default) or read_only: a read-only store is never pushed.",
                 enum=list(m.ACCESS_VALUES),
                 default="read_write",
             ),
-            "mountPath": _string(
+            "mountPath": string_node(
                 "Where the store appears in the sandbox; a clean absolute path under /mnt/memory/.",
                 maxLength=m.MOUNT_PATH_MAX,
                 **{
                     "x-kubernetes-validations": [
-                        _rule(
+                        rule(
                             f"self.matches('{m.MOUNT_PATH_PATTERN}')",
                             f"mountPath must be a clean absolute path under {MOUNT_ROOT}/: segments of ASCII "
                             "letters, digits, '.', '_' or '-' that do not start with '.', no trailing '/'",
@@ -138,23 +103,23 @@ def stores_schema() -> dict[str, Any]:
         "x-kubernetes-list-type": "map",
         "x-kubernetes-list-map-keys": ["memoryStoreId"],
         "x-kubernetes-validations": [
-            _rule(
+            rule(
                 "self.all(x, self.exists_one(y, y.memoryStoreId == x.memoryStoreId))",
                 "memoryStoreId must be unique: each store may be attached once",
                 reason="FieldValueDuplicate",
             ),
-            _rule(
+            rule(
                 "self.all(x, has(x.mountPath) ? "
                 "self.exists_one(y, has(y.mountPath) && y.mountPath == x.mountPath) : true)",
                 "mount paths must be unique: two stores have the same mountPath",
                 reason="FieldValueDuplicate",
             ),
-            _rule(
+            rule(
                 "self.all(x, has(x.mountPath) ? "
                 "self.all(y, has(y.mountPath) ? !x.mountPath.startsWith(y.mountPath + '/') : true) : true)",
                 "a store may not be mounted inside another store's folder",
             ),
-            _rule("self == oldSelf", "stores is immutable: create a new SessionMemory to change the stores"),
+            rule("self == oldSelf", "stores is immutable: create a new SessionMemory to change the stores"),
         ],
     }
 
@@ -172,13 +137,13 @@ def sync_schema() -> dict[str, Any]:
                 "maximum": m.INTERVAL_MAX,
                 "default": m.INTERVAL_DEFAULT,
             },
-            "deletions": _string(
+            "deletions": string_node(
                 "enabled (default): local deletions are pushed after confirmation; log_only: logged, not "
                 "pushed; disabled: ignored.",
                 enum=list(m.DELETIONS_VALUES),
                 default="enabled",
             ),
-            "conflictPolicy": _string(
+            "conflictPolicy": string_node(
                 "storeWins (default): a local edit that conflicts with a change in the store loses to the "
                 "store's version; keepLocalCopy: the losing local content is also written beside the file as "
                 "<name>.conflict-<session>-<UTC time><ext>, which then syncs like any new file.",
@@ -200,7 +165,7 @@ def sync_schema() -> dict[str, Any]:
                 "minimum": m.SIDECAR_START_MIN,
                 "maximum": m.SIDECAR_START_MAX,
             },
-            "memoryVolumeSizeLimit": _string(
+            "memoryVolumeSizeLimit": string_node(
                 "The size limit of the stores' folder (the emptyDir at /mnt/memory), also memsync-sync's "
                 "ephemeral-storage request, so disk-pressure evictions do not pick the session first. "
                 "Unset: the operator's --memory-volume-size-limit (1Gi).",
@@ -211,267 +176,25 @@ def sync_schema() -> dict[str, Any]:
     }
 
 
-def _validations(node: dict[str, Any], *rules: Any) -> None:
-    node.setdefault("x-kubernetes-validations", []).extend(rules)
-
-
-def _forbidden(rule: str, message: str, field: str | None = None) -> Any:
-    return _rule(rule, message, reason="FieldValueForbidden", field_path=f".{field}" if field else None)
-
-
-def security_context_rules(sc: dict[str, Any]) -> None:
-    """The restricted Pod Security Standard over a container's ``securityContext`` (mirrors
-    ``guards.security_context_problems``)."""
-    props = sc["properties"]
-    caps = ", ".join(g.ALLOWED_ADDED_CAPABILITIES)
-    allowed_caps = ", ".join(f"'{c}'" for c in g.ALLOWED_ADDED_CAPABILITIES)
-    _validations(
-        props["capabilities"],
-        _forbidden(
-            f"!has(self.add) || self.add.all(c, c in [{allowed_caps}])",
-            f"capabilities.add may only contain {caps}; every other capability is dropped",
-            "add",
-        ),
-    )
-    _validations(
-        props["seccompProfile"],
-        _forbidden(
-            f"!has(self.type) || self.type in {list(g.ALLOWED_SECCOMP_TYPES)!r}",
-            "seccompProfile.type must be RuntimeDefault or Localhost",
-            "type",
-        ),
-    )
-    _validations(
-        props["seLinuxOptions"],
-        _forbidden(
-            f"!has(self.type) || self.type in {list(g.ALLOWED_SELINUX_TYPES)!r}",
-            "seLinuxOptions.type must be unset, empty, or one of "
-            + ", ".join(t for t in g.ALLOWED_SELINUX_TYPES if t),
-            "type",
-        ),
-        _forbidden("!has(self.user) || self.user == ''", "seLinuxOptions.user must not be set", "user"),
-        _forbidden("!has(self.role) || self.role == ''", "seLinuxOptions.role must not be set", "role"),
-    )
-    _validations(
-        props["appArmorProfile"],
-        _forbidden(
-            f"!has(self.type) || self.type != '{g.APPARMOR_UNCONFINED}'",
-            "appArmorProfile.type must not be Unconfined (RuntimeDefault or Localhost)",
-            "type",
-        ),
-    )
-    _validations(
-        props["windowsOptions"],
-        _forbidden(
-            "!has(self.hostProcess) || !self.hostProcess",
-            "windowsOptions.hostProcess must not be true",
-            "hostProcess",
-        ),
-    )
-    _validations(
-        sc,
-        _forbidden(
-            "!has(self.privileged) || !self.privileged",
-            "securityContext.privileged must not be true: privileged containers are forbidden",
-            "privileged",
-        ),
-        _forbidden(
-            "!has(self.allowPrivilegeEscalation) || !self.allowPrivilegeEscalation",
-            "securityContext.allowPrivilegeEscalation must not be true",
-            "allowPrivilegeEscalation",
-        ),
-        _forbidden(
-            "!has(self.runAsNonRoot) || self.runAsNonRoot",
-            "securityContext.runAsNonRoot must not be false: the sandbox runs as non-root",
-            "runAsNonRoot",
-        ),
-        _forbidden(
-            f"!has(self.runAsUser) || self.runAsUser == {g.SANDBOX_UID}",
-            f"securityContext.runAsUser must be {g.SANDBOX_UID} or unset: the memory files under "
-            f"{MOUNT_ROOT} belong to uid {g.SANDBOX_UID} and are private to it",
-            "runAsUser",
-        ),
-        _forbidden(
-            "!has(self.procMount) || self.procMount == 'Default'",
-            "securityContext.procMount must be Default",
-            "procMount",
-        ),
-    )
-
-
-def container_schema(container: dict[str, Any]) -> dict[str, Any]:
-    """The sandbox container: core/v1 Container, with the guards of ``guards.container_problems``."""
-    props = container["properties"]
-    reserved = list(g.RESERVED_VOLUMES)
-    _validations(
-        props["ports"],
-        _forbidden(
-            "self.all(p, !has(p.hostPort) || p.hostPort == 0)",
-            "ports[].hostPort must not be set: host ports are forbidden",
-        ),
-    )
-    _validations(
-        props["volumeMounts"]["items"],
-        _forbidden(
-            f"!(self.name in {reserved!r})",
-            f"volumeMounts[].name must not name memsync's own volumes {', '.join(reserved)}",
-            "name",
-        ),
-        _rule(
-            f"self.mountPath.matches('{g.CLEAN_PATH_PATTERN}')",
-            "volumeMounts[].mountPath must be a clean absolute path (no empty, '.' or '..' segment, no "
-            "trailing '/')",
-            field_path=".mountPath",
-        ),
-        _forbidden(
-            f"!(self.mountPath in {g.mount_root_ancestors()!r}) "
-            f"&& !self.mountPath.startsWith('{MOUNT_ROOT}/')",
-            f"volumeMounts[].mountPath must not be at, above or below {MOUNT_ROOT}: only memsync's own "
-            "volume is mounted there",
-            "mountPath",
-        ),
-    )
-    security_context_rules(props["securityContext"])
-    _validations(
-        container,
-        _forbidden(
-            f"self.name == '{g.SANDBOX_CONTAINER_NAME}'",
-            f"name must be '{g.SANDBOX_CONTAINER_NAME}': the operator adds its own containers beside it",
-            "name",
-        ),
-        *(
-            _forbidden(f"!has(self.{field})", f"{field} must not be set: the operator owns it", field)
-            for field in g.OWNED_CONTAINER_FIELDS
-        ),
-        *(handler_host_rule(handler) for handler in g.handler_paths()),
-    )
-    return container
-
-
-def handler_host_rule(handler: str) -> Any:
-    """No ``host`` in the probe or hook handler at ``handler`` (``livenessProbe.httpGet``, ...)."""
-    parts = handler.split(".")
-    present = " && ".join(f"has(self.{'.'.join(parts[: i + 1])})" for i in range(len(parts)))
-    return _forbidden(
-        f"!({present} && has(self.{handler}.host)) || self.{handler}.host == ''",
-        f"{handler}.host must not be set: probes and hooks may only reach the Pod's own IP (the default)",
-    )
-
-
-def pod_spec_schema() -> dict[str, Any]:
-    """The template's Pod spec: the generated core/v1 subset, the guards, and the memsync containers."""
-    spec = core.pod_spec_schema()
-    props = spec["properties"]
-    container_schema(props["containers"]["items"])
-    props["containers"]["description"] = (
-        f"The sandbox container: exactly one, named '{g.SANDBOX_CONTAINER_NAME}'. The operator mounts "
-        f"{MOUNT_ROOT} in it and runs memsync's containers beside it. "
-    ) + props["containers"]["description"]
-    volume = props["volumes"]["items"]
-    _validations(
-        volume,
-        _forbidden(
-            "!has(self.hostPath)",
-            "hostPath volumes are not allowed (configMap, csi, downwardAPI, emptyDir, ephemeral, "
-            "persistentVolumeClaim, projected or secret are)",
-            "hostPath",
-        ),
-        _forbidden(
-            f"!(self.name in {list(g.RESERVED_VOLUMES)!r})",
-            f"volume names {', '.join(g.RESERVED_VOLUMES)} are memsync's own",
-            "name",
-        ),
-    )
-    _validations(
-        spec,
-        *(
-            _forbidden(
-                f"!has(self.{field}) || !self.{field}",
-                f"{field} must not be true: the sandbox never shares the node's namespaces",
-                field,
-            )
-            for field in g.HOST_NAMESPACES
-        ),
-    )
-    props["memsync"] = {
-        "type": "object",
-        "description": "The memsync containers of the Pod (the mount init container and the sync sidecar, "
-        "never the sandbox).",
-        "properties": {
-            "env": memsync_env_schema(),
-            "resources": {
-                **core.resource_requirements_schema(),
-                "description": "Their compute resources; when set, replaces the operator's default (requests "
-                "50m CPU and 128Mi memory, limits 1 CPU and 512Mi memory) for both containers.",
-            },
-        },
-    }
-    spec["description"] = (
-        "A subset of the Pod spec (Kubernetes "
-        + core.source().split("@", 1)[1].split("/", 1)[0]
-        + "): the sandbox container, its extra volumes and scheduling. The operator owns the rest: "
-        "restartPolicy, securityContext of the Pod, the service-account token (not mounted), memsync's "
-        "containers and volumes."
-    )
-    spec["required"] = ["containers"]
-    return spec
-
-
-def template_schema() -> dict[str, Any]:
-    """``spec.template``: the sandbox Pod's template (``models.SandboxTemplate``)."""
-    meta = core.object_meta_schema()
-    meta["description"] = "Labels and annotations added to the sandbox Pod's own."
-    reserved = ", ".join(f"'{k}'" for k in m.reserved_label_keys())
-    _validations(
-        meta["properties"]["labels"],
-        _forbidden(
-            f"[{reserved}].all(k, !(k in self))",
-            "labels must not set " + ", ".join(m.reserved_label_keys()) + ": the operator sets them",
-        ),
-    )
-    _validations(
-        meta["properties"]["annotations"],
-        _forbidden(
-            f"!('{m.DEFAULT_CONTAINER_ANNOTATION}' in self)",
-            f"annotations must not set {m.DEFAULT_CONTAINER_ANNOTATION}: the operator sets it",
-        ),
-        _forbidden(
-            "self.all(k, "
-            + " && ".join(f"!k.startsWith('{prefix}')" for prefix in g.PROFILE_ANNOTATION_PREFIXES)
-            + ")",
-            "annotations must not set AppArmor or seccomp profiles ("
-            + ", ".join(f"{prefix}*" for prefix in g.PROFILE_ANNOTATION_PREFIXES)
-            + "): they would apply to memsync's containers too; set containers[0].securityContext."
-            "appArmorProfile or seccompProfile instead (RuntimeDefault or Localhost)",
-        ),
-    )
-    return {
-        "type": "object",
-        "description": "The sandbox Pod's template: metadata, and the Pod spec fields a SessionMemory sets.",
-        "required": ["spec"],
-        "properties": {"metadata": meta, "spec": pod_spec_schema()},
-    }
-
-
 def spec_schema() -> dict[str, Any]:
     return {
         "type": "object",
         "description": "One agent session's memory stores, sync settings, work-item secret and sandbox.",
         "required": ["sessionId", "workItemSecretRef", "template"],
         "x-kubernetes-validations": [
-            _rule(
+            rule(
                 "has(self.stores) == has(oldSelf.stores)",
                 "stores is immutable: it cannot be added or removed; create a new SessionMemory instead",
             )
         ],
         "properties": {
-            "sessionId": _string(
+            "sessionId": string_node(
                 "The agent session (sesn_...); immutable.",
                 pattern=m.SESSION_ID_PATTERN,
                 maxLength=m.SESSION_ID_MAX,
                 **{
                     "x-kubernetes-validations": [
-                        _rule("self == oldSelf", "sessionId is immutable: create a new SessionMemory instead")
+                        rule("self == oldSelf", "sessionId is immutable: create a new SessionMemory instead")
                     ]
                 },
             ),
@@ -481,15 +204,15 @@ def spec_schema() -> dict[str, Any]:
                 "it reaches the memsync containers as ANTHROPIC_WORK_SECRET via secretKeyRef.",
                 "required": ["name", "key"],
                 "properties": {
-                    "name": _string(
+                    "name": string_node(
                         "Secret name.", pattern=m.SECRET_NAME_PATTERN, maxLength=m.SECRET_NAME_MAX
                     ),
-                    "key": _string(
+                    "key": string_node(
                         "Key in the Secret.", pattern=m.SECRET_KEY_PATTERN, maxLength=m.SECRET_KEY_MAX
                     ),
                 },
             },
-            "apiBaseUrl": _string(
+            "apiBaseUrl": string_node(
                 "The memory store API: the hosted API or the in-cluster store server.",
                 pattern=m.API_BASE_URL_PATTERN,
                 maxLength=m.API_BASE_URL_MAX,
@@ -502,40 +225,25 @@ def spec_schema() -> dict[str, Any]:
     }
 
 
-def memsync_env_schema() -> dict[str, Any]:
-    item = core.env_var_schema(m.ENV_VALUE_SOURCES)
-    item["properties"]["name"].update(pattern=m.ENV_NAME_PATTERN, maxLength=m.ENV_NAME_MAX)
-    item["properties"]["value"]["maxLength"] = 32768
-    return {
-        "type": "array",
-        "description": "Extra environment of the memsync containers, e.g. HTTPS_PROXY, NO_PROXY or "
-        "SSL_CERT_FILE; an entry replaces the operator's default of the same name. Names starting with "
-        "MEMSYNC_ or ANTHROPIC_ are memsync's own and are refused; valueFrom may name a secretKeyRef or a "
-        "configMapKeyRef (in this namespace).",
-        "maxItems": m.MEMSYNC_ENV_MAX,
-        "items": item,
-    }
-
-
 def condition_schema() -> dict[str, Any]:
     return {
         "type": "object",
         "required": ["type", "status", "reason", "message", "lastTransitionTime"],
         "properties": {
-            "type": _string(
+            "type": string_node(
                 "Condition type (CamelCase).",
                 maxLength=m.CONDITION_TYPE_MAX,
                 pattern=m.CONDITION_TYPE_PATTERN,
             ),
-            "status": _string("True, False or Unknown.", enum=["True", "False", "Unknown"]),
-            "reason": _string(
+            "status": string_node("True, False or Unknown.", enum=["True", "False", "Unknown"]),
+            "reason": string_node(
                 "Programmatic reason (CamelCase).",
                 minLength=1,
                 maxLength=m.CONDITION_REASON_MAX,
                 pattern=m.CONDITION_REASON_PATTERN,
             ),
-            "message": _string("Human-readable details.", maxLength=m.MESSAGE_MAX),
-            "lastTransitionTime": _string("When the status last changed.", format="date-time"),
+            "message": string_node("Human-readable details.", maxLength=m.MESSAGE_MAX),
+            "lastTransitionTime": string_node("When the status last changed.", format="date-time"),
             "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
         },
     }
@@ -546,14 +254,14 @@ def status_schema() -> dict[str, Any]:
         "type": "object",
         "description": "What the operator observed.",
         "properties": {
-            "phase": _string("Lifecycle phase.", enum=list(m.PHASES)),
-            "podName": _string("The sandbox Pod."),
+            "phase": string_node("Lifecycle phase.", enum=list(m.PHASES)),
+            "podName": string_node("The sandbox Pod."),
             "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
-            "message": _string("The latest human-readable status.", maxLength=m.MESSAGE_MAX),
-            "lastSyncTime": _string(
+            "message": string_node("The latest human-readable status.", maxLength=m.MESSAGE_MAX),
+            "lastSyncTime": string_node(
                 "When the sidecar last completed a sync of every store without errors.", format="date-time"
             ),
-            "storeCount": _count("How many stores the session attaches (the Stores column)."),
+            "storeCount": count_node("How many stores the session attaches (the Stores column)."),
             "conditions": {
                 "type": "array",
                 "items": condition_schema(),
@@ -567,16 +275,16 @@ def status_schema() -> dict[str, Any]:
                     "type": "object",
                     "required": ["memoryStoreId"],
                     "properties": {
-                        "memoryStoreId": _string("The store."),
-                        "mountPath": _string("Where it was mounted."),
-                        "memoriesMounted": _count("Memories downloaded by memsync mount."),
+                        "memoryStoreId": string_node("The store."),
+                        "mountPath": string_node("Where it was mounted."),
+                        "memoriesMounted": count_node("Memories downloaded by memsync mount."),
                         **store_count_properties(),
                     },
                 },
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["memoryStoreId"],
             },
-            "kopf": _open_object("kopf's own bookkeeping, if it ever writes any to status."),
+            "kopf": open_object("kopf's own bookkeeping, if it ever writes any to status."),
         },
     }
 

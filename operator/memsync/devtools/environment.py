@@ -24,13 +24,13 @@ from memsync.agent.commands import SyncAgent, mount, run_sync
 from memsync.agent.config import load_config
 from memsync.agent.metrics import MetricsServer
 from memsync.api.paths import slugify
-from memsync.cli.dev import ensure_demo_store
 from memsync.client import StoreClient
 from memsync.contracts import runner
-from memsync.contracts.env import StoreEntry
+from memsync.contracts.stores import StoreEntry
 from memsync.controller.environment import decisions as d
 from memsync.controller.environment.loop import EnvironmentLoop
 from memsync.crd.models import sandbox_template, validate_spec
+from memsync.devtools.demo_store import ensure_demo_store
 from memsync.devtools.objects import MemoryObjects
 from memsync.session.runner import RunnerConfig, run_session
 

@@ -253,7 +253,7 @@ def write_report(path: Path, report: dict[str, Any]) -> None:
 @click.option(
     "--term-linger", default=0.0, type=click.FloatRange(min=0), help="Keep working N s after SIGTERM."
 )
-def main(  # noqa: PLR0917 - click passes every option
+def main(  # noqa: PLR0913, PLR0917 - click passes every option
     mount_root: str,
     only: tuple[str, ...],
     read_only: tuple[str, ...],

@@ -11,7 +11,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from fastapi import FastAPI
 
@@ -34,23 +34,30 @@ from memsync.server.stores.service import StoreService
 logger = logging.getLogger("memsync.server")
 
 
+class AppSettings(TypedDict, total=False):
+    """The server's tunables (each has a default): see ``memsync store serve --help`` for what each means."""
+
+    admin_key_name: str
+    cursor_ttl_s: int
+    max_memories_per_store: int | None
+    session_token_ttl_s: int
+    lease_ttl_s: int
+    first_heartbeat_s: int
+    db_pool_size: int
+
+
 def create_app(
     database: Path | str,
     admin_key: str,
     public_url: str,
     *,
-    admin_key_name: str = "default",
-    cursor_ttl_s: int = 3600,
-    max_memories_per_store: int | None = None,
-    session_token_ttl_s: int = DEFAULT_SESSION_TOKEN_TTL_S,
-    lease_ttl_s: int = DEFAULT_LEASE_TTL_S,
-    first_heartbeat_s: int = DEFAULT_FIRST_HEARTBEAT_S,
-    db_pool_size: int = 10,
     access_logs: bool = True,
+    **settings: Unpack[AppSettings],
 ) -> FastAPI:
     """The store server as an ASGI app over ``database``: an SQLite file path or a ``postgresql://`` URL."""
-    db = open_database(database, pool_max=db_pool_size)
-    kwargs: dict[str, Any] = {"cursor_ttl_s": cursor_ttl_s}
+    db = open_database(database, pool_max=settings.get("db_pool_size", 10))
+    kwargs: dict[str, Any] = {"cursor_ttl_s": settings.get("cursor_ttl_s", 3600)}
+    max_memories_per_store = settings.get("max_memories_per_store")
     if max_memories_per_store is not None:
         kwargs["max_memories_per_store"] = max_memories_per_store
     try:
@@ -58,15 +65,18 @@ def create_app(
             db,
             admin_key,
             public_url,
-            admin_key_name=admin_key_name,
-            session_token_ttl_s=session_token_ttl_s,
+            admin_key_name=settings.get("admin_key_name", "default"),
+            session_token_ttl_s=settings.get("session_token_ttl_s", DEFAULT_SESSION_TOKEN_TTL_S),
         )
     except BaseException:
         db.close()
         raise
     service = StoreService(db, **kwargs)
     extension = EnvironmentExtension.attach(
-        db, access, lease_ttl_s=lease_ttl_s, first_heartbeat_s=first_heartbeat_s
+        db,
+        access,
+        lease_ttl_s=settings.get("lease_ttl_s", DEFAULT_LEASE_TTL_S),
+        first_heartbeat_s=settings.get("first_heartbeat_s", DEFAULT_FIRST_HEARTBEAT_S),
     )
 
     @asynccontextmanager

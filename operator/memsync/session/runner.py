@@ -26,7 +26,7 @@ from anthropic.lib.tools import ToolError, beta_async_tool
 from anthropic.lib.tools.agent_toolset import AgentToolContext, beta_agent_toolset_20260401
 
 from memsync.contracts import env, runner
-from memsync.contracts.env import StoreEntry
+from memsync.contracts.stores import StoreEntry
 from memsync.session.takeover import runner_http_client
 
 logger = logging.getLogger("memsync.session")

@@ -149,14 +149,7 @@ def store_health(
 ) -> str:
     """How one store is doing, from the session's phase, its conditions and the store's counts."""
     if phase in _ENDED:
-        flushed = conditions.get(CONDITION_FLUSHED) or {}
-        if counts.unsent:
-            return UNSAVED
-        if flushed.get("status") == "True":
-            if flushed.get("reason") == "NothingToFlush":
-                return NOT_MOUNTED
-            return REFUSED if counts.refused else FLUSHED
-        return UNCONFIRMED
+        return _ended_health(conditions.get(CONDITION_FLUSHED) or {}, counts)
     synced = conditions.get(CONDITION_SYNCED)
     if synced is None:
         return PENDING
@@ -168,6 +161,17 @@ def store_health(
             return FAILING
         return IN_SYNC if synced.get("reason") == "SyncFailing" else FAILING
     return PENDING if synced.get("reason") == "FirstSyncPending" else UNKNOWN
+
+
+def _ended_health(flushed: Mapping[str, Any], counts: StoreCounts) -> str:
+    """How one store of an ended session is: its final flush's outcome and the store's counts."""
+    if counts.unsent:
+        return UNSAVED
+    if flushed.get("status") != "True":
+        return UNCONFIRMED
+    if flushed.get("reason") == "NothingToFlush":
+        return NOT_MOUNTED
+    return REFUSED if counts.refused else FLUSHED
 
 
 def summarize(obj: Mapping[str, Any]) -> SessionSummary:

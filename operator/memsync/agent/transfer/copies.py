@@ -10,8 +10,9 @@ import time
 from memsync.agent import messages
 from memsync.agent.conflicts import keep_clash_copy, keep_local_copy
 from memsync.agent.context import StoreContext
-from memsync.agent.localfs import StoreRoot, rel_to_remote
+from memsync.agent.localfs import StoreRoot
 from memsync.agent.merge import Clash
+from memsync.agent.relpath import rel_to_remote
 
 logger = logging.getLogger("memsync.agent")
 

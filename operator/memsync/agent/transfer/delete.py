@@ -9,9 +9,10 @@ import logging
 
 from memsync.agent import messages
 from memsync.agent.context import StoreContext
-from memsync.agent.localfs import StoreRoot, rel_to_remote
+from memsync.agent.localfs import StoreRoot
 from memsync.agent.merge import LocalRemove, RemoteDelete, Upload
 from memsync.agent.records import DeleteDropped, Gone, Record
+from memsync.agent.relpath import rel_to_remote
 from memsync.client import errors as store_errors
 
 logger = logging.getLogger("memsync.agent")

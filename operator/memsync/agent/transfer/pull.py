@@ -9,9 +9,10 @@ import logging
 
 from memsync.agent.context import StoreContext
 from memsync.agent.listing import list_tree, map_remote
-from memsync.agent.localfs import StoreRoot, rel_to_remote
+from memsync.agent.localfs import StoreRoot
 from memsync.agent.merge import Pull
 from memsync.agent.records import Record, Written
+from memsync.agent.relpath import rel_to_remote
 from memsync.agent.transfer.copies import CHANGED_SINCE_SCAN, write_conflict_copy
 from memsync.api.hashing import sha256_bytes
 from memsync.api.models import Memory

@@ -17,9 +17,10 @@ from typing import Literal
 
 from memsync.agent import messages
 from memsync.agent.context import StoreContext
-from memsync.agent.localfs import NotRegularFile, StoreRoot, rel_to_remote
+from memsync.agent.localfs import NotRegularFile, StoreRoot
 from memsync.agent.merge import Upload
 from memsync.agent.records import Record, Refused, Sending, SendSettled, Uploaded
+from memsync.agent.relpath import rel_to_remote
 from memsync.api.constants import MAX_CONTENT_BYTES
 from memsync.api.hashing import sha256_bytes
 from memsync.api.models import Memory

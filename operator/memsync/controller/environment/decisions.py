@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from memsync.api.secret import NO_SESSIONS_TOKEN
 from memsync.contracts import runner
-from memsync.contracts.env import StoreEntry, encode_stores
+from memsync.contracts.stores import StoreEntry, encode_stores
 from memsync.controller.objects import meta_of
 from memsync.controller.pod import METRICS_PORT
 from memsync.crd import agentenv as a
@@ -31,8 +31,8 @@ from memsync.crd.models import (
     LABEL_SESSION_ID,
     MANAGED_BY,
     StoreSpec,
-    describe_validation_error,
 )
+from memsync.crd.spec_messages import describe_validation_error
 
 SESSION_WORK: Final = "session"
 TERMINAL_PHASES: Final = ("Succeeded", "Failed")

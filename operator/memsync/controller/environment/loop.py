@@ -33,7 +33,7 @@ from memsync.controller.environment.queue import QueueError, WorkQueue
 from memsync.controller.kube import KubeApiError
 from memsync.controller.objects import meta_of
 from memsync.crd.agentenv import AgentEnvironmentSpec, validate_environment_spec
-from memsync.crd.models import InvalidSpecError
+from memsync.crd.spec_messages import InvalidSpecError
 
 logger = logging.getLogger("memsync.environment")
 

@@ -7,6 +7,7 @@ token), ``EnvironmentCaller`` for the environment extension (which also takes en
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Header, Query, Request
@@ -51,3 +52,19 @@ Page = Annotated[str | None, Query()]
 Beta = Annotated[str | None, Query(alias="beta")]  # ``?beta=true``: accepted and ignored
 CreatedGte = Annotated[str | None, Query(alias="created_at[gte]")]
 CreatedLte = Annotated[str | None, Query(alias="created_at[lte]")]
+
+
+@dataclass(frozen=True)
+class Paging:
+    """The query parameters every listing takes: how much of each item, how many, and from where."""
+
+    view: str | None
+    limit: int | None
+    page: str | None
+
+
+def paging(view: ViewQuery = None, limit: Limit = None, page: Page = None) -> Paging:
+    return Paging(view, limit, page)
+
+
+PagingQuery = Annotated[Paging, Depends(paging)]

@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header
 from fastapi.responses import Response
 
-from memsync.server.http.deps import Beta, Body, Caller, Limit, Page, ViewQuery
+from memsync.server.http.deps import Beta, Body, Caller, PagingQuery, ViewQuery
 from memsync.server.http.envelope import JSONResponse
 from memsync.server.stores.service import StoreService
 
@@ -27,9 +27,7 @@ def router(service: StoreService) -> APIRouter:
         *,
         p: Caller,
         store_id: str,
-        view: ViewQuery = None,
-        limit: Limit = None,
-        page: Page = None,
+        paging: PagingQuery,
         path_prefix: str | None = None,
         depth: int | None = None,
         if_none_match: Annotated[str | None, Header(alias="if-none-match")] = None,
@@ -38,9 +36,9 @@ def router(service: StoreService) -> APIRouter:
         body, etag = service.list_memories(
             p,
             store_id,
-            view=view,
-            limit=limit,
-            page=page,
+            view=paging.view,
+            limit=paging.limit,
+            page=paging.page,
             path_prefix=path_prefix,
             depth=depth,
             if_none_match=if_none_match,

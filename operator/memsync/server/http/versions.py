@@ -2,11 +2,37 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-from memsync.server.http.deps import Beta, Caller, CreatedGte, CreatedLte, Limit, Page, ViewQuery
+from fastapi import APIRouter, Depends
+
+from memsync.server.http.deps import Beta, Caller, CreatedGte, CreatedLte, PagingQuery, ViewQuery
 from memsync.server.http.envelope import JSONResponse
 from memsync.server.stores.service import StoreService
+
+
+def version_filters(  # the listing's filters, each a query parameter
+    *,
+    memory_id: str | None = None,
+    operation: str | None = None,
+    session_id: str | None = None,
+    api_key_id: str | None = None,
+    service_account_id: str | None = None,
+    created_at_gte: CreatedGte = None,
+    created_at_lte: CreatedLte = None,
+) -> dict[str, str | None]:
+    return {
+        "memory_id": memory_id,
+        "operation": operation,
+        "session_id": session_id,
+        "api_key_id": api_key_id,
+        "service_account_id": service_account_id,
+        "created_gte": created_at_gte,
+        "created_lte": created_at_lte,
+    }
+
+
+VersionFilters = Annotated[dict[str, str | None], Depends(version_filters)]
 
 
 def router(service: StoreService) -> APIRouter:
@@ -14,32 +40,12 @@ def router(service: StoreService) -> APIRouter:
 
     @router.get("/v1/memory_stores/{store_id}/memory_versions")
     def list_versions(
-        *,
-        p: Caller,
-        store_id: str,
-        view: ViewQuery = None,
-        limit: Limit = None,
-        page: Page = None,
-        memory_id: str | None = None,
-        operation: str | None = None,
-        session_id: str | None = None,
-        api_key_id: str | None = None,
-        service_account_id: str | None = None,
-        created_at_gte: CreatedGte = None,
-        created_at_lte: CreatedLte = None,
-        beta: Beta = None,
+        *, p: Caller, store_id: str, paging: PagingQuery, filters: VersionFilters, beta: Beta = None
     ) -> JSONResponse:
-        filters: dict[str, str | None] = {
-            "memory_id": memory_id,
-            "operation": operation,
-            "session_id": session_id,
-            "api_key_id": api_key_id,
-            "service_account_id": service_account_id,
-            "created_gte": created_at_gte,
-            "created_lte": created_at_lte,
-        }
         return JSONResponse(
-            service.list_versions(p, store_id, view=view, limit=limit, page=page, filters=filters)
+            service.list_versions(
+                p, store_id, view=paging.view, limit=paging.limit, page=paging.page, filters=filters
+            )
         )
 
     @router.get("/v1/memory_stores/{store_id}/memory_versions/{version_id}")

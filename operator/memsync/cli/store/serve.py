@@ -1,6 +1,6 @@
-"""``memsync store serve|backup|restore``: run the store server, and back up or restore its SQLite file.
+"""``memsync store serve``: run the store server.
 
-The only store commands that load the server (FastAPI, uvicorn): the admin commands talk to it over HTTP.
+The only store command that loads the server (FastAPI, uvicorn): the admin commands talk to it over HTTP.
 """
 
 from __future__ import annotations
@@ -14,33 +14,22 @@ from typing import Any
 
 import click
 import uvicorn
+from fastapi import FastAPI
 
 from memsync.api.constants import MAX_MEMORIES_PER_STORE
 from memsync.cli.failures import CliError
-from memsync.cli.store_admin import ADMIN_KEY_ENV, load_or_create_key_file, read_key_file
+from memsync.cli.store.admin import ADMIN_KEY_ENV, load_or_create_key_file, read_key_file
+from memsync.cli.store.backup import db_option
 from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, MAX_SESSION_TOKEN_TTL_S
 from memsync.server.environments.rules import DEFAULT_FIRST_HEARTBEAT_S
 from memsync.server.environments.work import DEFAULT_LEASE_TTL_S, LEASE_TTL_MAX_S, LEASE_TTL_MIN_S
 from memsync.server.http.observe import MULTIPROC_ENV
+from memsync.server.listen import ListenError, bind
 from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
 from memsync.server.storage.backends import is_postgres
-from memsync.server.storage.backup import BackupError, backup_sqlite, restore_sqlite
 from memsync.server.worker import FACTORY, SETTINGS_ENV, ServeSettings, build_app, worker_run_kwargs
 
 logger = logging.getLogger("memsync.store")
-
-#: ``--db`` of ``serve``, ``backup`` and ``restore``.
-db_option = click.option(
-    "--db",
-    "database",
-    default="./memsync-store.db",
-    show_default=True,
-    envvar="MEMSYNC_STORE_DB",
-    show_envvar=True,
-    help="An SQLite file (created if missing), or a PostgreSQL URL (postgresql://USER@HOST:PORT/DB; the "
-    "password from PGPASSWORD or a passfile, never the command line).",
-)
-
 
 # --- serve ----------------------------------------------------------------------------------------------
 
@@ -184,7 +173,7 @@ db_option = click.option(
     help="One structured INFO line per request (no headers, no query strings).",
 )
 @click.pass_context
-def serve(
+def serve(  # noqa: PLR0913 - click passes each of the command's options as a parameter
     ctx: click.Context,
     *,
     host: str,
@@ -210,25 +199,15 @@ def serve(
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
     # The address first: a port in use is said before the database is touched or anything says "ready".
-    sock = bind(host, port)
+    try:
+        sock = bind(host, port)
+    except ListenError as exc:
+        raise CliError(str(exc)) from exc
     if workers == 1:
         port = sock.getsockname()[1]  # --port 0: the one the kernel chose
     else:
         sock.close()  # uvicorn's supervisor binds it again for its workers
-    if admin_key_file is not None:
-        admin_key = read_key_file(admin_key_file)
-    elif os.environ.get(ADMIN_KEY_ENV, "").strip():
-        admin_key = os.environ[ADMIN_KEY_ENV].strip()
-    elif is_postgres(database):
-        raise click.UsageError(f"no admin key: on PostgreSQL set {ADMIN_KEY_ENV} or pass --admin-key-file")
-    else:
-        db_path = Path(database)
-        key_path = db_path.with_name(db_path.name + ".admin-key")
-        admin_key, created = load_or_create_key_file(key_path)
-        logger.info(
-            "generated a new admin key" if created else "using the admin key file",
-            extra={"admin_key_file": str(key_path)},
-        )
+    admin_key = resolve_admin_key(admin_key_file, database)
     scheme = "https" if ssl_certfile is not None else "http"
     settings = ServeSettings(
         database=database,
@@ -255,9 +234,48 @@ def serve(
         app = build_app(settings, admin_key)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    run_server(app, settings, admin_key=admin_key, sock=sock, address=(host, port), workers=workers, tls=tls)
+
+
+def _root_params(ctx: click.Context) -> dict[str, Any]:
+    return dict(ctx.find_root().params)
+
+
+def resolve_admin_key(admin_key_file: Path | None, database: str) -> str:
+    """The admin key: from the file, else ``MEMSYNC_ADMIN_KEY``, else (SQLite only) the key file beside the
+    database, generated on first use."""
+    if admin_key_file is not None:
+        return read_key_file(admin_key_file)
+    if os.environ.get(ADMIN_KEY_ENV, "").strip():
+        return os.environ[ADMIN_KEY_ENV].strip()
+    if is_postgres(database):
+        raise click.UsageError(f"no admin key: on PostgreSQL set {ADMIN_KEY_ENV} or pass --admin-key-file")
+    db_path = Path(database)
+    key_path = db_path.with_name(db_path.name + ".admin-key")
+    admin_key, created = load_or_create_key_file(key_path)
+    logger.info(
+        "generated a new admin key" if created else "using the admin key file",
+        extra={"admin_key_file": str(key_path)},
+    )
+    return admin_key
+
+
+def run_server(
+    app: FastAPI,
+    settings: ServeSettings,
+    *,
+    admin_key: str,
+    sock: socket.socket,
+    address: tuple[str, int],
+    workers: int,
+    tls: dict[str, Any],
+) -> None:
+    """Serve ``app`` on the bound ``sock`` in this process, or start ``workers`` processes (each builds its
+    own app from ``settings``)."""
+    host, port = address
     if workers == 1:
         config = uvicorn_config(
-            app, host=host, port=port, read_timeout_s=request_read_timeout, http=http_impl, **tls
+            app, host=host, port=port, read_timeout_s=settings.read_timeout_s, http=settings.http, **tls
         )
         logger.info("store server listening", extra={"host": host, "port": port, "workers": workers})
         try:
@@ -273,63 +291,3 @@ def serve(
     os.environ[MULTIPROC_ENV] = tempfile.mkdtemp(prefix="memsync-store-metrics-")
     os.environ[ADMIN_KEY_ENV] = admin_key
     uvicorn.run(FACTORY, host=host, port=port, **worker_run_kwargs(settings, workers), **tls)
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (not yet listening); a failure is one line naming the address."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, kind, proto)
-    except OSError as exc:
-        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError as exc:
-        sock.close()
-        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-    sock.set_inheritable(True)
-    return sock
-
-
-def _root_params(ctx: click.Context) -> dict[str, Any]:
-    return dict(ctx.find_root().params)
-
-
-# --- backup and restore ---------------------------------------------------------------------------------
-
-PG_BACKUP_GUIDANCE = (
-    "PostgreSQL: back up with pg_dump (pg_dump --format=custom --file=store.dump URL) and restore with "
-    "pg_restore into an empty database (pg_restore --dbname=URL store.dump); see docs/store-server.md"
-)
-
-
-@click.command()
-@click.argument("destination", type=click.Path(dir_okay=False, path_type=Path))
-@db_option
-def backup(*, destination: Path, database: str) -> None:
-    """Copy the SQLite database to DESTINATION while the server keeps running (SQLite's online backup)."""
-    if is_postgres(database):
-        raise click.UsageError(PG_BACKUP_GUIDANCE)
-    try:
-        pages = backup_sqlite(Path(database), destination)
-    except BackupError as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(f"backed up {database} to {destination} ({pages} pages)", err=True)
-
-
-@click.command()
-@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@db_option
-@click.option("--force", is_flag=True, help="Replace an existing database file.")
-def restore(*, source: Path, database: str, force: bool) -> None:
-    """Put a backup in place of the SQLite database (stop the server first)."""
-    if is_postgres(database):
-        raise click.UsageError(PG_BACKUP_GUIDANCE)
-    try:
-        restore_sqlite(source, Path(database), force=force)
-    except BackupError as exc:
-        raise click.ClickException(str(exc)) from None
-    click.echo(f"restored {source} to {database}", err=True)

@@ -20,7 +20,7 @@ from memsync.api.models import Memory
 from memsync.api.paths import path_violation
 from memsync.cli.failures import ExitCode
 from memsync.cli.params import ID
-from memsync.cli.store_admin import admin_options, run_with_client
+from memsync.cli.store.admin import admin_options, run_with_client
 from memsync.client import StoreClient, errors
 
 NAME_MAX = 255  # bytes in one file name on the usual Linux filesystems

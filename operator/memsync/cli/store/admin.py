@@ -1,8 +1,8 @@
 """``memsync store create|list|token|admin-key``: administer a store server over HTTP with the admin key.
 
 The admin key is never a command-line value (it would show in ``ps``): it comes from ``MEMSYNC_ADMIN_KEY``
-or a file. ``run_with_client`` is how every admin command (here, in ``store_transfer`` and in
-``store_inspect``) talks to the server.
+or a file. ``run_with_client`` is how every admin command (here, in ``transfer`` and in
+``inspect``) talks to the server.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from memsync.api.models import Memory, MemoryStore, MemoryVersion
 from memsync.cli.failures import CliError, ExitCode, store_exit_code
 from memsync.cli.output import dump, is_data, listing, output_options, table, timestamp
 from memsync.cli.params import ID, MEMORY_REF
-from memsync.cli.store_admin import admin_options, run_with_client
+from memsync.cli.store.admin import admin_options, run_with_client
 from memsync.client import StoreClient, errors
 
 PAGE: Final = 100  # the API's largest page

@@ -1,5 +1,6 @@
 """``memsync status``'s side of the cluster: connect as kubectl does, and fetch SessionMemories, their Pods
-and Events. The command (``memsync.cli.status``) imports this only when it runs, not for its help.
+and Events. The command (``memsync.cli.status``) imports this only when it runs, not for its help;
+the formatting is ``memsync.status.view``.
 """
 
 from __future__ import annotations

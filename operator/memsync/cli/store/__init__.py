@@ -1,10 +1,11 @@
 """``memsync store``: run the self-hosted store server, and administer one over HTTP.
 
-``serve``, ``backup`` and ``restore`` (``memsync.cli.store_serve``) run the server and work on its SQLite
-file; ``create``, ``list``, ``token`` and ``admin-key`` (``store_admin``), ``import`` and ``export``
-(``store_transfer``) and ``show``, ``delete``, ``archive``, ``memories``, ``history``, ``cat`` and ``redact``
-(``store_inspect``) talk to a running server with the store client and the admin key. Each module is
-imported only when one of its commands runs, so the admin commands never load the server.
+``serve`` (``memsync.cli.store.serve``) runs the server; ``backup`` and ``restore`` (``backup``) work on
+its SQLite file; ``create``, ``list``, ``token`` and ``admin-key`` (``admin``), ``import`` and ``export``
+(``transfer``) and ``show``, ``delete``, ``archive``, ``memories``, ``history``, ``cat`` and ``redact``
+(``inspect``) talk to a running server with the store client and the admin key. This module is only the
+group: each command's module is imported only when one of its commands runs, so the admin commands never
+load the server.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import click
 
 from memsync.cli.lazy import Lazy, lazy_group
 
-_ADMIN: Final = "memsync.cli.store_admin"
-_TRANSFER: Final = "memsync.cli.store_transfer"
-_SERVE: Final = "memsync.cli.store_serve"
-_INSPECT: Final = "memsync.cli.store_inspect"
+_ADMIN: Final = "memsync.cli.store.admin"
+_TRANSFER: Final = "memsync.cli.store.transfer"
+_SERVE: Final = "memsync.cli.store.serve"
+_BACKUP: Final = "memsync.cli.store.backup"
+_INSPECT: Final = "memsync.cli.store.inspect"
 
 COMMANDS: Final = {
     "admin-key": Lazy(
@@ -33,7 +35,7 @@ COMMANDS: Final = {
         "Archive a store: it stays readable, refuses writes, and cannot be attached to new sessions.",
     ),
     "backup": Lazy(
-        _SERVE,
+        _BACKUP,
         "backup",
         "Copy the SQLite database to DESTINATION while the server keeps running (SQLite's online backup).",
     ),
@@ -69,7 +71,7 @@ COMMANDS: Final = {
         "Erase the content of one version for good (e.g. a leaked secret); asks first, --yes to skip.",
     ),
     "restore": Lazy(
-        _SERVE, "restore", "Put a backup in place of the SQLite database (stop the server first)."
+        _BACKUP, "restore", "Put a backup in place of the SQLite database (stop the server first)."
     ),
     "serve": Lazy(
         _SERVE, "serve", "Run the store server (FastAPI + uvicorn over an SQLite file or PostgreSQL)."
