@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memsync.api.ids import MAX_ID_LENGTH, id_problem, looks_like_credential
+from memsync.server.environments.service import ENVIRONMENT_KEY_PREFIX
 from memsync.server.http.observe import redact_path
 from memsync.server.ids import (
     ADMIN_KEY_PREFIX,
@@ -30,6 +31,10 @@ def test_every_credential_the_server_issues_is_refused_and_never_echoed() -> Non
         assert problem is not None and "credential" in problem
         assert credential.strip() not in problem
     assert ADMIN_KEY_PREFIX.startswith("sk-")
+    assert looks_like_credential(ENVIRONMENT_KEY_PREFIX + new_id(""))
+    assert redact_path(f"/v1/environments/env_01/work/{ENVIRONMENT_KEY_PREFIX}abc") == (
+        "/v1/environments/env_01/work/[redacted]"
+    )
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from typing import Final
 
-#: Prefixes of credentials (API keys, sessions tokens, admin keys): never an id. Every credential the store
-#: server issues starts with one of them (``server/ids.py``), and so do the hosted service's keys.
-CREDENTIAL_PREFIXES: Final = ("sk-",)
+#: Prefixes of credentials: never an id. Every credential the store server issues starts with one of them
+#: (sessions tokens and admin keys ``sk-``, ``server/ids.py``; environment keys ``msenv-``,
+#: ``server/environments/service.py``), and so do the hosted service's API keys (``sk-``).
+CREDENTIAL_PREFIXES: Final = ("sk-", "msenv-")
 MAX_ID_LENGTH: Final = 128
 _ID_CHARS: Final = re.compile(r"[A-Za-z0-9_-]")
 
