@@ -410,3 +410,14 @@ def test_the_store_server_is_scraped_with_the_operator(tmp_path: Path) -> None:
     without_store = by_key(helm_objects(tmp_path, {**PRODUCTION, **MONITORING}))
     assert ("ServiceMonitor", NAMESPACE, "memsync-store") not in without_store
     assert ("ServiceMonitor", NAMESPACE, "memsync-operator") in without_store
+
+
+def test_the_runbook_urls_are_prefixed_with_where_the_docs_are_published(tmp_path: Path) -> None:
+    base = "https://docs.example.com/memsync/v1"
+    monitoring = {"monitoring": {"prometheusRule": {"enabled": True, "runbookBaseUrl": base + "/"}}}
+    rule = by_key(helm_objects(tmp_path, monitoring))[("PrometheusRule", NAMESPACE, "memsync")]
+    alerts = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    assert alerts
+    for alert in alerts:
+        url = alert["annotations"]["runbook_url"]
+        assert url == f"{base}/docs/operations.md#{alert['alert'].lower()}", url
