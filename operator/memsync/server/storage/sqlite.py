@@ -41,12 +41,14 @@ def make_private(path: str) -> None:
     opens = [(path, os.O_CREAT)] + [(path + suffix, 0) for suffix in COMPANION_SUFFIXES]
     for name, create in opens:
         try:
-            fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | create, PRIVATE_MODE)
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | create, PRIVATE_MODE)
         except FileNotFoundError:
             continue  # a companion SQLite has not made yet: it will inherit the database's mode
         try:
             if stat.S_IMODE(os.fstat(fd).st_mode) != PRIVATE_MODE:
                 os.fchmod(fd, PRIVATE_MODE)
+        except PermissionError:
+            pass  # another user's file (a volume shared through its group): its owner decides its mode
         finally:
             os.close(fd)
 
