@@ -9,14 +9,24 @@ KIND_CLUSTER ?= memsync-e2e
 KIND_CONFIG  ?= kind-config.yaml
 PYTEST_ARGS ?=
 
-.PHONY: soak install constraints tools test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean core-schema \
+.PHONY: chart soak install constraints tools test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean core-schema \
 	controlplane cluster-up cluster-down cluster-test kind-tier
 
-$(STAMP): pyproject.toml constraints.txt
+# Two stamps: the runtime alone (`make dev`: what a user of memsync needs, no test tooling), and the runtime
+# with the test extra (`make install`, `make test` and every target that runs the tests or the linters).
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+
+$(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(RUNTIME_STAMP): pyproject.toml constraints.txt | $(VENV)/bin/python
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e .
+	touch $(RUNTIME_STAMP)
+
+$(STAMP): pyproject.toml constraints.txt | $(VENV)/bin/python
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[test]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUNTIME_STAMP)
 
 install: $(STAMP)
 
@@ -64,7 +74,7 @@ unit: $(STAMP)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 # The whole lifecycle on this machine: embedded store server, demo store, a synced folder; Ctrl-C flushes.
-dev: $(STAMP)
+dev: $(RUNTIME_STAMP)
 	$(BIN)/memsync dev
 
 bench: $(STAMP)
@@ -144,6 +154,25 @@ cluster-test: $(STAMP) controlplane
 
 kind-down:
 	kind delete cluster --name $(KIND_CLUSTER)
+
+# The chart as a release ships it: `helm package` with the version and appVersion of the one version
+# (memsync.__version__), the image repository of the release (CHART_IMAGE; the tag defaults to the
+# appVersion, CHART_IMAGE_TAG overrides it), and `helm repo index` (CHART_URL: where the .tgz will be
+# served, else the index names it relatively). The output is CHART_OUT/memsync-VERSION.tgz and index.yaml.
+VERSION         := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' operator/memsync/__init__.py)
+HELM            ?= $(shell p="$$(tests/tools/build.sh helm --check 2>/dev/null)" && echo "$$p" | tail -n 1 || echo helm)
+CHART_OUT       ?= build/chart
+CHART_IMAGE     ?= memsync
+CHART_IMAGE_TAG ?=
+CHART_URL       ?=
+chart:
+	rm -rf $(CHART_OUT)/src && mkdir -p $(CHART_OUT)/src
+	cp -RL charts/memsync $(CHART_OUT)/src/memsync
+	sed -i -e '/^image:/,/^[^ #]/{s#^  repository: .*#  repository: $(CHART_IMAGE)#;s#^  tag: .*#  tag: "$(CHART_IMAGE_TAG)"#;}' \
+	  $(CHART_OUT)/src/memsync/values.yaml
+	$(HELM) package $(CHART_OUT)/src/memsync --version $(VERSION) --app-version $(VERSION) --destination $(CHART_OUT)
+	$(HELM) repo index $(CHART_OUT) $(if $(CHART_URL),--url $(CHART_URL))
+	rm -rf $(CHART_OUT)/src
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .memsync

@@ -396,3 +396,28 @@ def test_store_server_on_postgresql_scales_and_passes_its_settings(tmp_path: Pat
     ]
     names = [e["name"] for e in container["env"]]
     assert "MEMSYNC_STORE_WORKERS" not in names and "MEMSYNC_DB_POOL_SIZE" not in names
+
+
+def test_the_store_server_is_scraped_with_the_operator(tmp_path: Path) -> None:
+    """One flag, monitoring.serviceMonitor.enabled: a ServiceMonitor for the store server's Service too."""
+    objs = by_key(helm_objects(tmp_path, {**KIND, **MONITORING}))
+    monitor = objs[("ServiceMonitor", NAMESPACE, "memsync-store")]
+    service = objs[("Service", NAMESPACE, "memsync-store")]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert [e["port"] for e in monitor["spec"]["endpoints"]] == [p["name"] for p in service["spec"]["ports"]]
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    without_store = by_key(helm_objects(tmp_path, {**PRODUCTION, **MONITORING}))
+    assert ("ServiceMonitor", NAMESPACE, "memsync-store") not in without_store
+    assert ("ServiceMonitor", NAMESPACE, "memsync-operator") in without_store
+
+
+def test_the_runbook_urls_are_prefixed_with_where_the_docs_are_published(tmp_path: Path) -> None:
+    base = "https://docs.example.com/memsync/v1"
+    monitoring = {"monitoring": {"prometheusRule": {"enabled": True, "runbookBaseUrl": base + "/"}}}
+    rule = by_key(helm_objects(tmp_path, monitoring))[("PrometheusRule", NAMESPACE, "memsync")]
+    alerts = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    assert alerts
+    for alert in alerts:
+        url = alert["annotations"]["runbook_url"]
+        assert url == f"{base}/docs/operations.md#{alert['alert'].lower()}", url

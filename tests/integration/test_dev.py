@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,69 +22,10 @@ import pytest
 from conftest import free_port
 from memsync.api.models import MemoryStore
 from memsync.client import StoreClient
+from support.dev_process import MARKER, WAIT_S, DevProcess
 from support.sync_harness import store_contents
 
 pytestmark = pytest.mark.timeout(120)
-
-WAIT_S = 30.0
-MARKER = ".anthropic-memory-store"
-
-
-class DevProcess:
-    def __init__(self, cwd: Path, port: int) -> None:
-        self.cwd = cwd
-        self.port = port
-        self.log = cwd / f"dev-{time.monotonic_ns()}.log"
-        with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "memsync", "dev", "--port", str(port), "--interval", "5"],
-                cwd=cwd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-
-    @property
-    def base(self) -> Path:
-        return self.cwd / ".memsync"
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = WAIT_S) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if check():
-                return
-            if self.proc.poll() is not None:
-                raise AssertionError(
-                    f"memsync dev exited ({self.proc.returncode}) before {what}:\n{self.output()}"
-                )
-            time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for {what}:\n{self.output()}")
-
-    def wait_mounted(self) -> None:
-        """``memsync dev`` prints this line once the agent's mount finished (every file written)."""
-        self.wait_for("the demo store to be mounted", lambda: "is mounted at" in self.output())
-
-    def interrupt(self) -> int:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            return self.proc.wait(timeout=WAIT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"memsync dev did not stop after SIGINT:\n{self.output()}") from None
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """The release artifacts as a release makes them: ``python -m build`` gives a wheel and an sdist that
-``twine check`` accepts, and the wheel installed into a fresh virtualenv runs both of its commands.
+``twine check`` accepts, and the wheel installed into a fresh virtualenv runs both of its commands and
+``memsync dev`` (its embedded server, the demo store synced into a folder, Ctrl-C's final flush).
 
 The build runs on a copy of the repository's tracked files (nothing is written into the checkout); the
 fresh virtualenv installs with ``constraints.txt``, as ``make install`` and the image do.
@@ -17,6 +18,8 @@ from pathlib import Path
 import pytest
 
 import memsync
+from conftest import free_port
+from support.dev_process import DevProcess
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = memsync.__version__
@@ -79,3 +82,28 @@ def test_the_wheel_installs_into_a_fresh_venv_and_runs(dist: Path, tmp_path: Pat
     # the installed package is the wheel's, not this checkout's
     where = run(venv / "bin" / "python", "-c", "import memsync; print(memsync.__file__)").strip()
     assert where.startswith(str(venv))
+
+
+def test_the_installed_wheel_runs_memsync_dev_and_its_final_flush_saves(dist: Path, tmp_path: Path) -> None:
+    """The runtime dependencies alone (no test extra) run the whole local lifecycle, twice over one store."""
+    venv = tmp_path / "venv"
+    run(sys.executable, "-m", "venv", venv)
+    wheel = dist / f"memsync-{VERSION}-py3-none-any.whl"
+    run(venv / "bin" / "python", "-m", "pip", "install", "--quiet", "-c", REPO / "constraints.txt", wheel)
+    work, port = tmp_path / "work", free_port()
+    work.mkdir()
+    folder = work / ".memsync" / "mnt" / "memory" / "demo-memory"
+    runs: list[DevProcess] = []
+    try:
+        runs.append(DevProcess(work, port, memsync=[venv / "bin" / "memsync"]))
+        runs[0].wait_mounted()
+        (folder / "from-the-wheel.md").write_text("written under the installed wheel\n")
+        assert runs[0].interrupt() == 0, runs[0].output()
+        assert "memory flush outcome" in runs[0].output() and not folder.exists()
+        runs.append(DevProcess(work, port, memsync=[venv / "bin" / "memsync"]))
+        runs[1].wait_mounted()
+        assert (folder / "from-the-wheel.md").read_text() == "written under the installed wheel\n"
+        assert runs[1].interrupt() == 0, runs[1].output()
+    finally:
+        for each in runs:
+            each.stop()

@@ -27,6 +27,14 @@ def _sample(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
+def _wait_for_log(store_server: RunningStoreServer, marker: str) -> None:
+    """Until the server's log holds ``marker`` (its access-log line is written after the response)."""
+    deadline = time.monotonic() + 10
+    while marker not in store_server.log_text():
+        assert time.monotonic() < deadline, f"no access-log line with {marker}"
+        time.sleep(0.05)
+
+
 def test_metrics_count_requests_by_route_and_status(
     store_api: StoreApi, store_server: RunningStoreServer
 ) -> None:
@@ -61,10 +69,7 @@ def test_access_log_has_one_line_per_request_and_no_secret(
     token = store_api.session_token([(store, "read_write")])
     marker = f"/v1/memory_stores/{store}/memories"
     assert store_api.bearer(token, "GET", marker, params={"path_prefix": "/secret-ish/"}).status_code == 200
-    deadline = time.monotonic() + 10
-    while marker not in store_server.log_text():
-        assert time.monotonic() < deadline, "no access-log line for the request"
-        time.sleep(0.05)
+    _wait_for_log(store_server, marker)
     lines = [line for line in store_server.log_text().splitlines() if f"path={marker}" in line]
     assert len(lines) == 1, lines
     line = lines[0]
@@ -73,3 +78,17 @@ def test_access_log_has_one_line_per_request_and_no_secret(
     log = store_server.log_text()
     assert token not in log and store_server.admin_key not in log
     assert "secret-ish" not in line  # no query string
+
+
+def test_a_credential_pasted_as_an_id_never_reaches_the_access_log(
+    store_api: StoreApi, store_server: RunningStoreServer
+) -> None:
+    """The sessions token given as a store id: the server answers, and logs the path redacted."""
+    store = store_api.new_store()
+    token = store_api.session_token([(store, "read_write")])
+    mistaken = f"/v1/memory_stores/{token}/memories"
+    response = store_api.bearer(token, "GET", mistaken, params={"page": token, "path_prefix": "/a/"})
+    assert response.status_code in (400, 403, 404)  # the page cursor or the store is refused
+    _wait_for_log(store_server, "path=/v1/memory_stores/[redacted]/memories")
+    log = store_server.log_text()
+    assert token not in log and token.removeprefix("sk-ant-req-") not in log

@@ -120,3 +120,18 @@ def test_every_alert_is_unit_tested() -> None:
         if check["exp_alerts"]  # a case that expects it to fire, not only silence
     }
     assert tested == {rule["alert"] for rule in rules()}
+
+
+def markdown_anchors(text: str) -> set[str]:
+    """The anchors of a Markdown file's headings, as the docs link to them (lower case, spaces to '-')."""
+    headings = re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)
+    return {re.sub(r"[^a-z0-9 _-]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_every_alert_has_a_runbook_in_the_operations_docs() -> None:
+    anchors = markdown_anchors((REPO / "docs" / "operations.md").read_text())
+    for rule in rules():
+        url = rule["annotations"].get("runbook_url", "")
+        page, _, anchor = url.partition("#")
+        assert page == "docs/operations.md", f"{rule['alert']}: runbook_url {url!r}"
+        assert anchor == rule["alert"].lower() and anchor in anchors, f"{rule['alert']}: no section #{anchor}"

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from memsync.agent import messages
-from memsync.agent.config import ConfigError, load_config
+from memsync.agent.config import ConfigError, load_config, with_stores
+from memsync.contracts.env import StoreEntry
 
 STORE = {
     "memory_store_id": "memstore_01",
@@ -102,6 +103,28 @@ def test_mount_path_defaults_from_the_name() -> None:
 def test_access_enum_and_id_alphabet() -> None:
     assert "read_only" in refused(stores=json.dumps([{**STORE, "access": "write"}]))
     assert "memory_store_id" in refused(stores=json.dumps([{**STORE, "memory_store_id": "../../etc"}]))
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["sk-ant-api03-abcDEF", "SK-ANT-REQ-xyz", "sk-memsync-admin-abc", "memstore_01/x", "memstore 01", ""],
+)
+def test_an_id_of_the_wrong_shape_is_refused_naming_the_field_without_echoing_it(bad: str) -> None:
+    store_message = refused(stores=json.dumps([{**STORE, "memory_store_id": bad}]))
+    assert store_message.startswith("stores.0.memory_store_id (MEMSYNC_STORES): ")
+    session_message = refused(session_id=bad or " ")
+    assert session_message.startswith("session_id (MEMSYNC_SESSION_ID): ")
+    for message in (store_message, session_message):
+        assert bad not in message or not bad
+
+
+def test_a_credential_in_the_session_stores_is_refused_before_any_request() -> None:
+    config = cfg(stores="session", session_id="sesn_01")
+    entry = StoreEntry(memory_store_id="sk-ant-api03-leaked", name="n", mount_path="/mnt/memory/n")
+    with pytest.raises(ConfigError) as info:
+        with_stores(config, [entry])
+    assert "memory_store_id" in str(info.value) and "credential" in str(info.value)
+    assert "leaked" not in str(info.value)
 
 
 def test_secret_is_never_shown() -> None:

@@ -14,9 +14,9 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
+from memsync.api.ids import id_problem
 from memsync.cli import cli
 from memsync.cli.failures import ExitCode, display_url, explain, store_exit_code
-from memsync.cli.params import id_problem
 from memsync.client import errors
 
 ADMIN_KEY = "sk-memsync-admin-test-key-never-printed"

@@ -3,13 +3,21 @@ sidecar's ``/metrics`` is prometheus_client's own handler (it negotiates OpenMet
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from memsync.agent.config import AgentConfig
 from memsync.agent.context import SyncContext
 from memsync.agent.metrics import Metrics, MetricsServer
 from memsync.client import StoreClient
+from memsync.controller import metrics as operator_metrics
+from memsync.controller.kube import KubeApi
+from memsync.controller.remembered import Runtime
+from memsync.controller.settings import ControllerConfig
+from memsync.crd.models import PHASES
 from support.metric_names import agent_families, operator_families
 
 AGENT_TYPES = {
@@ -43,7 +51,38 @@ def test_the_operator_metrics_and_their_types() -> None:
         "memsync_operator_api_errors": "counter",
         "memsync_operator_environment_leases_released": "counter",
         "memsync_operator_environment_handover_seconds": "histogram",
+        "memsync_operator_sessionmemories": "gauge",
     }
+
+
+def _session(name: str, phase: str | None) -> dict[str, Any]:
+    obj: dict[str, Any] = {"metadata": {"name": name, "namespace": "agents", "uid": f"uid-{name}"}}
+    if phase is not None:
+        obj["status"] = {"phase": phase}
+    return obj
+
+
+def test_the_sessionmemories_gauge_follows_what_the_operator_remembers_and_forgets() -> None:
+    assert operator_metrics.count_phases([]) == dict.fromkeys([*PHASES, "None"], 0)
+    runtime = Runtime(kube=cast(KubeApi, None), config=cast(ControllerConfig, None))
+
+    def gauge() -> dict[str, float]:
+        samples = {
+            p: REGISTRY.get_sample_value("memsync_operator_sessionmemories", {"phase": p}) for p in PHASES
+        }
+        return {phase: value for phase, value in samples.items() if value}
+
+    runtime.remember("agents", "a", _session("a", "Running"))
+    runtime.remember("agents", "b", _session("b", "Running"))
+    runtime.remember("agents", "c", _session("c", None))
+    assert gauge() == {"Running": 2}
+    assert REGISTRY.get_sample_value("memsync_operator_sessionmemories", {"phase": "None"}) == 1
+    runtime.remember("agents", "a", _session("a", "Succeeded"))
+    assert gauge() == {"Running": 1, "Succeeded": 1}
+    runtime.forget("agents", "a")
+    runtime.forget("agents", "b")
+    runtime.forget("agents", "c")
+    assert gauge() == {}
 
 
 async def test_the_request_counter_reads_the_clients_count() -> None:

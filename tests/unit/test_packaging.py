@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -49,6 +51,31 @@ def test_make_install_and_the_image_use_the_constraints() -> None:
     dockerfile = (REPO / "Dockerfile").read_text()
     assert re.search(r"pip install .*-c constraints\.txt \.", dockerfile)
     assert "!constraints.txt" in (REPO / ".dockerignore").read_text().splitlines()
+
+
+def _make_dry_run(target: str, venv: Path) -> list[str]:
+    """The commands ``make TARGET`` would run for a fresh clone (``make -n``: nothing runs)."""
+    make = shutil.which("make")
+    assert make is not None, "make is needed to check the Makefile"
+    done = subprocess.run(
+        [make, "-n", "-C", str(REPO), f"VENV={venv}", target],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return [
+        line for line in done.stdout.splitlines() if "pip install" in line and "--upgrade pip" not in line
+    ]
+
+
+def test_make_dev_installs_the_runtime_only_and_make_test_the_test_extra(tmp_path: Path) -> None:
+    venv = tmp_path / "fresh-venv"  # does not exist: make plans the whole install
+    assert _make_dry_run("dev", venv) == [f"{venv}/bin/python -m pip install --quiet -c constraints.txt -e ."]
+    for target in ("install", "lint", "unit"):
+        assert _make_dry_run(target, venv) == [
+            f"{venv}/bin/python -m pip install --quiet -c constraints.txt -e '.[test]'"
+        ], target
 
 
 def test_the_license_is_apache_2_as_declared() -> None:

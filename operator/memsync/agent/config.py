@@ -27,6 +27,7 @@ from pydantic import (
 
 from memsync.agent import messages
 from memsync.api.constants import MAX_STORES_PER_SESSION
+from memsync.api.ids import id_problem
 from memsync.api.models import Deletions
 from memsync.api.paths import default_mount_path, is_ancestor, is_clean_absolute_path
 from memsync.contracts import env
@@ -40,10 +41,6 @@ DEFAULT_DELETE_WINDOW_S = 30.0  # docs/sync-semantics.md#deletes: how long a del
 DEFAULT_STATE_DIR = "/var/lib/memsync"
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
-# Store ids end up in state file names: keep them to a conservative alphabet.
-_STORE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-
-
 _NO_STORES = (
     f"stores ({env.STORES}): at least 1 store, or {env.STORES_FROM_SESSION!r} to read them from the session"
 )
@@ -53,15 +50,21 @@ class ConfigError(ValueError):
     """The configuration is invalid; the message names the field and what is allowed."""
 
 
+def _checked_id(value: str) -> str:
+    """An id goes into request paths and state file names: the shared id rule, checked before any request."""
+    problem = id_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 class StoreConfig(StoreEntry):
     """One attached store, as the operator lists it in ``MEMSYNC_STORES``, validated."""
 
     @field_validator("memory_store_id")
     @classmethod
     def _id(cls, value: str) -> str:
-        if not _STORE_ID.match(value):
-            raise ValueError("must be 1-128 characters of letters, digits, '_' or '-' (e.g. memstore_01abc)")
-        return value
+        return _checked_id(value)
 
     @model_validator(mode="after")
     def _mount_path(self) -> StoreConfig:
@@ -131,6 +134,11 @@ class AgentConfig(BaseModel):
         if value < 0:
             raise ValueError(f"must be 0 or more seconds, got {value!r}")
         return value
+
+    @field_validator("session_id")
+    @classmethod
+    def _session_id(cls, value: str | None) -> str | None:
+        return None if value is None else _checked_id(value)
 
     @field_validator("metrics_port")
     @classmethod
@@ -223,6 +231,7 @@ _ENV_NAMES = {
     "base_url": env.BASE_URL,
     "termination_log": env.TERMINATION_LOG,
     "metrics_port": env.METRICS_PORT,
+    "session_id": env.SESSION_ID,
     "test_root": env.TEST_ROOT,
     "delete_window": env.TEST_DELETE_WINDOW,
 }

@@ -2,37 +2,23 @@
 
 An id is refused when it is empty, when it looks like a credential (an easy copy-paste mistake: the value
 would otherwise travel in a request path into the server's access log), or when it holds a character no id
-has. The refusal names the argument and never echoes a value that may be a secret.
+has (the rule is ``memsync.api.ids.id_problem``, shared with the agent and the server). The refusal names
+the argument and never echoes a value that may be a secret.
 """
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import click
 
+from memsync.api.ids import id_problem
+
 if TYPE_CHECKING:  # generic in newer clicks only (pyproject allows click 8.1)
     _StrParam = click.ParamType[str, Any]
 else:
     _StrParam = click.ParamType
-
-#: Prefixes of credentials (API keys, admin keys): never an id.
-CREDENTIAL_PREFIXES: Final = ("sk-",)
-_ID_CHARS: Final = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def id_problem(value: str) -> str | None:
-    """Why ``value`` cannot be an id (a store, memory, version, session or key id), or None."""
-    if not value.strip():
-        return "must not be empty"
-    if value.lower().startswith(CREDENTIAL_PREFIXES):
-        return "looks like a credential, not an id (nothing was sent; is it the right value?)"
-    bad = next((i for i, ch in enumerate(value) if not _ID_CHARS.fullmatch(ch)), None)
-    if bad is not None:
-        return f"an id holds only letters, digits, '_' and '-' (a {value[bad]!r} at position {bad + 1})"
-    return None
 
 
 class IdType(_StrParam):

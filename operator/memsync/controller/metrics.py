@@ -1,15 +1,23 @@
 """Prometheus metrics of the operator (served by ``memsync operator --metrics-port N``).
 
-Counters of what happened to SessionMemories, as the operator saw it, and the work-item lease handover of
-self-hosted environments. Labels are bounded sets (phases, condition reasons, outcomes), never object names,
-so cardinality stays small in a large cluster.
+Counters of what happened to SessionMemories, as the operator saw it, a gauge of the SessionMemories it
+holds now by phase (set from its in-memory view whenever it remembers or forgets one), and the work-item
+lease handover of self-hosted environments. Labels are bounded sets (phases, condition reasons, outcomes),
+never object names, so cardinality stays small in a large cluster.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections import Counter as Tally
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
+
+from memsync.crd.models import PHASES
+
+#: The ``phase`` label of a SessionMemory the operator has not written a status to yet.
+NO_PHASE: Final = "None"
 
 PHASE_CHANGES: Final = Counter(
     "memsync_operator_phase_changes_total",
@@ -47,3 +55,19 @@ LEASES_RELEASED: Final = Counter(
     "released (the operator gave the item up itself).",
     ["outcome"],
 )
+SESSIONMEMORIES: Final = Gauge(
+    "memsync_operator_sessionmemories",
+    "SessionMemories the operator holds now, by phase (None: no status written yet).",
+    ["phase"],
+)
+
+
+def count_phases(objects: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """How many of ``objects`` (SessionMemories) are in each phase; every phase is present, 0 if none."""
+    tally = Tally(str((obj.get("status") or {}).get("phase") or NO_PHASE) for obj in objects)
+    return {phase: tally.get(phase, 0) for phase in [*PHASES, NO_PHASE, *sorted(tally)]}
+
+
+def show_sessionmemories(objects: Iterable[Mapping[str, Any]]) -> None:
+    for phase, count in count_phases(objects).items():
+        SESSIONMEMORIES.labels(phase=phase).set(count)

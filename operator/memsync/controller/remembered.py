@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from memsync.controller import metrics
 from memsync.controller import status as st
 from memsync.controller.coalescing import Coalescer
 from memsync.controller.kube import CALL_THREADS, KubeApi
@@ -200,6 +201,7 @@ class Runtime:
         """Keep ``obj`` (as the API just served it, spec included) for the next status write."""
         self.store_paths(obj)  # the digest has no spec: its paths are derived now
         self.objects[(namespace, name)] = object_digest(obj)
+        metrics.show_sessionmemories(self.objects.values())
 
     async def read(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The SessionMemory as the API serves it now (remembered for the next status write)."""
@@ -230,3 +232,4 @@ class Runtime:
         self.gone_since.pop((namespace, name), None)
         self.service_account_missing_since.pop((namespace, name), None)
         self.seen_pods.pop((namespace, name), None)
+        metrics.show_sessionmemories(self.objects.values())

@@ -2,8 +2,10 @@
 
 One ASGI middleware times every request and, when it is answered, counts it by route template (never the
 raw path: ids would make unbounded label sets), method and status, observes its latency, and writes one
-structured access-log line: request id, method, route, path, status, duration, client address. Nothing in
-it can carry a secret: no header, no query string, no body.
+structured access-log line: request id, method, route, path, status, duration, client address. No header,
+no query string and no body is logged, and a path segment shaped like a credential (``looks_like_credential``:
+a token pasted where an id belongs) is written as ``[redacted]``, so no credential reaches the log even by
+mistake.
 
 With ``--workers`` above 1 the workers share their metrics through ``PROMETHEUS_MULTIPROC_DIR`` (set by
 ``serve``), so ``/metrics`` answers for the whole server whichever worker takes the scrape.
@@ -23,6 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client import generate_latest as _generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from memsync.api.ids import looks_like_credential
 from memsync.server.storage.database import Database
 
 access_log = logging.getLogger("memsync.server.access")
@@ -52,6 +55,14 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+REDACTED = "[redacted]"
+
+
+def redact_path(path: str) -> str:
+    """``path`` with every segment shaped like a credential replaced by ``[redacted]``."""
+    return "/".join(REDACTED if looks_like_credential(part) else part for part in path.split("/"))
 
 
 def route_of(scope: Scope) -> str:
@@ -94,7 +105,7 @@ class ObserveMiddleware:
                         "request_id": scope.get("state", {}).get("request_id"),
                         "method": method,
                         "route": route,
-                        "path": scope.get("path"),
+                        "path": redact_path(str(scope.get("path", ""))),
                         "status": status or None,
                         "duration_ms": round(elapsed * 1000, 2),
                         "client": f"{client[0]}:{client[1]}" if client else None,

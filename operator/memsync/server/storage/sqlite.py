@@ -4,11 +4,17 @@ Every write is one ``BEGIN IMMEDIATE`` transaction taken under an in-process loc
 queued fairly instead of spinning on SQLITE_BUSY; several worker processes on one file queue on SQLite's own
 lock through the busy timeout), so every writer of every store is serialised and ``lock_store_row`` has
 nothing to add. Reads run in one deferred transaction, which in WAL mode is a consistent snapshot.
+
+The database file is created owner-only (0600) before SQLite opens it, and an existing one (or its
+``-wal`` and ``-shm`` files) is brought to 0600: SQLite gives the files it creates next to the database (the
+write-ahead log and its shared-memory index) the database file's own mode, so none is ever readable by others.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -24,6 +30,27 @@ from memsync.server.storage.database import (
     apply_migrations,
     ensure_secret,
 )
+
+PRIVATE_MODE = 0o600
+#: The files SQLite keeps next to the database in WAL mode.
+COMPANION_SUFFIXES = ("-wal", "-shm")
+
+
+def make_private(path: str) -> None:
+    """Create ``path`` 0600 if missing, else bring it and its WAL companions to 0600 (never via a symlink)."""
+    opens = [(path, os.O_CREAT)] + [(path + suffix, 0) for suffix in COMPANION_SUFFIXES]
+    for name, create in opens:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | create, PRIVATE_MODE)
+        except FileNotFoundError:
+            continue  # a companion SQLite has not made yet: it will inherit the database's mode
+        try:
+            if stat.S_IMODE(os.fstat(fd).st_mode) != PRIVATE_MODE:
+                os.fchmod(fd, PRIVATE_MODE)
+        except PermissionError:
+            pass  # another user's file (a volume shared through its group): its owner decides its mode
+        finally:
+            os.close(fd)
 
 
 class SqliteTx(Tx):
@@ -56,6 +83,8 @@ class SqliteDatabase(Database):
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
         self._closed = False
+        if self.path != ":memory:" and not self.path.startswith("file:"):
+            make_private(self.path)
         with self.write() as tx:
             self.schema_version = apply_migrations(tx, migrations.SQLITE)
             self.cursor_key = ensure_secret(tx, "cursor_key")
