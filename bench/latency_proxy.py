@@ -334,6 +334,18 @@ async def _serve_forever(
         )
 
 
+async def _read_body(receive: Receive) -> bytes | None:
+    """The request's whole body; None when the client went away first."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--upstream", required=True, help="upstream base URL, e.g. http://127.0.0.1:8080")
@@ -353,15 +365,3 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
-
-
-async def _read_body(receive: Receive) -> bytes | None:
-    """The request's whole body; None when the client went away first."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks)

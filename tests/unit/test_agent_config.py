@@ -9,7 +9,7 @@ import pytest
 
 from memsync.agent import messages
 from memsync.agent.config import ConfigError, load_config, with_stores
-from memsync.contracts.env import StoreEntry
+from memsync.contracts.stores import StoreEntry
 
 STORE = {
     "memory_store_id": "memstore_01",

@@ -17,17 +17,27 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memsync.agent import schedule
 from memsync.agent.recorder import PassStats
 from memsync.agent.relpath import TEMP_NAME
 
 if TYPE_CHECKING:
-    from memsync.agent.commands import SyncAgent
+    from memsync.agent.config import AgentConfig
     from memsync.agent.engine import StoreSync
 
 logger = logging.getLogger("memsync.agent")
+
+
+class PassRunner(Protocol):
+    """What the loop needs of the agent (``commands.SyncAgent``): settings, stores, one pass of a store."""
+
+    config: AgentConfig
+    stores: list[StoreSync]
+
+    async def pass_of(self, engine: StoreSync) -> PassStats: ...
+
 
 JITTER = 0.1  # each wait is interval * (1 +/- 10 %), so many Pods do not sync in step
 WATCH_STEP_MS = 50  # a batch of changes is handed over once the folder is quiet this long...
@@ -93,7 +103,7 @@ class PassLoop:
     """Every store's passes, until ``stop`` is set; a pass in flight then is cancelled (the final sync that
     follows redoes its work: the state is saved as transfers finish)."""
 
-    def __init__(self, agent: SyncAgent, stop: asyncio.Event, *, now: Callable[[], float] = time.monotonic):
+    def __init__(self, agent: PassRunner, stop: asyncio.Event, *, now: Callable[[], float] = time.monotonic):
         self.agent = agent
         self.stop = stop
         self.now = now

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any, Final, Literal, TypeVar, cast
 
@@ -64,17 +64,6 @@ def dump(data: Any, output: str) -> str:
 def listing(items: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
     """The one shape of a listing in json and yaml."""
     return {"items": list(items)}
-
-
-def table(headers: Sequence[str], rows: Iterable[Sequence[str]], indent: str = "") -> str:
-    """Left-aligned columns three spaces apart, as kubectl prints them; the last column is not padded."""
-    grid = [list(headers), *[list(r) for r in rows]]
-    widths = [max(len(line[i]) for line in grid) for i in range(len(headers))]
-    lines = []
-    for line in grid:
-        cells = [cell.ljust(widths[i]) for i, cell in enumerate(line[:-1])] + [line[-1]]
-        lines.append((indent + "   ".join(cells)).rstrip())
-    return "\n".join(lines)
 
 
 def timestamp(value: datetime | None) -> str:

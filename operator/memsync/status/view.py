@@ -16,7 +16,6 @@ from typing import Any, Final
 
 from pydantic.alias_generators import to_camel
 
-from memsync.cli.output import table
 from memsync.contracts.report import StoreCounts
 from memsync.controller.status import counts_of, named_as_failing
 from memsync.crd.models import (
@@ -26,6 +25,7 @@ from memsync.crd.models import (
     KIND,
     Phase,
 )
+from memsync.status.table import table
 
 # How one store of a session is doing (the STORES column and the detail's HEALTH column).
 IN_SYNC: Final = "in-sync"  # the last sync pass of the store succeeded

@@ -18,9 +18,10 @@ import click
 
 from memsync.api.models import MemoryStore, MemoryStoreResource
 from memsync.cli.failures import store_failure
-from memsync.cli.output import dump, is_data, listing, output_options, table, timestamp
+from memsync.cli.output import dump, is_data, listing, output_options, timestamp
 from memsync.cli.params import ID, check_url
 from memsync.client import StoreClient, errors
+from memsync.status.table import table
 
 ADMIN_KEY_ENV = "MEMSYNC_ADMIN_KEY"
 DEFAULT_URL = "http://127.0.0.1:8700"

@@ -24,10 +24,11 @@ from pydantic import BaseModel
 
 from memsync.api.models import Memory, MemoryStore, MemoryVersion
 from memsync.cli.failures import CliError, ExitCode, store_exit_code
-from memsync.cli.output import dump, is_data, listing, output_options, table, timestamp
+from memsync.cli.output import dump, is_data, listing, output_options, timestamp
 from memsync.cli.params import ID, MEMORY_REF
 from memsync.cli.store.admin import admin_options, run_with_client
 from memsync.client import StoreClient, errors
+from memsync.status.table import table
 
 PAGE: Final = 100  # the API's largest page
 
