@@ -27,7 +27,8 @@ from memsync.server.http import sessions as session_routes
 from memsync.server.http import stores as store_routes
 from memsync.server.http import versions as version_routes
 from memsync.server.http import work as work_routes
-from memsync.server.http.envelope import RequestIdMiddleware, install_error_handlers
+from memsync.server.http.admission import AdmissionLimits, AdmissionMiddleware
+from memsync.server.http.envelope import RequestIdMiddleware, install_error_handlers, scope_error_response
 from memsync.server.storage.backends import open_database
 from memsync.server.stores.service import StoreService
 
@@ -47,8 +48,11 @@ def create_app(
     first_heartbeat_s: int = DEFAULT_FIRST_HEARTBEAT_S,
     db_pool_size: int = 10,
     access_logs: bool = True,
+    admission: AdmissionLimits | None = None,
 ) -> FastAPI:
-    """The store server as an ASGI app over ``database``: an SQLite file path or a ``postgresql://`` URL."""
+    """The store server as an ASGI app over ``database``: an SQLite file path or a ``postgresql://`` URL.
+
+    ``admission`` bounds the requests each process serves at once (``http/admission.py``)."""
     db = open_database(database, pool_max=db_pool_size)
     kwargs: dict[str, Any] = {"cursor_ttl_s": cursor_ttl_s}
     if max_memories_per_store is not None:
@@ -89,6 +93,10 @@ def create_app(
     app.state.service = service
     app.state.access = access
     app.state.environments = extension.envs
+    # innermost of the three: a shed request is still counted, timed and logged, and has its request id
+    app.add_middleware(
+        AdmissionMiddleware, limits=admission or AdmissionLimits.derived(), render=scope_error_response
+    )
     app.add_middleware(observe.ObserveMiddleware, access_logs=access_logs)
     app.add_middleware(RequestIdMiddleware)  # added last: outermost, so the access log has the request id
     install_error_handlers(app)

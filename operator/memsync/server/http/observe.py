@@ -118,7 +118,8 @@ def router(db: Database) -> APIRouter:
     router = APIRouter()
 
     @router.get("/healthz", include_in_schema=False)
-    def healthz() -> dict[str, str]:
+    async def healthz() -> dict[str, str]:
+        """On the event loop, not the threadpool: it answers while every worker thread is busy."""
         return {"status": "ok"}
 
     @router.get("/metrics", include_in_schema=False)
