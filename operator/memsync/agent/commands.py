@@ -44,6 +44,20 @@ logger = logging.getLogger("memsync.agent")
 
 JITTER = 0.1  # each wait is interval * (1 +/- 10 %), so many Pods do not sync in step
 
+
+def wait_before_next_pass(interval: float, elapsed: float, *, first: bool, draw: float) -> float:
+    """Seconds from the end of a pass to the start of the next. ``draw`` in [0, 1) is random.
+
+    After the first pass (which runs at once: readiness waits for it) the wait is a random part of the
+    interval, so sidecars started together (a node drained, a store server restarted) fall into random
+    phases instead of marching in step; after every other pass it is the interval +/- 10 %, counted from the
+    pass's start.
+    """
+    if first:
+        return interval * draw
+    return max(0.0, interval * (1 - JITTER + 2 * JITTER * draw) - elapsed)
+
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_CONFIG = 2
@@ -475,6 +489,7 @@ async def run_sync(
         if once:
             results = await agent.sync_once()
             return EXIT_FAILED if any(r.outcome == "failed" for r in results.values()) else EXIT_OK
+        first_pass = True
         while not stop_event.is_set():
             started = time.monotonic()
             pass_task = asyncio.create_task(agent.sync_once())
@@ -487,9 +502,15 @@ async def run_sync(
                 stopper.cancel()
                 break
             stopper.cancel()
-            wait = config.interval * random.uniform(1 - JITTER, 1 + JITTER) - (time.monotonic() - started)  # noqa: S311
+            wait = wait_before_next_pass(
+                config.interval,
+                time.monotonic() - started,
+                first=first_pass,
+                draw=random.random(),  # noqa: S311 - spreading passes, not a secret
+            )
+            first_pass = False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop_event.wait(), timeout=max(0.0, wait))
+                await asyncio.wait_for(stop_event.wait(), timeout=wait)
         if final.requested:
             logger.info("the session runner asked for the final sync and flush: running them")
         else:
