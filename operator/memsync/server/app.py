@@ -29,6 +29,7 @@ from memsync.server.http import versions as version_routes
 from memsync.server.http import work as work_routes
 from memsync.server.http.admission import AdmissionLimits, AdmissionMiddleware
 from memsync.server.http.envelope import RequestIdMiddleware, install_error_handlers, scope_error_response
+from memsync.server.http.probe import ProbeMiddleware, listing_route
 from memsync.server.storage.backends import open_database
 from memsync.server.stores.service import StoreService
 
@@ -93,7 +94,10 @@ def create_app(
     app.state.service = service
     app.state.access = access
     app.state.environments = extension.envs
-    # innermost of the three: a shed request is still counted, timed and logged, and has its request id
+    # innermost: the sidecars' conditional probe answered without the router (http/probe.py), yet gated
+    memories = memory_routes.router(service)
+    app.add_middleware(ProbeMiddleware, route=listing_route(memories), service=service, access=access)
+    # inside the next two: a shed request is still counted, timed and logged, and has its request id
     app.add_middleware(
         AdmissionMiddleware, limits=admission or AdmissionLimits.derived(), render=scope_error_response
     )
@@ -106,7 +110,7 @@ def create_app(
         session_routes.router(extension),
         observe.router(db),
         store_routes.router(service),
-        memory_routes.router(service),
+        memories,
         version_routes.router(service),
         access_routes.router(access),
     ):
