@@ -4,9 +4,10 @@
 and over PostgreSQL is driven over keep-alive connections by a minimal asyncio HTTP/1.1 client (a few
 microseconds per request, so the load generator takes little of the two cores it shares with the server):
 
-- **floor**: the most requests per second the server answers on ``/healthz`` (no credential, no database,
-  on the event loop), closed loop over 32 connections; the same for the sidecar's conditional probe
-  (``limit=1`` + ``If-None-Match``, answered 304), and the probe's rate as a fraction of the floor;
+- **floor**: the most requests per second the server answers on ``/healthz`` (answered by the outermost
+  middleware: no credential, no router, no database), closed loop over 32 connections; the same for the
+  sidecar's conditional probe (``limit=1`` + ``If-None-Match``, answered 304), and the probe's rate as a
+  fraction of the floor;
 - **overload** (``--overload``): the probe offered open loop at twice the probe's measured saturating rate,
   every request sent on its schedule whatever came back. Reported: the admitted (304) requests' p50/p99 from
   their scheduled send time, how many were shed (503/429) and how fast that answer came, and every other
@@ -174,9 +175,21 @@ async def open_loop(port: int, requests: list[bytes], rate: float, seconds: floa
             opened += 1
             conn = await Connection.open(port)
         try:
-            status = await conn.request(raw)
-        except (OSError, asyncio.IncompleteReadError, ValueError):
+            try:
+                status = await conn.request(raw)
+            except asyncio.IncompleteReadError as exc:
+                if exc.partial:
+                    raise
+                # the server closed a keep-alive connection that sat idle past its timeout: as any HTTP
+                # client does, send again on a new one (a request refused this way was never read)
+                conn.close()
+                opened += 1
+                conn = await Connection.open(port)
+                status = await conn.request(raw)
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
             result.failures += 1
+            result.statuses[0] = result.statuses.get(0, 0) + 1  # 0: no answer
+            print(f"  no answer: {type(exc).__name__}: {exc}", file=sys.stderr)
             conn.close()
             return
         ms = (time.monotonic() - scheduled) * 1000
@@ -234,6 +247,7 @@ def run(cells: list[tuple[str, str, int]], admin_key: str, work: Path, args: Any
             row = Row(name, floor, probe)
             if args.overload:
                 row.overload = asyncio.run(open_loop(port, target.probes, 2 * probe, args.rate_seconds))
+                print(f"  {name} overload: statuses {row.overload.statuses}", file=sys.stderr)
             rows.append(row)
     return rows
 
