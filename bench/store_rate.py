@@ -160,6 +160,7 @@ class Overload:
     shed_ms: list[float] = field(default_factory=list)
     statuses: dict[int, int] = field(default_factory=dict)
     failures: int = 0  # no answer at all, or an answer other than 304/429/503
+    unsent: int = 0  # the load generator's own limit (every connection busy): not sent, not the server's
 
 
 async def open_loop(port: int, requests: list[bytes], rate: float, seconds: float) -> Overload:
@@ -210,7 +211,7 @@ async def open_loop(port: int, requests: list[bytes], rate: float, seconds: floa
         if delay > 0:
             await asyncio.sleep(delay)
         if opened - len(idle) >= MAX_OPEN_LOOP_CONNECTIONS and not idle:
-            result.failures += 1  # the load generator's own limit: counted, never hidden
+            result.unsent += 1  # the load generator's own limit: counted, never hidden
             continue
         task = asyncio.create_task(one(requests[i % len(requests)], scheduled))
         tasks.add(task)
@@ -283,6 +284,7 @@ def print_tables(rows: list[Row]) -> None:
                 f"{percentile(shed, 50):.1f}" if shed else "-",
                 f"{percentile(shed, 99):.1f}" if shed else "-",
                 o.failures,
+                o.unsent,
             ]
         )
     print(
@@ -298,6 +300,7 @@ def print_tables(rows: list[Row]) -> None:
                 "shed p50 ms",
                 "shed p99 ms",
                 "other failures",
+                f"not sent (> {MAX_OPEN_LOOP_CONNECTIONS} busy connections)",
             ],
             table,
         )
