@@ -369,7 +369,7 @@ async def server_histogram(urls: list[str]) -> dict[float, float]:
     buckets: dict[float, float] = {}
     async with httpx.AsyncClient(timeout=30) as http:
         for url in urls:
-            text = (await http.get(f"{url}/metrics")).text
+            text = await store_rate.fetch_text(http, f"{url}/metrics")
             for family in text_string_to_metric_families(text):
                 if family.name != "memsync_store_request_duration_seconds":
                     continue

@@ -72,6 +72,18 @@ class Connection:
         self.writer.close()
 
 
+async def fetch_text(http: httpx.AsyncClient, url: str, attempts: int = 3) -> str:
+    """GET ``url``'s text; a connection the busy server dropped is tried again (a scrape, not the load)."""
+    for attempt in range(attempts):
+        try:
+            return (await http.get(url)).raise_for_status().text
+        except httpx.TransportError:
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(1.0)
+    raise AssertionError("unreachable")
+
+
 def raw_get(port: int, target: str, headers: dict[str, str]) -> bytes:
     lines = [f"GET {target} HTTP/1.1", f"host: 127.0.0.1:{port}", *(f"{k}: {v}" for k, v in headers.items())]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
