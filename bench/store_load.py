@@ -24,6 +24,7 @@ is the same for every caller), standing in for each sidecar's earlier passes.
 
     .venv/bin/python bench/store_load.py                       # the target: 1,000 x 3 x 2,000 at 15 s
     .venv/bin/python bench/store_load.py --sessions 200 --seconds 20 --cells sqlite-1:cond,pg-2r:cond
+    .venv/bin/python bench/store_load.py --overload                # the probe against its floor, then 2x it
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import store_rate
 from _common import format_table, free_port, percentile
 from memsync.agent.config import load_config
 from memsync.agent.context import ListingCache, StoreContext, SyncContext
@@ -367,7 +369,7 @@ async def server_histogram(urls: list[str]) -> dict[float, float]:
     buckets: dict[float, float] = {}
     async with httpx.AsyncClient(timeout=30) as http:
         for url in urls:
-            text = (await http.get(f"{url}/metrics")).text
+            text = await store_rate.fetch_text(http, f"{url}/metrics")
             for family in text_string_to_metric_families(text):
                 if family.name != "memsync_store_request_duration_seconds":
                     continue
@@ -404,7 +406,13 @@ def main() -> None:
         default=",".join(f"{c}:{m}" for c in CELLS for m in ("cond", "full")),
         help="comma-separated CELL:MODE, CELL one of " + ", ".join(CELLS) + ", MODE cond or full",
     )
+    store_rate.add_arguments(parser)
     args = parser.parse_args()
+    if args.floor or args.overload:
+        store_rate.main(
+            args, "sk-bench-rate-" + os.urandom(8).hex(), Path(tempfile.mkdtemp(prefix="memsync-rate-"))
+        )
+        return
     if args.warmup is None:
         args.warmup = args.interval
     cells = [tuple(c.split(":")) for c in args.cells.split(",") if c]

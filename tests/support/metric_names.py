@@ -1,5 +1,6 @@
 """The Prometheus series names memsync exports, read from the metrics the code registers (the sync agent's
-registry and the operator's collectors), for the tests that check the shipped rules and dashboard."""
+registry, the operator's collectors and the store server's), for the tests that check the shipped rules
+and dashboard."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from prometheus_client.core import Metric
 
 from memsync.agent.metrics import Metrics
 from memsync.controller import metrics as operator_metrics
+from memsync.server.http import admission as store_admission
+from memsync.server.http import observe as store_observe
 
 SUFFIXES = {
     "counter": ("_total", "_created"),
@@ -32,27 +35,24 @@ def agent_families() -> list[Metric]:
     return list(Metrics().registry.collect())
 
 
+def module_families(*modules: object) -> list[Metric]:
+    """The families of the metrics registered at module level (the operator's, the store server's)."""
+    wrappers = [
+        v
+        for module in modules
+        for v in vars(module).values()
+        if isinstance(v, client_metrics.MetricWrapperBase)
+    ]
+    return [family for w in wrappers for family in w.describe()]
+
+
 def operator_families() -> list[Metric]:
-    wrappers = [v for v in vars(operator_metrics).values() if isinstance(v, client_metrics.MetricWrapperBase)]
-    return [family for w in wrappers for family in w.describe()]
-
-
-def store_server_families() -> list[Metric]:
-    from memsync.server.http import observe
-
-    wrappers = [v for v in vars(observe).values() if isinstance(v, client_metrics.MetricWrapperBase)]
-    return [family for w in wrappers for family in w.describe()]
-
-
-#: The store server's load-shedding counter, by the name agreed with the change that adds it (the dashboard
-#: draws it already); once the server registers it, it is read from the code like every other name.
-AGREED_STORE_SERIES = {"memsync_store_requests_shed_total": "counter"}
+    return module_families(operator_metrics)
 
 
 def exported() -> dict[str, str]:
     return {
-        **AGREED_STORE_SERIES,
         **series_names(agent_families()),
         **series_names(operator_families()),
-        **series_names(store_server_families()),
+        **series_names(module_families(store_observe, store_admission)),
     }

@@ -150,7 +150,30 @@ async def test_retry_after_ms_and_retry_after_are_honoured() -> None:
     sleep = FakeSleep()
     async with make_client(recorder, sleep=sleep) as client:
         await client.get_store("memstore_1")
-    assert sleep.delays == [pytest.approx(1.234), 2.0]
+    assert len(sleep.delays) == 2
+    assert 1.234 <= sleep.delays[0] <= 1.234 * 1.5
+    assert 2.0 <= sleep.delays[1] <= 3.0
+
+
+def test_a_server_given_delay_is_a_floor_spread_by_jitter() -> None:
+    assert retry_delay(503, {"retry-after": "1"}, 0, 2, now=NOW, jitter=0.0) == 1.0
+    assert retry_delay(503, {"retry-after": "1"}, 0, 2, now=NOW, jitter=0.5) == 1.25
+    assert retry_delay(429, {"retry-after": "2"}, 1, 2, now=NOW, jitter=0.999) == pytest.approx(2.999)
+    assert retry_delay(429, {"retry-after": "50"}, 0, 2, now=NOW, jitter=0.9) == 60.0  # never past the cap
+    assert retry_delay(429, {"retry-after": "1"}, 2, 2, now=NOW, jitter=0.5) is None  # the budget still holds
+
+
+async def test_a_shed_burst_comes_back_spread_out() -> None:
+    """Twenty callers refused together with ``Retry-After: 1`` do not all retry in the same instant."""
+    delays: list[float] = []
+    for _ in range(20):
+        recorder = Recorder(httpx.Response(503, headers={"retry-after": "1"}), ok_store())
+        sleep = FakeSleep()
+        async with make_client(recorder, sleep=sleep) as client:
+            await client.get_store("memstore_1")
+        delays += sleep.delays
+    assert len(delays) == 20 and all(1.0 <= d <= 1.5 for d in delays)
+    assert max(delays) - min(delays) > 0.1
 
 
 @pytest.mark.parametrize(

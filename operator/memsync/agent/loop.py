@@ -39,7 +39,6 @@ class PassRunner(Protocol):
     async def pass_of(self, engine: StoreSync) -> PassStats: ...
 
 
-JITTER = 0.1  # each wait is interval * (1 +/- 10 %), so many Pods do not sync in step
 WATCH_STEP_MS = 50  # a batch of changes is handed over once the folder is quiet this long...
 WATCH_DEBOUNCE_MS = 500  # ...or after this long in a steady stream
 WATCH_RETRY_S = 60.0  # a watcher that failed starts again after this long
@@ -114,9 +113,6 @@ class PassLoop:
         self._unwatch = asyncio.Event()  # read by the watcher's thread: set before the watcher is awaited
         self._rewatch = False  # a folder was re-created (recovery): its old watch sees nothing any more
 
-    def periodic_wait(self) -> float:
-        return self.agent.config.interval * random.uniform(1 - JITTER, 1 + JITTER)  # noqa: S311
-
     async def run(self) -> None:
         tasks = [asyncio.create_task(self._store(e)) for e in self.agent.stores]
         watcher = asyncio.create_task(self._watch()) if self.timing.early else None
@@ -150,14 +146,20 @@ class PassLoop:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.wake[engine.id].wait(), timeout=at - now)
                 continue
+            first = self.clocks[engine.id].last_start is None
             self.clocks[engine.id] = schedule.started(self.clocks[engine.id], now)
             stats = await self.agent.pass_of(engine)
             self._rewatch = self._rewatch or stats.outcome == "recovered"
+            end = self.now()
+            due = schedule.periodic_due(
+                now,
+                end,
+                self.agent.config.interval,
+                first=first,
+                draw=random.random(),  # noqa: S311 - spreading passes, not a secret
+            )
             self.clocks[engine.id] = schedule.ended(
-                self.clocks[engine.id],
-                self.now(),
-                wrote=wrote_locally(stats),
-                periodic_due=now + self.periodic_wait(),
+                self.clocks[engine.id], end, wrote=wrote_locally(stats), periodic_due=due
             )
 
     async def _watch(self) -> None:

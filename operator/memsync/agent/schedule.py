@@ -17,6 +17,21 @@ from dataclasses import dataclass, replace
 MIN_GAP_S = 5.0  # at most one pass per store in this many seconds, early or not
 SETTLE_S = 0.5  # a change starts a pass once the folder has been quiet this long
 OWN_WRITES_S = 1.0  # after a pass that wrote into the folder, changes seen this long are its own
+JITTER = 0.1  # a periodic wait is interval * (1 +/- 10 %), so many Pods do not sync in step
+
+
+def periodic_due(started: float, ended: float, interval: float, *, first: bool, draw: float) -> float:
+    """When a store's next periodic pass is due, ``draw`` in [0, 1) being random.
+
+    After the first pass (which runs at once: readiness waits for it) the next comes a random part of the
+    interval after it ends, so sidecars started together (a node drained, a store server restarted) fall into
+    random phases instead of marching in step (yet not sooner than ``MIN_GAP_S`` after it started, within
+    an interval that allows it); after every other pass it is the interval +/- 10 %, counted from the pass's
+    start.
+    """
+    if first:
+        return min(max(ended + interval * draw, started + MIN_GAP_S), ended + interval)
+    return started + interval * (1 - JITTER + 2 * JITTER * draw)
 
 
 @dataclass(frozen=True)

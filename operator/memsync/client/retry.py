@@ -7,8 +7,9 @@ about the data, not a transient failure):
 - a response header ``x-should-retry: true|false`` overrides that choice either way;
 - the budget is ``max_retries`` retries after the first attempt;
 - the delay is the server's ``retry-after-ms``, else ``retry-after`` (seconds, or an HTTP date), when it is
-  between 0 and 60 s; otherwise exponential backoff from 0.5 s doubling per retry, capped at 8 s, minus up to
-  25 % jitter.
+  between 0 and 60 s, plus up to 50 % jitter (a server that sheds a burst with ``Retry-After: 1`` must not
+  get the whole burst back in the same instant); otherwise exponential backoff from 0.5 s doubling per retry,
+  capped at 8 s, minus up to 25 % jitter.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ __all__ = [
 BACKOFF_INITIAL_S = 0.5
 BACKOFF_CAP_S = 8.0
 JITTER_FRACTION = 0.25
+#: At most this fraction of a server-given delay is added to it, to spread the callers it refused together.
+SERVER_JITTER_FRACTION = 0.5
 # A server-given delay above this is not honoured (a misconfigured proxy must not stall a sync for hours);
 # the computed backoff applies instead.
 MAX_SERVER_DELAY_S = 60.0
@@ -110,11 +113,13 @@ def retry_delay(
 ) -> float | None:
     """Seconds to wait before the next attempt, or None when the outcome must be reported as is.
 
-    ``retries_done`` is how many retries were already made for this request (0 after the first attempt).
+    ``retries_done`` is how many retries were already made for this request (0 after the first attempt);
+    ``jitter`` in [0, 1) spreads the delay (callers pass ``random.random()``).
     """
     if retries_done >= max_retries or not should_retry(status, headers):
         return None
     asked = server_delay(headers, now=now)
     if asked is not None:
-        return asked
+        spread = asked * SERVER_JITTER_FRACTION * min(max(jitter, 0.0), 1.0)
+        return min(asked + spread, max(asked, MAX_SERVER_DELAY_S))
     return backoff_delay(retries_done, jitter=jitter)

@@ -27,7 +27,9 @@ from memsync.server.http import sessions as session_routes
 from memsync.server.http import stores as store_routes
 from memsync.server.http import versions as version_routes
 from memsync.server.http import work as work_routes
-from memsync.server.http.envelope import RequestIdMiddleware, install_error_handlers
+from memsync.server.http.admission import AdmissionLimits, AdmissionMiddleware
+from memsync.server.http.envelope import RequestIdMiddleware, install_error_handlers, scope_error_response
+from memsync.server.http.probe import ProbeMiddleware, listing_route
 from memsync.server.storage.backends import open_database
 from memsync.server.stores.service import StoreService
 
@@ -52,9 +54,12 @@ def create_app(
     public_url: str,
     *,
     access_logs: bool = True,
+    admission: AdmissionLimits | None = None,
     **settings: Unpack[AppSettings],
 ) -> FastAPI:
-    """The store server as an ASGI app over ``database``: an SQLite file path or a ``postgresql://`` URL."""
+    """The store server as an ASGI app over ``database``: an SQLite file path or a ``postgresql://`` URL.
+
+    ``admission`` bounds the requests each process serves at once (``http/admission.py``)."""
     db = open_database(database, pool_max=settings.get("db_pool_size", 10))
     kwargs: dict[str, Any] = {"cursor_ttl_s": settings.get("cursor_ttl_s", 3600)}
     max_memories_per_store = settings.get("max_memories_per_store")
@@ -99,6 +104,13 @@ def create_app(
     app.state.service = service
     app.state.access = access
     app.state.environments = extension.envs
+    # innermost: the sidecars' conditional probe answered without the router (http/probe.py), yet gated
+    memories = memory_routes.router(service)
+    app.add_middleware(ProbeMiddleware, route=listing_route(memories), service=service, access=access)
+    # inside the next two: a shed request is still counted, timed and logged, and has its request id
+    app.add_middleware(
+        AdmissionMiddleware, limits=admission or AdmissionLimits.derived(), render=scope_error_response
+    )
     app.add_middleware(observe.ObserveMiddleware, access_logs=access_logs)
     app.add_middleware(RequestIdMiddleware)  # added last: outermost, so the access log has the request id
     install_error_handlers(app)
@@ -108,7 +120,7 @@ def create_app(
         session_routes.router(extension),
         observe.router(db),
         store_routes.router(service),
-        memory_routes.router(service),
+        memories,
         version_routes.router(service),
         access_routes.router(access),
     ):

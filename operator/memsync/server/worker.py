@@ -20,6 +20,7 @@ from memsync.logs import configure_logging
 from memsync.server.app import create_app
 from memsync.server.environments.rules import DEFAULT_FIRST_HEARTBEAT_S
 from memsync.server.environments.work import DEFAULT_LEASE_TTL_S
+from memsync.server.http.admission import DEFAULT_MAX_IN_FLIGHT, AdmissionLimits
 from memsync.server.protocol import HTTP_IMPLEMENTATIONS
 
 SETTINGS_ENV = "MEMSYNC_STORE_WORKER_SETTINGS"
@@ -43,6 +44,9 @@ class ServeSettings:
     access_logs: bool = True
     log_level: str = "INFO"
     log_format: str = "text"
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    max_queued: int | None = None
+    max_in_flight_per_credential: int | None = None
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -65,6 +69,11 @@ def build_app(settings: ServeSettings, admin_key: str) -> FastAPI:
         first_heartbeat_s=settings.first_heartbeat_s,
         db_pool_size=settings.db_pool_size,
         access_logs=settings.access_logs,
+        admission=AdmissionLimits.derived(
+            settings.max_in_flight,
+            max_queued=settings.max_queued,
+            per_credential=settings.max_in_flight_per_credential,
+        ),
     )
 
 

@@ -9,6 +9,7 @@ import logging
 import os
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from memsync.cli.store.backup import db_option
 from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, MAX_SESSION_TOKEN_TTL_S
 from memsync.server.environments.rules import DEFAULT_FIRST_HEARTBEAT_S
 from memsync.server.environments.work import DEFAULT_LEASE_TTL_S, LEASE_TTL_MAX_S, LEASE_TTL_MIN_S
+from memsync.server.http.admission import DEFAULT_MAX_IN_FLIGHT
 from memsync.server.http.observe import MULTIPROC_ENV
 from memsync.server.listen import ListenError, bind
 from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
@@ -32,6 +34,15 @@ from memsync.server.worker import FACTORY, SETTINGS_ENV, ServeSettings, build_ap
 logger = logging.getLogger("memsync.store")
 
 # --- serve ----------------------------------------------------------------------------------------------
+
+
+def _derived_bound(
+    flag: str, envvar: str, minimum: int, help_text: str
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """An admission bound whose default the server derives from ``--max-in-flight`` (None: not given)."""
+    return click.option(
+        flag, type=click.IntRange(minimum, 10_000), envvar=envvar, show_envvar=True, help=help_text
+    )
 
 
 @click.command()
@@ -165,6 +176,30 @@ logger = logging.getLogger("memsync.store")
     help="The certificate's PEM private key.",
 )
 @click.option(
+    "--max-in-flight",
+    default=DEFAULT_MAX_IN_FLIGHT,
+    show_default=True,
+    type=click.IntRange(0, 10_000),
+    envvar="MEMSYNC_STORE_MAX_IN_FLIGHT",
+    show_envvar=True,
+    help="Requests each server process serves at once; more wait in a small queue, then are answered 503 "
+    "with Retry-After at once (0: no bound). /healthz and /metrics are never refused.",
+)
+@_derived_bound(
+    "--max-queued",
+    "MEMSYNC_STORE_MAX_QUEUED",
+    0,
+    "Requests each server process lets wait for a slot before it sheds. Default: a quarter of "
+    "--max-in-flight.",
+)
+@_derived_bound(
+    "--max-in-flight-per-credential",
+    "MEMSYNC_STORE_MAX_IN_FLIGHT_PER_CREDENTIAL",
+    1,
+    "Requests one credential may have in flight or queued per process; more are answered 429 with "
+    "Retry-After. Default: half of --max-in-flight.",
+)
+@click.option(
     "--access-log/--no-access-log",
     default=True,
     show_default=True,
@@ -194,6 +229,9 @@ def serve(  # noqa: PLR0913 - click passes each of the command's options as a pa
     ssl_certfile: Path | None,
     ssl_keyfile: Path | None,
     access_log: bool,
+    max_in_flight: int,
+    max_queued: int | None,
+    max_in_flight_per_credential: int | None,
 ) -> None:
     """Run the store server (FastAPI + uvicorn over an SQLite file or PostgreSQL)."""
     if (ssl_certfile is None) != (ssl_keyfile is None):
@@ -222,6 +260,9 @@ def serve(  # noqa: PLR0913 - click passes each of the command's options as a pa
         read_timeout_s=request_read_timeout,
         http=http_impl,
         access_logs=access_log,
+        max_in_flight=max_in_flight,
+        max_queued=max_queued,
+        max_in_flight_per_credential=max_in_flight_per_credential,
         log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()),
         log_format=_root_params(ctx).get("log_format") or "text",
     )

@@ -107,6 +107,11 @@ def error_response(err: ApiError, request_id: str | None) -> JSONResponse:
     return JSONResponse(err.body(request_id), status_code=err.status, headers=err.headers)
 
 
+def scope_error_response(err: ApiError, scope: Scope) -> JSONResponse:
+    """The error envelope for a raw ASGI request (in a middleware, before any route)."""
+    return error_response(err, scope.get("state", {}).get("request_id"))
+
+
 async def read_body(request: Request) -> bytes:
     """The raw request body, refused with 413 once it grows past the cap (chunked bodies included)."""
     chunks: list[bytes] = []

@@ -1,0 +1,356 @@
+"""The store server's request rate against a floor, and its answer to overload.
+
+``store_load.py --floor`` (and ``--overload``) run this. One server process (and ``--workers 2``) over SQLite
+and over PostgreSQL is driven over keep-alive connections by a minimal asyncio HTTP/1.1 client (a few
+microseconds per request, so the load generator takes little of the two cores it shares with the server):
+
+- **floor**: the most requests per second the server answers on ``/healthz`` (answered by the outermost
+  middleware: no credential, no router, no database), closed loop over 32 connections; the same for the
+  sidecar's conditional probe (``limit=1`` + ``If-None-Match``, answered 304), and the probe's rate as a
+  fraction of the floor;
+- **overload** (``--overload``): the probe offered open loop at twice the probe's measured saturating rate,
+  every request sent on its schedule whatever came back. Reported: the admitted (304) requests' p50/p99 from
+  their scheduled send time, how many were shed (503/429) and how fast that answer came, and every other
+  outcome (which must be 0).
+
+Run with the server's defaults (``--max-in-flight 32``) unless ``--max-in-flight`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from _common import format_table, free_port, percentile
+from memsync.api.secret import decode_work_secret
+from support.postgres import PostgresServer, find_pg_bin
+from support.server_process import spawn_store_server, stop_process, wait_until_ready
+
+API = {"anthropic-version": "2023-06-01", "anthropic-beta": "agent-memory-2026-07-22"}
+CONNECTIONS = 32
+TOKENS = 8  # distinct sessions tokens the probes are spread over (one credential holds half the slots)
+MAX_OPEN_LOOP_CONNECTIONS = 400
+
+
+# --- a minimal HTTP/1.1 keep-alive client ---
+
+
+class Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, port: int) -> Connection:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(reader, writer)
+
+    async def request(self, raw: bytes) -> int:
+        """Send one request, read its whole answer; the status."""
+        self.writer.write(raw)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        if length:
+            await self.reader.readexactly(length)
+        return int(head[9:12])
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def fetch_text(http: httpx.AsyncClient, url: str, attempts: int = 3) -> str:
+    """GET ``url``'s text; a connection the busy server dropped is tried again (a scrape, not the load)."""
+    for attempt in range(attempts):
+        try:
+            return (await http.get(url)).raise_for_status().text
+        except httpx.TransportError:
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(1.0)
+    raise AssertionError("unreachable")
+
+
+def raw_get(port: int, target: str, headers: dict[str, str]) -> bytes:
+    lines = [f"GET {target} HTTP/1.1", f"host: 127.0.0.1:{port}", *(f"{k}: {v}" for k, v in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+# --- the server and what it serves ---
+
+
+@dataclass
+class Target:
+    port: int
+    floor: bytes
+    probes: list[bytes]  # one per token, the same store and ETag
+
+
+def prepare(port: int, admin_key: str) -> Target:
+    """A store with 20 memories, sessions tokens with it attached, and the probe each would send."""
+    base = f"http://127.0.0.1:{port}"
+    admin = {**API, "x-api-key": admin_key}
+    with httpx.Client(base_url=base, headers=admin, params={"beta": "true"}, timeout=30) as http:
+        store = http.post("/v1/memory_stores", json={"name": "rate"}).raise_for_status().json()["id"]
+        for i in range(20):
+            http.post(f"/v1/memory_stores/{store}/memories", json={"path": f"/n{i}.md", "content": "x"})
+        listing = f"/v1/memory_stores/{store}/memories"
+        etag = http.get(listing, params={"beta": "true", "limit": 1}).raise_for_status().headers["etag"]
+        body = {"resources": [{"type": "memory_store", "memory_store_id": store, "access": "read_only"}]}
+        tokens = [
+            decode_work_secret(
+                http.post("/v1/memsync/sessions", json=body).raise_for_status().json()["work_secret"]
+            ).sessions_token
+            for _ in range(TOKENS)
+        ]
+    target = f"{listing}?beta=true&limit=1"
+    probes = [
+        raw_get(port, target, {**API, "authorization": f"Bearer {t}", "if-none-match": etag}) for t in tokens
+    ]
+    return Target(port, raw_get(port, "/healthz", {}), probes)
+
+
+@contextmanager
+def server(database: str, admin_key: str, log: Path, workers: int, extra: tuple[str, ...]) -> Iterator[int]:
+    port = free_port()
+    env = {**os.environ, "MEMSYNC_ADMIN_KEY": admin_key, "MEMSYNC_LOG_LEVEL": "WARNING"}
+    args = ("--no-access-log", "--workers", str(workers), *extra)
+    proc = spawn_store_server(port=port, db_path=database, log_path=log, env=env, extra_args=args)
+    try:
+        wait_until_ready(proc, f"http://127.0.0.1:{port}", timeout_s=120, log_text=log.read_text)
+        time.sleep(1.0 if workers > 1 else 0.0)  # workers come up one by one
+        yield port
+    finally:
+        stop_process(proc)
+
+
+# --- closed loop: the most the server answers ---
+
+
+async def closed_loop(port: int, requests: list[bytes], seconds: float, ok: int) -> float:
+    """Answers with status ``ok`` per second, ``CONNECTIONS`` connections sending back to back."""
+    conns = [await Connection.open(port) for _ in range(CONNECTIONS)]
+    done = 0
+    stop_at = time.monotonic() + seconds
+
+    async def loop(i: int) -> None:
+        nonlocal done
+        raw = requests[i % len(requests)]
+        while time.monotonic() < stop_at:
+            if await conns[i].request(raw) == ok:
+                done += 1
+
+    started = time.monotonic()
+    await asyncio.gather(*(loop(i) for i in range(CONNECTIONS)))
+    elapsed = time.monotonic() - started
+    for conn in conns:
+        conn.close()
+    return done / elapsed
+
+
+# --- open loop: offered at a fixed rate ---
+
+
+@dataclass
+class Overload:
+    offered: float
+    sent: int = 0
+    admitted_ms: list[float] = field(default_factory=list)
+    shed_ms: list[float] = field(default_factory=list)
+    statuses: dict[int, int] = field(default_factory=dict)
+    failures: int = 0  # no answer at all, or an answer other than 304/429/503
+    unsent: int = 0  # the load generator's own limit (every connection busy): not sent, not the server's
+
+
+async def open_loop(port: int, requests: list[bytes], rate: float, seconds: float) -> Overload:
+    result = Overload(rate)
+    idle: list[Connection] = [await Connection.open(port) for _ in range(CONNECTIONS)]
+    opened = len(idle)
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one(raw: bytes, scheduled: float) -> None:
+        nonlocal opened
+        conn = idle.pop() if idle else None
+        if conn is None:
+            opened += 1
+            conn = await Connection.open(port)
+        try:
+            try:
+                status = await conn.request(raw)
+            except asyncio.IncompleteReadError as exc:
+                if exc.partial:
+                    raise
+                # the server closed a keep-alive connection that sat idle past its timeout: as any HTTP
+                # client does, send again on a new one (a request refused this way was never read)
+                conn.close()
+                opened += 1
+                conn = await Connection.open(port)
+                status = await conn.request(raw)
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            result.failures += 1
+            result.statuses[0] = result.statuses.get(0, 0) + 1  # 0: no answer
+            print(f"  no answer: {type(exc).__name__}: {exc}", file=sys.stderr)
+            conn.close()
+            return
+        ms = (time.monotonic() - scheduled) * 1000
+        result.statuses[status] = result.statuses.get(status, 0) + 1
+        if status == 304:
+            result.admitted_ms.append(ms)
+        elif status in (429, 503):
+            result.shed_ms.append(ms)
+        else:
+            result.failures += 1
+        idle.append(conn)
+
+    start = time.monotonic()
+    n = int(rate * seconds)
+    for i in range(n):
+        scheduled = start + i / rate
+        delay = scheduled - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if opened - len(idle) >= MAX_OPEN_LOOP_CONNECTIONS and not idle:
+            result.unsent += 1  # the load generator's own limit: counted, never hidden
+            continue
+        task = asyncio.create_task(one(requests[i % len(requests)], scheduled))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        result.sent += 1
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=120)
+    for conn in idle:
+        conn.close()
+    return result
+
+
+# --- the cells ---
+
+
+@dataclass
+class Row:
+    cell: str
+    floor_rps: float
+    probe_rps: float
+    overload: Overload | None = None
+
+
+def run(cells: list[tuple[str, str, int]], admin_key: str, work: Path, args: Any) -> list[Row]:
+    """``cells``: (name, database, workers)."""
+    rows = []
+    extra = ("--max-in-flight", str(args.max_in_flight)) if args.max_in_flight is not None else ()
+    for name, database, workers in cells:
+        with server(database, admin_key, work / f"rate-{name}.log", workers, extra) as port:
+            target = prepare(port, admin_key)
+            # warm up both paths (credential caches, connections), then measure them back to back
+            asyncio.run(closed_loop(port, target.probes, 2.0, 304))
+            floor = asyncio.run(closed_loop(port, [target.floor], args.rate_seconds, 200))
+            probe = asyncio.run(closed_loop(port, target.probes, args.rate_seconds, 304))
+            row = Row(name, floor, probe)
+            if args.overload:
+                row.overload = asyncio.run(open_loop(port, target.probes, 2 * probe, args.rate_seconds))
+                print(f"  {name} overload: statuses {row.overload.statuses}", file=sys.stderr)
+            rows.append(row)
+    return rows
+
+
+def print_tables(rows: list[Row]) -> None:
+    print(
+        format_table(
+            ["server", "floor req/s (/healthz)", "probe req/s (304)", "probe / floor"],
+            [
+                [r.cell, f"{r.floor_rps:.0f}", f"{r.probe_rps:.0f}", f"{r.probe_rps / r.floor_rps:.0%}"]
+                for r in rows
+            ],
+        )
+    )
+    over = [r for r in rows if r.overload is not None]
+    if not over:
+        return
+    print()
+    table = []
+    for r in over:
+        o = r.overload
+        assert o is not None
+        admitted, shed = sorted(o.admitted_ms), sorted(o.shed_ms)
+        table.append(
+            [
+                r.cell,
+                f"{o.offered:.0f}",
+                o.sent,
+                len(admitted),
+                f"{percentile(admitted, 50):.1f}" if admitted else "-",
+                f"{percentile(admitted, 99):.1f}" if admitted else "-",
+                len(shed),
+                f"{percentile(shed, 50):.1f}" if shed else "-",
+                f"{percentile(shed, 99):.1f}" if shed else "-",
+                o.failures,
+                o.unsent,
+            ]
+        )
+    print(
+        format_table(
+            [
+                "server",
+                "offered req/s (2 x probe)",
+                "sent",
+                "admitted (304)",
+                "admitted p50 ms",
+                "admitted p99 ms",
+                "shed (503/429)",
+                "shed p50 ms",
+                "shed p99 ms",
+                "other failures",
+                f"not sent (> {MAX_OPEN_LOOP_CONNECTIONS} busy connections)",
+            ],
+            table,
+        )
+    )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--floor", action="store_true", help="the probe's rate against /healthz")
+    parser.add_argument("--overload", action="store_true", help="--floor, then the probe at twice its rate")
+    parser.add_argument("--rate-seconds", type=float, default=5.0, help="seconds per --floor measurement")
+    parser.add_argument("--max-in-flight", type=int, default=None, help="--floor/--overload: the bound")
+
+
+def main(args: Any, admin_key: str, work: Path) -> None:
+    """The floor table (and the overload table) on SQLite and PostgreSQL, one process and two workers."""
+    cells: list[tuple[str, str, int]] = [
+        ("sqlite-1", str(work / "rate-1.db"), 1),
+        ("sqlite-2w", str(work / "rate-2w.db"), 2),
+    ]
+    pg: PostgresServer | None = None
+    bin_dir = find_pg_bin()
+    if bin_dir is None:
+        print("skipping PostgreSQL: not installed", file=sys.stderr)
+    else:
+        pg = PostgresServer(bin_dir, durable=True).start()
+        cells += [("pg-1", pg.new_database("rate1"), 1), ("pg-2w", pg.new_database("rate2w"), 2)]
+    started, load_before = time.monotonic(), f"{os.getloadavg()[0]:.2f}"
+    try:
+        rows = run(cells, admin_key, work, args)
+    finally:
+        if pg is not None:
+            pg.stop()
+    bound = args.max_in_flight if args.max_in_flight is not None else "default (32)"
+    print(
+        f"memsync store server rate against its floor — {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, CPython "
+        f"{platform.python_version()}, {os.cpu_count()} CPUs (load generator on the same machine), "
+        f"{CONNECTIONS} connections, {args.rate_seconds:g} s per measurement, --max-in-flight {bound}, "
+        f"{time.monotonic() - started:.0f} s in all; load average before/after: {load_before} / "
+        f"{os.getloadavg()[0]:.2f}\n"
+    )
+    print_tables(rows)
