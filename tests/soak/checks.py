@@ -228,7 +228,7 @@ def _delete_applied(  # noqa: PLR0917 - plain-data inputs of check_local_ops
     return _reported(reports.get(pod, []), store_id, rel, last.at - 1, DELETE_LOST)
 
 
-def held_at_end(  # noqa: PLR0917 - plain-data inputs of check_local_ops
+def held_at_end(
     ops: Mapping[tuple[str, str, str], LocalOp],
     live: Mapping[str, Mapping[str, str]],
     versions: Mapping[str, list[Version]],
@@ -287,7 +287,7 @@ def waiting_behind(
     return out
 
 
-def check_local_ops(  # noqa: PLR0917 - plain-data inputs, named at the one call site
+def check_local_ops(
     ops: Mapping[tuple[str, str, str], LocalOp],
     final_local: Mapping[Folder, Mapping[str, str | None]],
     live: Mapping[str, Mapping[str, str]],
@@ -330,7 +330,7 @@ def check_local_ops(  # noqa: PLR0917 - plain-data inputs, named at the one call
     return out
 
 
-def check_store_shape(  # noqa: PLR0917 - plain-data inputs, named at the one call site
+def check_store_shape(
     live: Mapping[str, Mapping[str, str]],
     final_local: Mapping[Folder, Mapping[str, str | None]],
     attached: Mapping[str, list[str]],

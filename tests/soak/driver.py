@@ -181,7 +181,7 @@ class Soak:
     async def _listing(self, store_id: str) -> list[Any]:
         return [m async for m in self.admin.list_memories(store_id, limit=100)]
 
-    def _record(  # noqa: PLR0917
+    def _record(
         self,
         pod: Pod,
         sid: str,

@@ -40,7 +40,7 @@ def status(
     """
     if all_namespaces and (name is not None or namespace is not None):
         raise click.UsageError("--all-namespaces excludes NAME and --namespace")
-    from memsync.status import view  # noqa: PLC0415 (imported when the command runs, not for --help)
+    from memsync.status import render, view  # noqa: PLC0415 (imported when the command runs, not for --help)
     from memsync.status.cluster import connect, fetch_list, fetch_one  # noqa: PLC0415
 
     conn = connect(kubeconfig, context)
@@ -51,7 +51,9 @@ def status(
             obj, pod, events = asyncio.run(fetch_one(conn, ns, name))
             result = view.detail(obj, pod, events)
             click.echo(
-                json.dumps(view.as_json(result), indent=2) if as_json else view.render_detail(result, now=now)
+                json.dumps(render.as_json(result), indent=2)
+                if as_json
+                else render.render_detail(result, now=now)
             )
             return
         objects = asyncio.run(fetch_list(conn, None if all_namespaces else ns))
@@ -59,9 +61,9 @@ def status(
         conn.api.close()
     summaries = view.sort_summaries(view.summarize(o) for o in objects)
     if as_json:
-        click.echo(json.dumps(view.as_json(summaries), indent=2))
+        click.echo(json.dumps(render.as_json(summaries), indent=2))
     elif not summaries:
         where = "in any namespace" if all_namespaces else f"in namespace {ns}"
         click.echo(f"No SessionMemories {where}.", err=True)
     else:
-        click.echo(view.render_list(summaries, now=now, all_namespaces=all_namespaces))
+        click.echo(render.render_list(summaries, now=now, all_namespaces=all_namespaces))
