@@ -1,9 +1,9 @@
 """Reconcile a SessionMemory: create, resume (operator restart), spec updates and the periodic re-check.
 
 One reconcile reads the world, decides with pure functions, and converges; running it twice changes
-nothing the second time (the steps are told in the package's ``registry.py``). A spec update after a Pod
-exists cannot reach it (a Pod's containers and environment are immutable): ``note_spec_change`` records the
-new generation as observed and posts a ``SpecChangeNotApplied`` warning.
+nothing the second time (the steps are told in the package's docstring, ``__init__.py``). A spec update
+after a Pod exists cannot reach it (a Pod's containers and environment are immutable):
+``note_spec_change`` records the new generation as observed and posts a ``SpecChangeNotApplied`` warning.
 """
 
 from __future__ import annotations

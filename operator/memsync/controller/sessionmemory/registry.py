@@ -49,11 +49,6 @@ def state_of(memo: Any) -> SessionMemories:
     return state
 
 
-def identity(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """All that a step reading the object afresh needs of it: its kind and ``ObjectRef``."""
-    return ObjectRef.of(obj).as_body(API_VERSION, KIND)
-
-
 async def guarded(
     state: SessionMemories, body: Mapping[str, Any], step: Callable[[], Awaitable[None]]
 ) -> None:
@@ -116,9 +111,9 @@ def _register_sessions(registry: kopf.OperatorRegistry) -> None:
 
     # Each handler keeps only what its step reads of kopf's body (kopf starts a handler for every new
     # object at once, and they wait for a slot): the reconcile reads the object afresh and needs only its
-    # identity; the others its identity, generation and status.
+    # ObjectRef; the others its ObjectRef, generation and status (``digest.object_digest``).
     async def on_create_or_resume(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
-        state, obj = state_of(memo), identity(body)
+        state, obj = state_of(memo), ObjectRef.of(body).as_body(API_VERSION, KIND)
         state.handler_started()
         await guarded(state, obj, lambda: reconcile(state, obj, claims_of(kwargs[SESSIONS_INDEX])))
 
