@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import StoreServerProcess, format_table, free_port
 
-LIMIT_MIB = 512  # controller/pod.py MEMSYNC_RESOURCES
+LIMIT_MIB = 512  # controller/sessionmemory/pod.py MEMSYNC_RESOURCES
 CHANGED = 500
 FILES_PER_FOLDER = 100
 STEP_TIMEOUT_S = 600

@@ -9,7 +9,7 @@ import signal
 from typing import Any
 
 from conftest import RunningStoreServer
-from memsync.controller.pod import pod_name_for
+from memsync.controller.sessionmemory.pod import pod_name_for
 from support import k8s_scenarios as k8s
 from support.k8s_scenarios import (
     FINAL,

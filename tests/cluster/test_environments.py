@@ -17,7 +17,7 @@ import pytest
 
 from conftest import RunningStoreServer
 from memsync.controller.environment import decisions as d
-from memsync.controller.pod import pod_name_for
+from memsync.controller.sessionmemory.pod import pod_name_for
 from memsync.crd import agentenv as a
 from memsync.crd.models import sandbox_template
 from support.environments import (

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import RunningStoreServer
-from memsync.controller.pod import pod_name_for
+from memsync.controller.sessionmemory.pod import pod_name_for
 
 from .conftest import SYSTEM_NS, Cluster
 from .scenario import (

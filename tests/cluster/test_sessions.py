@@ -13,7 +13,7 @@ import pytest
 from conftest import RunningStoreServer
 from memsync.agent import messages
 from memsync.api.hashing import content_sha256
-from memsync.controller.pod import pod_name_for
+from memsync.controller.sessionmemory.pod import pod_name_for
 
 from .conftest import Cluster
 from .scenario import (

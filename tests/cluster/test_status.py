@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import RunningStoreServer
-from memsync.controller.pod import pod_name_for
+from memsync.controller.sessionmemory.pod import pod_name_for
 
 from .conftest import Cluster
 from .scenario import make_store, smem_status, steady_session, wait_phase

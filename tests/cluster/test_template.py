@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from conftest import RunningStoreServer
-from memsync.controller.pod import pod_name_for
+from memsync.controller.sessionmemory.pod import pod_name_for
 
 from .conftest import SMEM, Cluster
 from .scenario import agent, make_store, sid, smem, start_session, store_files, wait_phase

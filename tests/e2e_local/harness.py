@@ -17,8 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from memsync.client import StoreClient
-from memsync.controller.pod import MOUNT_CONTAINER, SANDBOX_CONTAINER, SYNC_CONTAINER, build_sandbox_pod
-from memsync.controller.status import derive_status, now_utc
+from memsync.controller.sessionmemory.derive import derive_status, now_utc
+from memsync.controller.sessionmemory.pod import (
+    MOUNT_CONTAINER,
+    SANDBOX_CONTAINER,
+    SYNC_CONTAINER,
+    build_sandbox_pod,
+)
 from memsync.crd.models import SessionMemorySpec, sandbox_template
 
 from .podrunner import PodRunner

@@ -15,8 +15,8 @@ import httpx
 
 from memsync.controller.environment import decisions as d
 from memsync.controller.environment.loop import EnvironmentLoop
-from memsync.controller.pod import SANDBOX_CONTAINER, SYNC_CONTAINER, build_sandbox_pod
-from memsync.controller.status import derive_status, now_utc
+from memsync.controller.sessionmemory.derive import derive_status, now_utc
+from memsync.controller.sessionmemory.pod import SANDBOX_CONTAINER, SYNC_CONTAINER, build_sandbox_pod
 from memsync.crd.models import sandbox_template, validate_spec
 from support.environment_objects import Objects
 from support.environments import memories_of, scripted_session, stopped_after_the_last_write

@@ -24,7 +24,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 import smem_harness as op
 
-from memsync.controller.pod import pod_name_for
+from memsync.controller.sessionmemory.pod import pod_name_for
 from memsync.crd.models import sandbox_template
 
 from .harness import SANDBOX_CONTAINER, SECRET_KEY, agent_command, as_store_paths, session_id, store_files

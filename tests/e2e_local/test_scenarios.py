@@ -20,7 +20,8 @@ import pytest
 from memsync.agent import messages
 from memsync.api.hashing import content_sha256
 from memsync.api.paths import default_mount_path
-from memsync.controller.status import condition, parse_termination_message
+from memsync.controller.conditions import condition
+from memsync.controller.sessionmemory.outcome import parse_termination_message
 
 if TYPE_CHECKING:
     from conftest import RunningStoreServer

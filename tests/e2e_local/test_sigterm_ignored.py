@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from memsync.controller.status import condition
+from memsync.controller.conditions import condition
 
 from .harness import SANDBOX_CONTAINER, SYNC_CONTAINER, container_status
 from .test_scenarios import make_store, new_session

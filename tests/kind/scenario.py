@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from memsync.api.secret import decode_work_secret, encode_work_secret
-from memsync.controller.pod import pod_name_for
+from memsync.controller.sessionmemory.pod import pod_name_for
 from support import k8s_scenarios as k8s
 from support.k8s_scenarios import report_from_logs, secret_object, session_id, smem_object
 

@@ -18,7 +18,7 @@ import pytest
 
 from memsync.agent import messages
 from memsync.api.hashing import content_sha256
-from memsync.controller.pod import pod_name_for
+from memsync.controller.sessionmemory.pod import pod_name_for
 from support.k8s_scenarios import (
     FINAL,
     as_store_paths,

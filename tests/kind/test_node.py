@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 
 from memsync.api.hashing import content_sha256
-from memsync.controller import status as s
-from memsync.controller.pod import MOUNT_CONTAINER, grace_period_seconds
+from memsync.controller.sessionmemory import phases as ph
+from memsync.controller.sessionmemory.pod import MOUNT_CONTAINER, grace_period_seconds
 from support.k8s_scenarios import (
     FINAL,
     as_store_paths,
@@ -272,7 +272,7 @@ async def test_a_pid1_without_a_sigterm_handler_runs_out_the_grace_period(
     assert took >= grace - 2, (
         f"PID 1 ignored SIGTERM, yet the session was gone after {took:.1f} s < {grace} s"
     )
-    assert s.SANDBOX_KILLED in {ready_reason(st) for st in seen}, seen
+    assert ph.SANDBOX_KILLED in {ready_reason(st) for st in seen}, seen
     assert set(await store_files(kind_env, store)) == {"/one.md"}
 
 
@@ -333,7 +333,7 @@ async def test_active_deadline_ends_the_pod_and_the_final_flush_runs(
     report = logs.report()
     assert report["interrupted"] is True  # SIGTERM, not the end of its 600 s
     assert (pod(namespace, pod_name) or {})["status"]["reason"] == "DeadlineExceeded"
-    assert status["phase"] == "Failed" and ready_reason(status) == s.DEADLINE_EXCEEDED, status
+    assert status["phase"] == "Failed" and ready_reason(status) == ph.DEADLINE_EXCEEDED, status
     assert "activeDeadlineSeconds" in status["message"] and "final flush completed" in status["message"], (
         status
     )
@@ -368,7 +368,7 @@ async def test_an_eviction_through_the_api_marks_the_pod_and_still_flushes(
     status = await wait_phase(namespace, "evicted", FINAL)
     report = logs.report()
     assert report["interrupted"] is True
-    assert ready_reason(status) == s.INTERRUPTED, status
+    assert ready_reason(status) == ph.INTERRUPTED, status
     assert "EvictionByEvictionAPI" in status["message"] and "final flush completed" in status["message"], (
         status
     )
@@ -404,7 +404,7 @@ async def test_the_stores_folder_over_its_size_limit_gets_the_pod_evicted(
     await wait_store_has(kind_env, store, 1, timeout=180)
     status = await wait_phase(namespace, "full", FINAL, timeout=240)
     assert status["phase"] == "Failed", status
-    assert ready_reason(status) == s.INTERRUPTED, status
+    assert ready_reason(status) == ph.INTERRUPTED, status
     assert '"memory"' in status["message"] and "exceeds the limit" in status["message"], status
     assert set(await store_files(kind_env, store)) == {"/one.md"}
 
@@ -432,7 +432,7 @@ async def test_a_sidecar_that_never_starts_fails_the_session_and_its_pod_goes(
         sync={"sidecarStartSeconds": 10},
     )
     status = await wait_phase(namespace, "unstarted", FINAL, timeout=240)
-    assert ready_reason(status) == s.SIDECAR_NOT_STARTED, status
+    assert ready_reason(status) == ph.SIDECAR_NOT_STARTED, status
     assert "had not started 10 s after the stores were mounted" in status["message"], status
     assert (condition(status, "Flushed") or {}).get("reason") == "NothingToFlush", status
     selector = "involvedObject.name=unstarted"

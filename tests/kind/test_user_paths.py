@@ -16,8 +16,8 @@ import pytest
 
 from memsync.api.hashing import content_sha256
 from memsync.controller.environment import decisions as d
-from memsync.controller.pod import pod_name_for
-from memsync.controller.status import INTERRUPTED
+from memsync.controller.sessionmemory.phases import INTERRUPTED
+from memsync.controller.sessionmemory.pod import pod_name_for
 from memsync.crd import agentenv as a
 from memsync.crd.models import sandbox_template
 from support.environments import (

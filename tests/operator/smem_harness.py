@@ -41,8 +41,8 @@ import kopf
 import yaml
 from kmock._internal import enums, rendering
 
-from memsync.controller.handlers import build_memo, build_registry
 from memsync.controller.kube import KubeApi
+from memsync.controller.sessionmemory.registry import build_memo, build_registry
 from memsync.controller.settings import (
     ControllerConfig,
     WatchTimeouts,

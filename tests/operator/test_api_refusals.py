@@ -17,7 +17,7 @@ from test_lifecycle import SECRET_VALUE, cond, phase_is, with_secret
 
 from memsync.controller import waits
 from memsync.controller.kube import KubeApiError, is_missing_service_account, is_refusal, refusal_message
-from memsync.controller.pod import pod_name_for
+from memsync.controller.sessionmemory.pod import pod_name_for
 
 POD_SECURITY = (
     'pods "s1-sandbox" is forbidden: violates PodSecurity "restricted:latest": seLinuxOptions '

@@ -18,7 +18,7 @@ from smem_harness import NAMESPACE, Cluster, eventually, smem_body
 
 from memsync.cli import cli
 from memsync.controller.kube import version_refusal
-from memsync.controller.pod import pod_name_for
+from memsync.controller.sessionmemory.pod import pod_name_for
 from memsync.crd.schema import build_crd, render_crd_yaml
 
 

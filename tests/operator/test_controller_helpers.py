@@ -11,11 +11,7 @@ import kopf
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from memsync.controller import handlers as h
 from memsync.controller import periodic
-from memsync.controller import remembered as rm
-from memsync.controller import status as st
-from memsync.controller.health import health_url
 from memsync.controller.kube import (
     KubeAlreadyExists,
     KubeApi,
@@ -25,6 +21,13 @@ from memsync.controller.kube import (
     _error,
 )
 from memsync.controller.objects import meta_of
+from memsync.controller.sessionmemory import derive, ownership
+from memsync.controller.sessionmemory import digest as sm_digest
+from memsync.controller.sessionmemory import finalize as sm_finalize
+from memsync.controller.sessionmemory import phases as ph
+from memsync.controller.sessionmemory import state as sm_state
+from memsync.controller.sessionmemory import writer as sm_writer
+from memsync.controller.sessionmemory.health import health_url
 from memsync.controller.settings import (
     KOPF_REQUESTS,
     POD_SELECTOR,
@@ -62,13 +65,13 @@ def owned_pod(
 
 
 def test_owner_reference_must_be_our_controller() -> None:
-    assert h.owner_uid(owned_pod()) == "u1"
-    assert h.owner_name(owned_pod()) == "s1"
-    assert h.owner_uid(owned_pod(controller=False)) is None
-    assert h.owner_uid(owned_pod(kind="ReplicaSet")) is None
-    assert h.owner_uid(owned_pod(api="other.example.com/v1")) is None
-    assert h.owner_uid({"metadata": {}}) is None
-    assert h.owner_uid({}) is None
+    assert ownership.owner_uid(owned_pod()) == "u1"
+    assert ownership.owner_name(owned_pod()) == "s1"
+    assert ownership.owner_uid(owned_pod(controller=False)) is None
+    assert ownership.owner_uid(owned_pod(kind="ReplicaSet")) is None
+    assert ownership.owner_uid(owned_pod(api="other.example.com/v1")) is None
+    assert ownership.owner_uid({"metadata": {}}) is None
+    assert ownership.owner_uid({}) is None
 
 
 def test_the_oldest_session_memory_holds_the_session() -> None:
@@ -77,11 +80,11 @@ def test_the_oldest_session_memory_holds_the_session() -> None:
     c = smem("c", "sesn_x", "2026-01-01T00:00:05Z")
     other = smem("z", "sesn_y", "2025-01-01T00:00:00Z")
     everyone = [c, other, b, a]
-    assert h.senior_duplicate(a, everyone) is None
-    assert h.senior_duplicate(b, everyone) == a
-    assert h.senior_duplicate(c, [b, c]) == b  # same second: ordered by name
-    assert h.senior_duplicate(b, [other]) is None  # the list may not include "me" yet
-    assert h.senior_duplicate(smem("n", "", "x"), everyone) is None
+    assert ownership.senior_duplicate(a, everyone) is None
+    assert ownership.senior_duplicate(b, everyone) == a
+    assert ownership.senior_duplicate(c, [b, c]) == b  # same second: ordered by name
+    assert ownership.senior_duplicate(b, [other]) is None  # the list may not include "me" yet
+    assert ownership.senior_duplicate(smem("n", "", "x"), everyone) is None
 
 
 def test_the_sessions_index_keeps_a_small_claim_per_session() -> None:
@@ -97,15 +100,15 @@ def test_the_sessions_index_keeps_a_small_claim_per_session() -> None:
         },
         "spec": {"sessionId": "sesn_x"},
     }
-    assert h.session_claim(a) == {("ns", "sesn_x"): claim}
+    assert ownership.session_claim(a) == {("ns", "sesn_x"): claim}
     b = smem("b", "sesn_x", "2026-01-01T00:00:05Z")
     b["metadata"]["namespace"] = "ns"
     # The claims in the index decide as the whole objects would.
-    [b_claim] = (h.session_claim(b) or {}).values()
-    assert h.senior_duplicate(b, [claim, b_claim]) == claim
-    assert h.senior_duplicate(a, [claim, b_claim]) is None
-    assert h.session_claim(smem("n", "", "x")) is None
-    assert h.session_claim({"metadata": {"name": "x"}, "spec": {"sessionId": "sesn_y"}}) is None
+    [b_claim] = (ownership.session_claim(b) or {}).values()
+    assert ownership.senior_duplicate(b, [claim, b_claim]) == claim
+    assert ownership.senior_duplicate(a, [claim, b_claim]) is None
+    assert ownership.session_claim(smem("n", "", "x")) is None
+    assert ownership.session_claim({"metadata": {"name": "x"}, "spec": {"sessionId": "sesn_y"}}) is None
 
 
 def test_a_remembered_pod_keeps_what_the_status_health_and_deletion_read() -> None:
@@ -144,7 +147,7 @@ def test_a_remembered_pod_keeps_what_the_status_health_and_deletion_read() -> No
             "containerStatuses": [{"name": "sandbox", "ready": False, "state": running, "lastState": {}}],
         },
     }
-    digest = rm.pod_digest(pod)
+    digest = sm_digest.pod_digest(pod)
     assert digest == {
         "metadata": {
             k: v for k, v in pod["metadata"].items() if k not in ("managedFields", "annotations", "labels")
@@ -162,11 +165,11 @@ def test_a_remembered_pod_keeps_what_the_status_health_and_deletion_read() -> No
         },
     }
     # What the controller derives from the Pod is the same from its digest.
-    assert st.derive_status(None, digest, stores={}, generation=1, now=_NOW) == st.derive_status(
+    assert derive.derive_status(None, digest, stores={}, generation=1, now=_NOW) == derive.derive_status(
         None, pod, stores={}, generation=1, now=_NOW
     )
     assert health_url(digest) == health_url(pod) == "http://10.0.0.2:9/status"
-    assert h.owner_uid(digest) == "su" and h._grace_seconds(digest, 1.0) == 30.0
+    assert ownership.owner_uid(digest) == "su" and sm_finalize.grace_seconds(digest, 1.0) == 30.0
     assert "managedFields" in pod["metadata"]  # the original is left alone
 
 
@@ -185,7 +188,7 @@ def test_a_remembered_sessionmemory_is_its_identity_and_status_with_paths_of_its
         "spec": spec,
         "status": {"phase": "Pending"},
     }
-    runtime = rm.Runtime(kube=cast(Any, None), config=ControllerConfig(agent_image="i"))
+    runtime = sm_state.SessionMemories(kube=cast(Any, None), config=ControllerConfig(agent_image="i"))
     runtime.remember("ns", "s1", obj)
     known = runtime.known("ns", "s1", "u1")
     assert known == {
@@ -195,9 +198,9 @@ def test_a_remembered_sessionmemory_is_its_identity_and_status_with_paths_of_its
         "status": {"phase": "Pending"},
     }
     paths = {"memstore_a": "/mnt/memory/user-preferences"}
-    assert runtime.store_paths(known) == rm.store_paths(spec) == paths
+    assert runtime.store_paths(known) == sm_digest.store_paths(spec) == paths
     assert runtime.known("ns", "s1", "another-uid") is None
-    runtime.paths["u1"] = (1, {})  # paths of another generation: the digest cannot be used
+    runtime._paths["u1"] = (1, {})  # paths of another generation: the digest cannot be used
     assert runtime.known("ns", "s1", None) is None
 
 
@@ -211,13 +214,13 @@ def test_store_paths_from_a_valid_and_an_invalid_spec() -> None:
         ],
         "template": sandbox_template({"image": "i"}),
     }
-    assert rm.store_paths(spec) == {
+    assert sm_digest.store_paths(spec) == {
         "memstore_a": "/mnt/memory/user-preferences",
         "memstore_b": "/mnt/memory/custom",
     }
     broken = {"stores": [{"memoryStoreId": "memstore_a"}, {"name": "no id"}, "junk"]}
-    assert rm.store_paths(broken) == {"memstore_a": None}
-    assert rm.store_paths({}) == {}
+    assert sm_digest.store_paths(broken) == {"memstore_a": None}
+    assert sm_digest.store_paths({}) == {}
 
 
 def _status(phase: str, reason: str) -> dict[str, Any]:
@@ -229,23 +232,29 @@ def _status(phase: str, reason: str) -> dict[str, Any]:
 
 
 def test_announcements_follow_phase_changes_and_failure_reasons() -> None:
-    assert h._announcement({}, _status("Pending", "PodPending")) == (
+    assert sm_writer.announcement({}, _status("Pending", "PodPending")) == (
         "Normal",
         "Pending",
         "Pending because PodPending",
     )
-    assert h._announcement(_status("Pending", "PodPending"), _status("Pending", "PodPending")) is None
-    assert h._announcement(_status("Running", "SessionRunning"), _status("Running", "SyncNotReady")) is None
-    assert h._announcement(_status("Running", "x"), _status("Failed", "MountFailed"))[:2] == (
+    assert sm_writer.announcement(_status("Pending", "PodPending"), _status("Pending", "PodPending")) is None
+    assert (
+        sm_writer.announcement(_status("Running", "SessionRunning"), _status("Running", "SyncNotReady"))
+        is None
+    )
+    assert sm_writer.announcement(_status("Running", "x"), _status("Failed", "MountFailed"))[:2] == (
         "Warning",
         "MountFailed",
     )  # type: ignore[index]
     assert (
-        h._announcement(_status("Failed", "SecretNotFound"), _status("Failed", "SecretKeyNotFound"))[1]
+        sm_writer.announcement(_status("Failed", "SecretNotFound"), _status("Failed", "SecretKeyNotFound"))[1]
         == "SecretKeyNotFound"
     )  # type: ignore[index]
-    assert h._announcement(_status("Failed", "SecretNotFound"), _status("Failed", "SecretNotFound")) is None
-    assert h._announcement(_status("Flushing", "x"), _status("Succeeded", "SessionSucceeded"))[:2] == (
+    assert (
+        sm_writer.announcement(_status("Failed", "SecretNotFound"), _status("Failed", "SecretNotFound"))
+        is None
+    )
+    assert sm_writer.announcement(_status("Flushing", "x"), _status("Succeeded", "SessionSucceeded"))[:2] == (
         "Normal",
         "Succeeded",
     )  # type: ignore[index]
@@ -253,14 +262,14 @@ def test_announcements_follow_phase_changes_and_failure_reasons() -> None:
 
 def test_grace_seconds() -> None:
     assert (
-        h._grace_seconds(
+        sm_finalize.grace_seconds(
             {"metadata": {"deletionGracePeriodSeconds": 5}, "spec": {"terminationGracePeriodSeconds": 100}}, 1
         )
         == 5
     )
-    assert h._grace_seconds({"spec": {"terminationGracePeriodSeconds": 100}}, 1) == 100
-    assert h._grace_seconds({"spec": {"terminationGracePeriodSeconds": True}}, 7) == 7
-    assert h._grace_seconds({}, 7) == 7
+    assert sm_finalize.grace_seconds({"spec": {"terminationGracePeriodSeconds": 100}}, 1) == 100
+    assert sm_finalize.grace_seconds({"spec": {"terminationGracePeriodSeconds": True}}, 7) == 7
+    assert sm_finalize.grace_seconds({}, 7) == 7
 
 
 def test_plain_copies_mapping_views() -> None:
@@ -324,15 +333,17 @@ def test_connection_info_carries_the_clients_credentials() -> None:
         api.close()
 
 
-@pytest.mark.parametrize("reason", sorted(st.REFUSAL_REASONS))
+@pytest.mark.parametrize("reason", sorted(ph.REFUSAL_REASONS))
 def test_refusal_reasons_are_recognised(reason: str) -> None:
-    status = st.refusal_status(None, reason=reason, message="m", stores={}, generation=1, now=st.now_utc())
-    assert st.is_refusal(status)
+    status = derive.refusal_status(
+        None, reason=reason, message="m", stores={}, generation=1, now=derive.now_utc()
+    )
+    assert ph.is_refusal(status)
 
 
 def test_what_the_periodic_recheck_covers() -> None:
-    refused = st.refusal_status(
-        None, reason=st.SECRET_NOT_FOUND, message="m", stores={}, generation=1, now=st.now_utc()
+    refused = derive.refusal_status(
+        None, reason=ph.SECRET_NOT_FOUND, message="m", stores={}, generation=1, now=derive.now_utc()
     )
     assert periodic.needs_recheck(refused)
     for phase in ("Pending", "Mounting", "Running", "Flushing"):
@@ -373,8 +384,8 @@ def test_paths_of_a_validated_spec_equal_store_paths() -> None:
         "template": sandbox_template({"image": "busybox"}),
     }
     paths = {"memstore_a": "/mnt/memory/team-notes"}
-    assert rm.paths_of(validate_spec(raw), raw) == rm.store_paths(raw) == paths
-    assert rm.paths_of(None, raw) == {"memstore_a": None}
+    assert sm_digest.paths_of(validate_spec(raw), raw) == sm_digest.store_paths(raw) == paths
+    assert sm_digest.paths_of(None, raw) == {"memstore_a": None}
 
 
 async def test_kopf_session_bounds_its_requests_and_keeps_the_credentials() -> None:

@@ -14,7 +14,7 @@ import kmock as km
 from smem_harness import _VERBS, FAST, NAMESPACE, Cluster, eventually, run_operator
 
 from memsync.controller.environment import decisions as d
-from memsync.controller.pod import pod_name_for
+from memsync.controller.sessionmemory.pod import pod_name_for
 from memsync.crd import agentenv as a
 from memsync.crd.models import GROUP, sandbox_template
 

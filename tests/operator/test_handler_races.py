@@ -26,30 +26,34 @@ from smem_harness import (
     terminated,
 )
 
-from memsync.controller import handlers as h
-from memsync.controller import remembered as rm
+from memsync.controller import conditions
 from memsync.controller.kube import KubeApi, KubeApiError
-from memsync.controller.pod import pod_name_for
+from memsync.controller.sessionmemory import finalize as sm_finalize
+from memsync.controller.sessionmemory import ownership, podwatch
+from memsync.controller.sessionmemory import phases as ph
+from memsync.controller.sessionmemory import reconcile as sm_reconcile
+from memsync.controller.sessionmemory import state as sm_state
+from memsync.controller.sessionmemory.pod import pod_name_for
 from memsync.crd.models import FINALIZER
 
 
-async def _observe(runtime: rm.Runtime, event_type: str, pod: dict[str, object]) -> None:
+async def _observe(runtime: sm_state.SessionMemories, event_type: str, pod: dict[str, object]) -> None:
     """One Pod event as the watcher sees it, its status derived at once (the watcher itself coalesces)."""
-    key = h.see_pod_event(runtime, event_type, pod)
+    key = podwatch.see_pod_event(runtime, event_type, pod)
     if key is not None:
-        await h.record_seen_pod(runtime, key)
+        await podwatch.derive_from_seen_pod(runtime, key)
 
 
 @pytest.fixture
-async def runtime(cluster: Cluster) -> AsyncIterator[rm.Runtime]:
+async def runtime(cluster: Cluster) -> AsyncIterator[sm_state.SessionMemories]:
     kube = KubeApi.for_host(cluster.url)
     # No settling time: the delete handler decides as soon as it sees the Pod gone.
-    yield rm.Runtime(kube=kube, config=dataclasses.replace(FAST, report_settle_seconds=0.0))
+    yield sm_state.SessionMemories(kube=kube, config=dataclasses.replace(FAST, report_settle_seconds=0.0))
     kube.close()
 
 
 async def test_the_final_flush_report_survives_a_failed_watcher_write(
-    cluster: Cluster, runtime: rm.Runtime
+    cluster: Cluster, runtime: sm_state.SessionMemories
 ) -> None:
     """The Pod ends with a complete flush report and is removed; the watcher's status write for that last
     event fails (and kopf does not retry event handlers). The delete handler, seeing the Pod gone, must
@@ -60,7 +64,7 @@ async def test_the_final_flush_report_survives_a_failed_watcher_write(
     await cluster.create_smem(body)
     pod_name = pod_name_for("s1")
 
-    await h.reconcile(runtime, cluster.smem("s1") or {})
+    await sm_reconcile.reconcile(runtime, cluster.smem("s1") or {})
     assert cluster.pod(pod_name) is not None
     await cluster.set_pod_status(pod_name, RUNNING_POD)
     await _observe(runtime, "MODIFIED", cluster.pod(pod_name) or {})
@@ -68,7 +72,7 @@ async def test_the_final_flush_report_survives_a_failed_watcher_write(
 
     await cluster.delete_smem("s1")
     with pytest.raises(kopf.TemporaryError, match="waiting for sandbox Pod"):
-        await h.finalize(runtime, cluster.smem("s1") or {}, 0.0)
+        await sm_finalize.finalize(runtime, cluster.smem("s1") or {}, 0.0)
     terminating = cluster.pod(pod_name) or {}
     assert terminating["metadata"].get("deletionTimestamp")
     await _observe(runtime, "MODIFIED", terminating)
@@ -92,7 +96,7 @@ async def test_the_final_flush_report_survives_a_failed_watcher_write(
         await _observe(runtime, "DELETED", last)
     assert cluster.smem_status("s1")["phase"] == "Flushing"  # the write was really lost
 
-    await h.finalize(runtime, cluster.smem("s1") or {}, 1.0)  # returns: the object may be released
+    await sm_finalize.finalize(runtime, cluster.smem("s1") or {}, 1.0)  # returns: the object may be released
     status = cluster.smem_status("s1")
     assert status["phase"] == "Succeeded", status
     flush_cond = next(c for c in status["conditions"] if c["type"] == "Flushed")
@@ -102,7 +106,7 @@ async def test_the_final_flush_report_survives_a_failed_watcher_write(
 
 @pytest.mark.parametrize("secret_exists", [True, False])
 async def test_a_reconcile_validates_the_spec_once(
-    cluster: Cluster, runtime: rm.Runtime, monkeypatch: pytest.MonkeyPatch, secret_exists: bool
+    cluster: Cluster, runtime: sm_state.SessionMemories, monkeypatch: pytest.MonkeyPatch, secret_exists: bool
 ) -> None:
     """One reconcile (creating the Pod, or refusing for a missing Secret) validates the spec exactly once and
     hands the store paths on to its status write."""
@@ -110,14 +114,14 @@ async def test_a_reconcile_validates_the_spec_once(
         await cluster.create_secret("work-secret", {"secret": base64.b64encode(b"opaque").decode()})
     await cluster.create_smem(smem_body("s1"))
     calls: list[object] = []
-    real = h.validate_spec
+    real = sm_reconcile.validate_spec
 
     def counting(raw: object) -> object:
         calls.append(raw)
         return real(raw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(h, "validate_spec", counting)
-    await h.reconcile(runtime, cluster.smem("s1") or {})
+    monkeypatch.setattr(sm_reconcile, "validate_spec", counting)
+    await sm_reconcile.reconcile(runtime, cluster.smem("s1") or {})
     assert len(calls) == 1
     status = cluster.smem_status("s1")
     assert [s["memoryStoreId"] for s in status["stores"]] == [
@@ -128,7 +132,7 @@ async def test_a_reconcile_validates_the_spec_once(
 
 
 async def test_the_duplicate_check_reads_the_index_and_writes_start_from_the_known_object(
-    cluster: Cluster, runtime: rm.Runtime, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, runtime: sm_state.SessionMemories, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With kopf's index of sessions the duplicate check lists nothing; a status write after the reconcile's
     own read or write reads nothing either, and a newer object (here a spec update) still wins: the write
@@ -139,7 +143,7 @@ async def test_the_duplicate_check_reads_the_index_and_writes_start_from_the_kno
     first, second = cluster.smem("first") or {}, cluster.smem("second") or {}
     index: dict[tuple[str, str], list[dict[str, object]]] = {}
     for obj in (first, second):
-        for key, claim in (h.session_claim(obj) or {}).items():
+        for key, claim in (ownership.session_claim(obj) or {}).items():
             index.setdefault(key, []).append(claim)
 
     async def no_listing(namespace: str) -> list[dict[str, object]]:
@@ -158,10 +162,10 @@ async def test_the_duplicate_check_reads_the_index_and_writes_start_from_the_kno
     def claims(namespace: str, session_id: str) -> list[dict[str, object]]:
         return list(index.get((namespace, session_id), []))
 
-    await h.reconcile(runtime, second, claims)
-    ready = h.st.condition(cluster.smem_status("second"), h.st.READY) or {}
+    await sm_reconcile.reconcile(runtime, second, claims)
+    ready = conditions.condition(cluster.smem_status("second"), ph.READY) or {}
     assert ready["reason"] == "DuplicateSession" and "first" in ready["message"]
-    await h.reconcile(runtime, first, claims)
+    await sm_reconcile.reconcile(runtime, first, claims)
     pod_name = pod_name_for("first")
     assert cluster.pod(pod_name) is not None and cluster.pod(pod_name_for("second")) is None
     assert reads == ["second", "first"]  # one read per reconcile; its status writes read nothing more
@@ -197,7 +201,7 @@ def _count(monkeypatch: pytest.MonkeyPatch, kube: KubeApi, method: str) -> list[
 
 
 async def test_a_new_sessionmemory_reads_no_pod_and_a_pod_it_meets_is_still_adopted(
-    cluster: Cluster, runtime: rm.Runtime, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, runtime: sm_state.SessionMemories, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The reconcile of a SessionMemory that has no status creates its Pod without reading it first; a Pod
     that exists after all (created by an attempt whose status write was lost) answers the create with 409
@@ -205,18 +209,22 @@ async def test_a_new_sessionmemory_reads_no_pod_and_a_pod_it_meets_is_still_adop
     await cluster.create_secret("work-secret", {"secret": base64.b64encode(b"opaque").decode()})
     await cluster.create_smem(smem_body("s1"))
     pod_reads = _count(monkeypatch, runtime.kube, "get_pod")
-    await h.reconcile(runtime, cluster.smem("s1") or {})
+    await sm_reconcile.reconcile(runtime, cluster.smem("s1") or {})
     assert pod_reads == [] and cluster.pod(pod_name_for("s1")) is not None
     assert cluster.smem_status("s1")["phase"] == "Pending"
 
     await cluster.create_smem(smem_body("s2", session_id="sesn_two"))
     cluster.kmock.refuse_status_writes = 1  # type: ignore[attr-defined]
     with pytest.raises(KubeApiError):
-        await h.reconcile(runtime, cluster.smem("s2") or {})  # the Pod is created, its status write lost
+        await sm_reconcile.reconcile(
+            runtime, cluster.smem("s2") or {}
+        )  # the Pod is created, its status write lost
     assert not cluster.smem_status("s2")
     pod_uid = (cluster.pod(pod_name_for("s2")) or {})["metadata"]["uid"]
-    fresh = rm.Runtime(kube=runtime.kube, config=runtime.config)  # a restarted operator: nothing remembered
-    await h.reconcile(fresh, cluster.smem("s2") or {})
+    fresh = sm_state.SessionMemories(
+        kube=runtime.kube, config=runtime.config
+    )  # a restarted operator: nothing remembered
+    await sm_reconcile.reconcile(fresh, cluster.smem("s2") or {})
     assert pod_reads == [pod_name_for("s2")]  # after the create's 409
     assert cluster.smem_status("s2")["podName"] == pod_name_for("s2")
     assert (cluster.pod(pod_name_for("s2")) or {})["metadata"]["uid"] == pod_uid
@@ -224,13 +232,13 @@ async def test_a_new_sessionmemory_reads_no_pod_and_a_pod_it_meets_is_still_adop
 
 
 async def test_the_recheck_of_an_active_session_reads_only_its_pod(
-    cluster: Cluster, runtime: rm.Runtime, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, runtime: sm_state.SessionMemories, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The periodic re-check of a session with a Pod and no outcome reads the Pod, not the SessionMemory
     this process wrote last; a Pod found gone is still recorded (from the watcher's last view)."""
     await cluster.create_secret("work-secret", {"secret": base64.b64encode(b"opaque").decode()})
     await cluster.create_smem(smem_body("s1"))
-    await h.reconcile(runtime, cluster.smem("s1") or {})
+    await sm_reconcile.reconcile(runtime, cluster.smem("s1") or {})
     pod_name = pod_name_for("s1")
     await cluster.set_pod_status(pod_name, RUNNING_POD)
     await _observe(runtime, "MODIFIED", cluster.pod(pod_name) or {})
@@ -238,7 +246,7 @@ async def test_the_recheck_of_an_active_session_reads_only_its_pod(
     smem_reads = _count(monkeypatch, runtime.kube, "get_session_memory")
     pod_reads = _count(monkeypatch, runtime.kube, "get_pod")
 
-    await h.recheck(runtime, cluster.smem("s1") or {})
+    await sm_reconcile.recheck(runtime, cluster.smem("s1") or {})
     assert (smem_reads, pod_reads) == ([], [pod_name])
     assert cluster.smem_status("s1")["phase"] == "Running"
 
@@ -247,20 +255,21 @@ async def test_the_recheck_of_an_active_session_reads_only_its_pod(
     )
     await cluster.remove_pod(pod_name)  # gone, and the watcher missed both events
     assert cluster.pod(pod_name) is None
-    await h.recheck(runtime, cluster.smem("s1") or {})
+    await sm_reconcile.recheck(runtime, cluster.smem("s1") or {})
     assert smem_reads == []
     status = cluster.smem_status("s1")
     assert (status["phase"], status["podName"]) == ("Failed", pod_name), status
 
 
 async def test_pod_events_that_wait_for_a_slot_are_written_once_from_the_latest_state(
-    cluster: Cluster, runtime: rm.Runtime, monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, runtime: sm_state.SessionMemories, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The Pod watcher hands its events to ``Runtime.pod_updates``: events that arrive while every handler
-    slot is busy (a burst of creates) are remembered at once and written as one status, from the last one."""
+    """The Pod watcher hands its events to ``SessionMemories.pod_updates``: events that arrive while every
+    handler slot is busy (a burst of creates) are remembered at once and written as one status, from the
+    last one."""
     await cluster.create_secret("work-secret", {"secret": base64.b64encode(b"opaque").decode()})
     await cluster.create_smem(smem_body("s1"))
-    await h.reconcile(runtime, cluster.smem("s1") or {})
+    await sm_reconcile.reconcile(runtime, cluster.smem("s1") or {})
     pod_name = pod_name_for("s1")
     writes: list[str] = []
     real_patch = runtime.kube.patch_session_memory_status
@@ -270,16 +279,16 @@ async def test_pod_events_that_wait_for_a_slot_are_written_once_from_the_latest_
         return await real_patch(namespace, name, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(runtime.kube, "patch_session_memory_status", counting_patch)
-    for _ in range(rm.HANDLER_SLOTS):
+    for _ in range(sm_state.HANDLER_SLOTS):
         await runtime.slots.acquire()  # every slot busy: the derivation waits
     for state in ({"phase": "Pending"}, RUNNING_POD):  # two events, handed over as the watcher does
         await cluster.set_pod_status(pod_name, state)
-        key = h.see_pod_event(runtime, "MODIFIED", cluster.pod(pod_name) or {})
-        assert key == (NAMESPACE, "s1")
-        runtime.pod_updates.ask(key, lambda k: h.record_pod_later(runtime, k))
+        key = podwatch.see_pod_event(runtime, "MODIFIED", cluster.pod(pod_name) or {})
+        assert key is not None and (key.namespace, key.name) == (NAMESPACE, "s1")
+        runtime.pod_updates.ask(key, lambda k: podwatch.derive_later(runtime, k))
     await asyncio.sleep(0.05)
     assert writes == [] and runtime.pod_updates.pending == 1
-    for _ in range(rm.HANDLER_SLOTS):
+    for _ in range(sm_state.HANDLER_SLOTS):
         runtime.slots.release()
     for _ in range(200):
         if not runtime.pod_updates.pending:

@@ -31,7 +31,7 @@ from smem_harness import (
     waiting,
 )
 
-from memsync.controller.pod import build_sandbox_pod, pod_name_for
+from memsync.controller.sessionmemory.pod import build_sandbox_pod, pod_name_for
 from memsync.controller.settings import ControllerConfig
 from memsync.crd.models import FINALIZER, validate_spec
 

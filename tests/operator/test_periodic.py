@@ -8,7 +8,7 @@ from typing import Any
 import kopf
 
 from memsync.controller import periodic as pj
-from memsync.controller import status as st
+from memsync.controller.sessionmemory import phases as ph
 
 REF = ("ns", "s1", "u1")
 OTHER = ("ns", "s2", "u2")
@@ -30,7 +30,7 @@ def test_the_jobs_follow_the_status() -> None:
     assert pj.jobs_of(body(refused)) == {pj.RECHECK: REF}
     assert pj.jobs_of(body({"phase": "Pending", "podName": "p"})) == {pj.RECHECK: REF}
     assert pj.jobs_of(body({"phase": "Running", "podName": "p"})) == {pj.RECHECK: REF, pj.HEALTH: REF}
-    for phase in st.TERMINAL_PHASES:
+    for phase in ph.TERMINAL_PHASES:
         assert pj.jobs_of(body({"phase": phase, "podName": "p"})) is None, phase
     assert pj.jobs_of(body({"phase": "Running", "podName": "p"}, deleting=True)) is None
 

@@ -23,7 +23,11 @@ from smem_harness import (
 
 from memsync.agent.messages import ALREADY_EXISTS, CANNOT_CREATE, MAKE_WRITABLE
 from memsync.api.secret import NO_SESSIONS_TOKEN
-from memsync.controller import status as st
+from memsync.contracts import report as rp
+from memsync.controller import conditions
+from memsync.controller.sessionmemory import derive as sm_derive
+from memsync.controller.sessionmemory import outcome, podview
+from memsync.controller.sessionmemory import phases as ph
 from memsync.crd.models import PHASES
 from memsync.crd.schema import build_crd
 from support.crd_status import SessionMemoryStatus
@@ -77,11 +81,11 @@ def derive(p: dict[str, Any], previous: dict[str, Any] | None = None, **kw: Any)
     kw.setdefault("stores", STORES)
     kw.setdefault("generation", 1)
     kw.setdefault("now", T0)
-    return st.derive_status(previous, p, **kw)
+    return sm_derive.derive_status(previous, p, **kw)
 
 
 def cond(status: dict[str, Any], type_: str) -> dict[str, Any]:
-    found = st.condition(status, type_)
+    found = conditions.condition(status, type_)
     assert found is not None, f"no {type_} condition in {status}"
     return found
 
@@ -102,7 +106,9 @@ def summary(status: dict[str, Any]) -> tuple[str, str, str, str, str]:
 
 
 def test_parse_mount_report() -> None:
-    assert st.parse_termination_message(MOUNTED) == st.MountReport({"memstore_01aa": 12, "memstore_02bb": 3})
+    assert outcome.parse_termination_message(MOUNTED) == rp.MountReport(
+        {"memstore_01aa": 12, "memstore_02bb": 3}
+    )
 
 
 def test_parse_mount_report_ignores_malformed_entries() -> None:
@@ -119,9 +125,9 @@ def test_parse_mount_report_ignores_malformed_entries() -> None:
             },
         }
     )
-    assert st.parse_termination_message(text) == st.MountReport({"memstore_ok": 0})
-    assert st.parse_termination_message('{"phase":"mounted"}') == st.MountReport({})
-    assert st.parse_termination_message('{"phase":"mounted","stores":[1,2]}') == st.MountReport({})
+    assert outcome.parse_termination_message(text) == rp.MountReport({"memstore_ok": 0})
+    assert outcome.parse_termination_message('{"phase":"mounted"}') == rp.MountReport({})
+    assert outcome.parse_termination_message('{"phase":"mounted","stores":[1,2]}') == rp.MountReport({})
 
 
 def disrupted(p: dict[str, Any], reason: str, message: str, status: str = "True") -> dict[str, Any]:
@@ -187,31 +193,33 @@ def test_a_pod_stopped_at_its_active_deadline_has_its_own_reason() -> None:
     ],
 )
 def test_parse_mount_failure_keeps_the_documented_message(error: str) -> None:
-    assert st.parse_termination_message(mount_failed(error)) == st.MountFailure("memstore_01aa", error)
+    assert outcome.parse_termination_message(mount_failed(error)) == rp.MountFailure("memstore_01aa", error)
 
 
 def test_parse_mount_failure_tolerates_odd_fields() -> None:
-    assert st.parse_termination_message(mount_failed("boom", store=None)) == st.MountFailure(None, "boom")
-    missing = st.parse_termination_message('{"phase":"mount_failed","store":7}')
-    assert missing == st.MountFailure(None, "memsync mount failed without saying why")
-    long = st.parse_termination_message(mount_failed("x" * 10_000))
-    assert isinstance(long, st.MountFailure) and len(long.error) == st.MESSAGE_LIMIT
+    assert outcome.parse_termination_message(mount_failed("boom", store=None)) == rp.MountFailure(
+        None, "boom"
+    )
+    missing = outcome.parse_termination_message('{"phase":"mount_failed","store":7}')
+    assert missing == rp.MountFailure(None, "memsync mount failed without saying why")
+    long = outcome.parse_termination_message(mount_failed("x" * 10_000))
+    assert isinstance(long, rp.MountFailure) and len(long.error) == rp.MESSAGE_LIMIT
 
 
 def test_parse_flush_report() -> None:
-    report = st.parse_termination_message(flushed())
-    assert report == st.FlushReport(
+    report = outcome.parse_termination_message(flushed())
+    assert report == rp.FlushReport(
         complete=True,
-        stores={"memstore_01aa": st.StoreCounts(4, 1, 0, 0, 0), "memstore_02bb": st.StoreCounts()},
+        stores={"memstore_01aa": rp.StoreCounts(4, 1, 0, 0, 0), "memstore_02bb": rp.StoreCounts()},
     )
 
 
 @pytest.mark.parametrize("complete", ["true", 1, None, "yes"])
 def test_a_flush_is_complete_only_when_it_says_true(complete: Any) -> None:
-    report = st.parse_termination_message(
+    report = outcome.parse_termination_message(
         json.dumps({"phase": "flushed", "complete": complete, "stores": {}})
     )
-    assert report == st.FlushReport(complete=False)
+    assert report == rp.FlushReport(complete=False)
 
 
 def test_parse_flush_report_defaults_bad_counts_to_zero() -> None:
@@ -225,8 +233,8 @@ def test_parse_flush_report_defaults_bad_counts_to_zero() -> None:
             },
         }
     )
-    assert st.parse_termination_message(text) == st.FlushReport(
-        False, {"memstore_a": st.StoreCounts(unsent=2)}
+    assert outcome.parse_termination_message(text) == rp.FlushReport(
+        False, {"memstore_a": rp.StoreCounts(unsent=2)}
     )
 
 
@@ -246,14 +254,14 @@ def test_parse_flush_report_defaults_bad_counts_to_zero() -> None:
     ],
 )
 def test_unreadable_messages_are_not_reports(text: Any) -> None:
-    assert st.parse_termination_message(text) is None
+    assert outcome.parse_termination_message(text) is None
 
 
 def test_the_json_line_is_found_in_a_log_tail() -> None:
     # FallbackToLogsOnError hands over the tail of the log when the message file is empty.
     tail = "\n".join(["2026-01-01 INFO starting", mount_failed("boom"), "Traceback: ...", "{not json"])
-    assert st.parse_termination_message(tail) == st.MountFailure("memstore_01aa", "boom")
-    assert st.parse_termination_message(MOUNTED + "\n") == st.MountReport(
+    assert outcome.parse_termination_message(tail) == rp.MountFailure("memstore_01aa", "boom")
+    assert outcome.parse_termination_message(MOUNTED + "\n") == rp.MountReport(
         {"memstore_01aa": 12, "memstore_02bb": 3}
     )
 
@@ -270,20 +278,22 @@ def test_pod_view_tolerates_missing_and_odd_fields() -> None:
         {"status": {"initContainerStatuses": "x", "containerStatuses": [None, 3, {"name": "sandbox"}]}},
         {"status": {"containerStatuses": [{"name": "sandbox", "state": {"terminated": {"exitCode": True}}}]}},
     ):
-        view = st.pod_view(odd)
+        view = podview.pod_view(odd)
         assert view.phase == "Pending"
         assert view.mount.state == "absent"
-    sandbox = st.pod_view(
+    sandbox = podview.pod_view(
         {"status": {"containerStatuses": [{"name": "sandbox", "state": {"terminated": {"exitCode": True}}}]}}
     ).sandbox
     assert sandbox.state == "terminated" and sandbox.exit_code is None
-    assert st.pod_view({"status": {"containerStatuses": [{"name": "sandbox"}]}}).sandbox.state == "waiting"
+    assert (
+        podview.pod_view({"status": {"containerStatuses": [{"name": "sandbox"}]}}).sandbox.state == "waiting"
+    )
 
 
 def test_pod_view_reads_states() -> None:
-    view = st.pod_view(ended_pod(3, flushed(), deleting=True))
+    view = podview.pod_view(ended_pod(3, flushed(), deleting=True))
     assert view.deleting and view.phase == "Succeeded"
-    assert view.sandbox == st.ContainerView(
+    assert view.sandbox == podview.ContainerView(
         state="terminated", exit_code=3, reason="Error", finished_at="2026-01-01T00:10:00Z"
     )
     assert view.sync.message == flushed()
@@ -581,8 +591,8 @@ def test_a_late_flush_report_still_lands_on_a_final_outcome() -> None:
 
 
 def test_a_refusal_gives_way_to_the_pod() -> None:
-    refused = st.refusal_status(
-        None, reason=st.SECRET_NOT_FOUND, message="no secret", stores=STORES, generation=1, now=T0
+    refused = sm_derive.refusal_status(
+        None, reason=ph.SECRET_NOT_FOUND, message="no secret", stores=STORES, generation=1, now=T0
     )
     status = derive(pod(), refused, now=T1)
     assert status["phase"] == "Pending"
@@ -599,7 +609,7 @@ def test_the_same_inputs_give_the_same_status() -> None:
         first = derive(p)
         second = derive(p, first, now=T1)
         assert second == first
-        assert st.status_changes(first, second) == {}
+        assert sm_derive.status_changes(first, second) == {}
 
 
 def test_transition_times_move_only_when_a_condition_flips() -> None:
@@ -661,8 +671,8 @@ def test_a_store_only_the_pod_knows_is_listed_last() -> None:
 def test_messages_are_bounded() -> None:
     p = pod(pod_status("Failed", [terminated("memsync-mount", 1, mount_failed("y" * 5000))], []))
     status = derive(p)
-    assert len(status["message"]) == st.MESSAGE_LIMIT
-    assert all(len(c["message"]) <= st.MESSAGE_LIMIT for c in status["conditions"])
+    assert len(status["message"]) == rp.MESSAGE_LIMIT
+    assert all(len(c["message"]) <= rp.MESSAGE_LIMIT for c in status["conditions"])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -672,33 +682,35 @@ def test_messages_are_bounded() -> None:
 
 def test_refusal_status() -> None:
     previous = derive(pod())  # e.g. a stale podName from an older attempt
-    status = st.refusal_status(
-        previous, reason=st.DUPLICATE_SESSION, message="held by s0", stores=STORES, generation=2, now=T1
+    status = sm_derive.refusal_status(
+        previous, reason=ph.DUPLICATE_SESSION, message="held by s0", stores=STORES, generation=2, now=T1
     )
     assert summary(status) == ("Failed", "DuplicateSession", "False", "True", "NothingToFlush")
     assert status["message"] == "held by s0"
     assert "podName" not in status
-    assert st.is_refusal(status)
-    assert not st.is_refusal(derive(ended_pod(1, None)))
-    assert not st.is_refusal({})
+    assert ph.is_refusal(status)
+    assert not ph.is_refusal(derive(ended_pod(1, None)))
+    assert not ph.is_refusal({})
 
 
 def test_lost_pod_status() -> None:
     run = derive(running_pod())
-    lost = st.lost_pod_status(run, pod_name="s1-sandbox", stores=STORES, generation=1, now=T1)
+    lost = sm_derive.lost_pod_status(run, pod_name="s1-sandbox", stores=STORES, generation=1, now=T1)
     assert summary(lost) == ("Failed", "PodLost", "True", "False", "FlushNotReported")
     assert [s["memoriesMounted"] for s in lost["stores"]] == [12, 3]
-    never = st.lost_pod_status(derive(pod()), pod_name="s1-sandbox", stores=STORES, generation=1, now=T1)
+    never = sm_derive.lost_pod_status(
+        derive(pod()), pod_name="s1-sandbox", stores=STORES, generation=1, now=T1
+    )
     assert summary(never) == ("Failed", "PodLost", "False", "True", "NothingToFlush")
     done = derive(ended_pod(0, flushed()))
-    assert st.lost_pod_status(done, pod_name="s1-sandbox", stores=STORES, generation=1, now=T1) == done
-    gave_up = st.lost_pod_status(
+    assert sm_derive.lost_pod_status(done, pod_name="s1-sandbox", stores=STORES, generation=1, now=T1) == done
+    gave_up = sm_derive.lost_pod_status(
         run,
         pod_name="s1-sandbox",
         stores=STORES,
         generation=1,
         now=T1,
-        reason=st.DELETION_TIMED_OUT,
+        reason=ph.DELETION_TIMED_OUT,
         why="gave up",
     )
     assert summary(gave_up) == ("Failed", "DeletionTimedOut", "True", "False", "FlushNotReported")
@@ -707,18 +719,18 @@ def test_lost_pod_status() -> None:
 
 def test_with_generation() -> None:
     status = derive(running_pod())
-    bumped = st.with_generation(status, 3)
+    bumped = sm_derive.with_generation(status, 3)
     assert bumped["observedGeneration"] == 3
     assert {c["observedGeneration"] for c in bumped["conditions"]} == {3}
     assert bumped["phase"] == status["phase"]
-    assert st.with_generation(status, None) == status
+    assert sm_derive.with_generation(status, None) == status
 
 
 def test_status_changes_is_a_top_level_merge_patch() -> None:
     old = {"phase": "Running", "message": "a", "kopf": {"x": 1}, "lastSyncTime": "t"}
     new = {"phase": "Flushing", "message": "a"}
-    assert st.status_changes(old, new) == {"phase": "Flushing", "lastSyncTime": None}
-    assert st.status_changes(None, new) == new
+    assert sm_derive.status_changes(old, new) == {"phase": "Flushing", "lastSyncTime": None}
+    assert sm_derive.status_changes(None, new) == new
 
 
 # --------------------------------------------------------------------------------------------------
@@ -753,9 +765,11 @@ def _conforms(status: dict[str, Any]) -> None:
 def test_statuses_fit_the_crd(p: dict[str, Any]) -> None:
     _conforms(derive(p))
     _conforms(
-        st.refusal_status(None, reason=st.INVALID_SPEC, message="m", stores=STORES, generation=1, now=T0)
+        sm_derive.refusal_status(
+            None, reason=ph.INVALID_SPEC, message="m", stores=STORES, generation=1, now=T0
+        )
     )
-    _conforms(st.lost_pod_status(None, pod_name="x", stores=STORES, generation=1, now=T0))
+    _conforms(sm_derive.lost_pod_status(None, pod_name="x", stores=STORES, generation=1, now=T0))
 
 
 _messages = hs.one_of(
@@ -802,9 +816,9 @@ def test_any_pod_sequence_gives_a_valid_stable_status(
     # Deriving again from the same Pod changes nothing (no status churn, no repeated events).
     assert derive(second, b, now=T1 + timedelta(hours=1), pod_gone=gone) == b
     # Outcomes are final; non-final phases never go backwards.
-    if a["phase"] in st.TERMINAL_PHASES:
-        assert b["phase"] in st.TERMINAL_PHASES
-    elif b["phase"] not in st.TERMINAL_PHASES:
+    if a["phase"] in ph.TERMINAL_PHASES:
+        assert b["phase"] in ph.TERMINAL_PHASES
+    elif b["phase"] not in ph.TERMINAL_PHASES:
         order = ["Pending", "Mounting", "Running", "Flushing"]
         assert order.index(b["phase"]) >= order.index(a["phase"])
 
@@ -812,8 +826,8 @@ def test_any_pod_sequence_gives_a_valid_stable_status(
 def test_the_store_count_is_written_for_the_stores_column() -> None:
     assert derive(pod())["storeCount"] == 2
     assert derive(ended_pod(0, flushed()), stores={"memstore_01aa": None})["storeCount"] == 1
-    refused = st.refusal_status(
-        None, reason=st.INVALID_SPEC, message="m", stores=STORES, generation=1, now=T0
+    refused = sm_derive.refusal_status(
+        None, reason=ph.INVALID_SPEC, message="m", stores=STORES, generation=1, now=T0
     )
     assert refused["storeCount"] == 2
 
@@ -840,8 +854,8 @@ def stuck_pod(**kw: Any) -> dict[str, Any]:
 
 
 def test_a_sidecar_that_never_started_is_overdue_once_its_time_is_up() -> None:
-    assert st.sidecar_start_overdue(stuck_pod(), MOUNTED_AT + timedelta(seconds=299), 300) is None
-    why = st.sidecar_start_overdue(stuck_pod(), MOUNTED_AT + timedelta(seconds=300), 300)
+    assert outcome.sidecar_start_overdue(stuck_pod(), MOUNTED_AT + timedelta(seconds=299), 300) is None
+    why = outcome.sidecar_start_overdue(stuck_pod(), MOUNTED_AT + timedelta(seconds=300), 300)
     assert why is not None and "300 s after the stores were mounted" in why and "running" in why
 
 
@@ -857,17 +871,17 @@ def test_a_sidecar_that_never_started_is_overdue_once_its_time_is_up() -> None:
     ],
 )
 def test_only_a_mounted_pod_whose_sidecar_never_started_is_ever_overdue(p: dict[str, Any]) -> None:
-    assert st.sidecar_start_overdue(p, MOUNTED_AT + timedelta(days=1), 300) is None
+    assert outcome.sidecar_start_overdue(p, MOUNTED_AT + timedelta(days=1), 300) is None
 
 
 def test_the_operators_verdict_stands_when_the_pod_then_ends() -> None:
-    failed = st.lost_pod_status(
+    failed = sm_derive.lost_pod_status(
         derive(stuck_pod()),
         pod_name="s1-sandbox",
         stores=STORES,
         generation=1,
         now=T0,
-        reason=st.SIDECAR_NOT_STARTED,
+        reason=ph.SIDECAR_NOT_STARTED,
         why="memsync-sync had not started",
         never_ran=True,
     )

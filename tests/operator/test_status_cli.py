@@ -18,7 +18,7 @@ from smem_harness import FAST, NAMESPACE, RUNNING_POD, Cluster, eventually, run_
 
 from memsync.contracts.health import StoreHealth, SyncHealth, encode_health
 from memsync.contracts.report import StoreCounts
-from memsync.controller.pod import pod_name_for
+from memsync.controller.sessionmemory.pod import pod_name_for
 
 SECRET_VALUE = "sk-ant-status-cli-do-not-print"
 PLUGIN = Path(sys.executable).with_name("kubectl-memsync")

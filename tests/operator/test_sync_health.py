@@ -12,9 +12,11 @@ from smem_harness import MOUNTED, pod_status, running, terminated
 
 from memsync.contracts.health import StoreHealth, SyncHealth, decode_health, encode_health
 from memsync.contracts.report import FlushReport, StoreCounts, parse_report, render_report
-from memsync.controller import status as st
-from memsync.controller.health import health_url
-from memsync.controller.pod import build_sandbox_pod
+from memsync.controller import conditions
+from memsync.controller.sessionmemory import derive as sm_derive
+from memsync.controller.sessionmemory import phases as ph
+from memsync.controller.sessionmemory.health import health_url
+from memsync.controller.sessionmemory.pod import build_sandbox_pod
 from memsync.crd.models import sandbox_template, validate_spec
 from memsync.crd.schema import printer_columns
 from support.crd_status import SessionMemoryStatus
@@ -31,7 +33,7 @@ def running_status() -> dict[str, Any]:
             "Running", [MOUNT_OK, running("memsync-sync", ready=True)], [running("sandbox", ready=True)]
         ),
     }
-    return st.derive_status(None, pod, stores=STORES, generation=1, now=T0)
+    return sm_derive.derive_status(None, pod, stores=STORES, generation=1, now=T0)
 
 
 def healthy(last: str = "2026-01-01T12:05:00Z", **totals: Any) -> StoreHealth:
@@ -50,7 +52,7 @@ def failing(error: str, passes: int = 2) -> StoreHealth:
 
 
 def synced(status: dict[str, Any]) -> dict[str, Any]:
-    cond = st.condition(status, st.SYNCED)
+    cond = conditions.condition(status, ph.SYNCED)
     assert cond is not None
     return cond
 
@@ -65,9 +67,9 @@ def test_synced_true_with_last_sync_time_and_running_totals() -> None:
             "memstore_02bb": healthy("2026-01-01T12:04:30Z", refused=1, refused_paths=["bad\\name.md"]),
         },
     )
-    status = st.health_status(before, health, generation=1, now=T0 + timedelta(minutes=5))
+    status = sm_derive.health_status(before, health, generation=1, now=T0 + timedelta(minutes=5))
     assert status is not None
-    assert synced(status)["status"] == "True" and synced(status)["reason"] == st.IN_SYNC
+    assert synced(status)["status"] == "True" and synced(status)["reason"] == ph.IN_SYNC
     assert status["lastSyncTime"] == "2026-01-01T12:04:30Z"  # the oldest store's last clean sync
     first, second = status["stores"]
     assert (first["uploaded"], first["downloaded"], first["conflicts"]) == (4, 12, 1)
@@ -77,7 +79,7 @@ def test_synced_true_with_last_sync_time_and_running_totals() -> None:
 
 
 def test_synced_turns_false_naming_the_store_and_its_last_error_and_true_on_recovery() -> None:
-    start = st.health_status(
+    start = sm_derive.health_status(
         running_status(),
         SyncHealth(True, {"memstore_01aa": healthy(), "memstore_02bb": healthy()}),
         generation=1,
@@ -85,7 +87,7 @@ def test_synced_turns_false_naming_the_store_and_its_last_error_and_true_on_reco
     )
     assert start is not None
     error = "memory sync failed: TransportError: no response connection_error: connection refused"
-    down = st.health_status(
+    down = sm_derive.health_status(
         start,
         SyncHealth(False, {"memstore_01aa": failing(error), "memstore_02bb": healthy()}),
         generation=1,
@@ -93,20 +95,20 @@ def test_synced_turns_false_naming_the_store_and_its_last_error_and_true_on_reco
     )
     assert down is not None
     cond = synced(down)
-    assert cond["status"] == "False" and cond["reason"] == st.SYNC_FAILING
+    assert cond["status"] == "False" and cond["reason"] == ph.SYNC_FAILING
     assert cond["message"] == f"memstore_01aa: 2 failed passes, last error: {error}"
     assert cond["lastTransitionTime"] == "2026-01-01T12:00:30Z"
     assert down["lastSyncTime"] == start["lastSyncTime"]  # not a successful sync
     assert down["stores"][0]["uploaded"] == 3  # totals stay while failing
     # The same failure again writes nothing new (the status is patched only on change).
-    again = st.health_status(
+    again = sm_derive.health_status(
         down,
         SyncHealth(False, {"memstore_01aa": failing(error), "memstore_02bb": healthy()}),
         generation=1,
         now=T0 + timedelta(seconds=45),
     )
     assert again == down
-    back = st.health_status(
+    back = sm_derive.health_status(
         down,
         SyncHealth(True, {"memstore_01aa": healthy("2026-01-01T12:06:00Z"), "memstore_02bb": healthy()}),
         generation=1,
@@ -118,21 +120,21 @@ def test_synced_turns_false_naming_the_store_and_its_last_error_and_true_on_reco
 
 def test_unreadable_status_is_unknown_and_keeps_everything_else() -> None:
     before = running_status()
-    status = st.health_status(
+    status = sm_derive.health_status(
         before, None, error="ConnectError from http://10.0.0.7:9477/status", generation=1, now=T0
     )
     assert status is not None
-    assert synced(status)["status"] == "Unknown" and synced(status)["reason"] == st.STATUS_UNAVAILABLE
+    assert synced(status)["status"] == "Unknown" and synced(status)["reason"] == ph.STATUS_UNAVAILABLE
     assert status["stores"] == before["stores"] and status["lastSyncTime"] == before["lastSyncTime"]
 
 
 def test_no_health_write_after_the_session_ended() -> None:
     ended = {"phase": "Succeeded", "podName": "s1-sandbox"}
-    assert st.health_status(ended, SyncHealth(True), generation=1, now=T0) is None
+    assert sm_derive.health_status(ended, SyncHealth(True), generation=1, now=T0) is None
 
 
 def test_last_sync_time_never_moves_back_when_the_pod_is_seen_again() -> None:
-    status = st.health_status(
+    status = sm_derive.health_status(
         running_status(),
         SyncHealth(True, {"memstore_01aa": healthy("2026-01-01T12:09:00Z")}),
         generation=1,
@@ -145,7 +147,7 @@ def test_last_sync_time_never_moves_back_when_the_pod_is_seen_again() -> None:
             "Running", [MOUNT_OK, running("memsync-sync", ready=True)], [running("sandbox", ready=True)]
         ),
     }
-    again = st.derive_status(status, pod, stores=STORES, generation=1, now=T0)
+    again = sm_derive.derive_status(status, pod, stores=STORES, generation=1, now=T0)
     assert again["lastSyncTime"] == "2026-01-01T12:09:00Z"
     assert synced(again)["status"] == "True"  # the Pod watcher keeps the Synced condition
 
@@ -168,12 +170,12 @@ def test_final_report_gives_session_totals_held_deletes_and_the_final_synced_con
         "metadata": {"name": "s1-sandbox"},
         "status": pod_status("Succeeded", [MOUNT_OK, sync], [terminated("sandbox", 0)]),
     }
-    status = st.derive_status(running_status(), pod, stores=STORES, generation=1, now=T0)
+    status = sm_derive.derive_status(running_status(), pod, stores=STORES, generation=1, now=T0)
     first = status["stores"][0]
     assert (first["uploaded"], first["deleted"], first["conflicts"], first["downloaded"]) == (40, 9, 2, 12)
     assert first["heldDeletes"] == 4 and first["heldDeletePaths"] == ["f08.md", "f09.md"]
     assert first["unsent"] == 0
-    flushed = st.condition(status, st.FLUSHED)
+    flushed = conditions.condition(status, ph.FLUSHED)
     assert flushed is not None and "4 local deletions held back by the delete cap" in flushed["message"]
     assert "/f08.md" in flushed["message"]
     assert synced(status)["status"] == "True" and synced(status)["reason"] == "FinalFlushComplete"

@@ -1,7 +1,8 @@
 """Pydantic models of a SessionMemory's ``status`` and of a whole object, for tests only.
 
-The controller writes its status as plain dicts (``memsync.controller.status``); these models let the tests
-hold what it writes to Kubernetes' conventions (metav1.Condition, metav1.Time) and to the CRD's status schema.
+The controller writes its status as plain dicts (typed in ``memsync.crd.status_types``, whose fields these
+models hold too); these models let the tests hold what it writes to Kubernetes' conventions (metav1.Condition,
+metav1.Time) and to the CRD's status schema.
 """
 
 from __future__ import annotations

@@ -17,11 +17,11 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from test_crd_apiserver import admit, openapi_schema, structural_errors
 from test_manifests import K8S_VERSION
 
-from memsync.crd import core, models
+from memsync.crd import core, models, status_types
 from memsync.crd.guards import handler_paths
 from memsync.crd.models import API_VERSION, KIND, Phase, SessionMemorySpec, StoreSpec, validate_spec
 from memsync.crd.schema import build_crd, render_crd_yaml
@@ -1356,3 +1356,20 @@ def test_describe_validation_error_names_paths_and_hides_template_values() -> No
     with pytest.raises(ValidationError) as info:
         StoreSpec.model_validate({"memoryStoreId": "memstore_1"})
     assert describe_validation_error(info.value) == "name: is required"
+
+
+def test_typed_status_the_test_models_and_the_crd_schema_hold_the_same_fields() -> None:
+    """One shape of the status: the operator's TypedDicts (``crd/status_types.py``), the tests' validating
+    models (``support/crd_status.py``) and the CRD's status schema name the same fields."""
+
+    def aliases(model: type[BaseModel]) -> set[str]:
+        return {field.alias or name for name, field in model.model_fields.items()}
+
+    assert aliases(SessionMemoryStatus) == status_types.STATUS_FIELDS
+    assert aliases(Condition) == status_types.CONDITION_FIELDS
+    assert aliases(StoreStatus) == status_types.STORE_FIELDS
+    [version] = build_crd()["spec"]["versions"]
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+    assert set(status["properties"]) - {"kopf"} == status_types.STATUS_FIELDS  # kopf's own bookkeeping
+    assert set(status["properties"]["conditions"]["items"]["properties"]) == status_types.CONDITION_FIELDS
+    assert set(status["properties"]["stores"]["items"]["properties"]) == status_types.STORE_FIELDS

@@ -10,7 +10,7 @@ import pytest
 
 from memsync.agent.config import ConfigError, load_config
 from memsync.cli.operator import parse_memsync_env
-from memsync.controller.pod import (
+from memsync.controller.sessionmemory.pod import (
     MEMSYNC_RESOURCES,
     MOUNT_CONTAINER,
     SYNC_CONTAINER,

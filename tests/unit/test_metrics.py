@@ -15,7 +15,7 @@ from memsync.agent.metrics import Metrics, MetricsServer
 from memsync.client import StoreClient
 from memsync.controller import metrics as operator_metrics
 from memsync.controller.kube import KubeApi
-from memsync.controller.remembered import Runtime
+from memsync.controller.sessionmemory.state import SessionMemories
 from memsync.controller.settings import ControllerConfig
 from memsync.crd.models import PHASES
 from support.metric_names import agent_families, operator_families
@@ -64,7 +64,7 @@ def _session(name: str, phase: str | None) -> dict[str, Any]:
 
 def test_the_sessionmemories_gauge_follows_what_the_operator_remembers_and_forgets() -> None:
     assert operator_metrics.count_phases([]) == dict.fromkeys([*PHASES, "None"], 0)
-    runtime = Runtime(kube=cast(KubeApi, None), config=cast(ControllerConfig, None))
+    state = SessionMemories(kube=cast(KubeApi, None), config=cast(ControllerConfig, None))
 
     def gauge() -> dict[str, float]:
         samples = {
@@ -72,16 +72,16 @@ def test_the_sessionmemories_gauge_follows_what_the_operator_remembers_and_forge
         }
         return {phase: value for phase, value in samples.items() if value}
 
-    runtime.remember("agents", "a", _session("a", "Running"))
-    runtime.remember("agents", "b", _session("b", "Running"))
-    runtime.remember("agents", "c", _session("c", None))
+    state.remember("agents", "a", _session("a", "Running"))
+    state.remember("agents", "b", _session("b", "Running"))
+    state.remember("agents", "c", _session("c", None))
     assert gauge() == {"Running": 2}
     assert REGISTRY.get_sample_value("memsync_operator_sessionmemories", {"phase": "None"}) == 1
-    runtime.remember("agents", "a", _session("a", "Succeeded"))
+    state.remember("agents", "a", _session("a", "Succeeded"))
     assert gauge() == {"Running": 1, "Succeeded": 1}
-    runtime.forget("agents", "a")
-    runtime.forget("agents", "b")
-    runtime.forget("agents", "c")
+    state.forget("agents", "a")
+    state.forget("agents", "b")
+    state.forget("agents", "c")
     assert gauge() == {}
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from test_crd import base_spec
 from test_manifests import K8S_VERSION
 
-from memsync.controller.pod import (
+from memsync.controller.sessionmemory.pod import (
     GRACE_MARGIN_SECONDS,
     SANDBOX_SHUTDOWN_SECONDS,
     build_sandbox_pod,

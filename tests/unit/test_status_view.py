@@ -9,8 +9,9 @@ from typing import Any
 
 from memsync.contracts.health import StoreHealth, SyncHealth
 from memsync.contracts.report import StoreCounts
-from memsync.controller import status as st
-from memsync.status import view
+from memsync.controller.sessionmemory import derive as sm_derive
+from memsync.controller.sessionmemory import phases as ph
+from memsync.status import render, view
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 NOW = datetime(2026, 1, 1, 12, 10, 0, tzinfo=UTC)
@@ -82,8 +83,8 @@ def smem(name: str, status: dict[str, Any] | None, namespace: str = "agents") ->
 
 
 def live_status(health: SyncHealth | None, error: str | None = None) -> dict[str, Any]:
-    base = st.derive_status(None, RUNNING_POD, stores=STORES, generation=1, now=T0)
-    result = st.health_status(base, health, error=error, generation=1, now=T0)
+    base = sm_derive.derive_status(None, RUNNING_POD, stores=STORES, generation=1, now=T0)
+    result = sm_derive.health_status(base, health, error=error, generation=1, now=T0)
     assert result is not None
     return result
 
@@ -130,7 +131,7 @@ def test_live_store_health_follows_the_synced_condition() -> None:
     assert set(healths(view.summarize(smem("s", live_status(first)))).values()) == {view.PENDING}
     unreadable = live_status(None, error="connection refused")
     assert set(healths(view.summarize(smem("s", unreadable))).values()) == {view.UNKNOWN}
-    before_any_health = st.derive_status(None, RUNNING_POD, stores=STORES, generation=1, now=T0)
+    before_any_health = sm_derive.derive_status(None, RUNNING_POD, stores=STORES, generation=1, now=T0)
     assert set(healths(view.summarize(smem("s", before_any_health))).values()) == {view.PENDING}
 
 
@@ -148,7 +149,7 @@ def test_ended_sessions_say_whether_the_final_flush_saved_everything() -> None:
         [terminated("memsync-mount", 0, MOUNTED), terminated("memsync-sync", 0, json.dumps(report))],
         [terminated("sandbox", 0)],
     )
-    status = st.derive_status(None, ended, stores=STORES, generation=1, now=T0)
+    status = sm_derive.derive_status(None, ended, stores=STORES, generation=1, now=T0)
     summary = view.summarize(smem("s", status))
     assert summary.phase == "Failed"
     assert healths(summary) == {PREFS: view.UNCONFIRMED, NOTES: view.UNSAVED}
@@ -160,7 +161,9 @@ def test_ended_sessions_say_whether_the_final_flush_saved_everything() -> None:
         [terminated("memsync-mount", 0, MOUNTED), terminated("memsync-sync", 0, json.dumps(report))],
         [terminated("sandbox", 0)],
     )
-    summary = view.summarize(smem("s", st.derive_status(None, ok, stores=STORES, generation=1, now=T0)))
+    summary = view.summarize(
+        smem("s", sm_derive.derive_status(None, ok, stores=STORES, generation=1, now=T0))
+    )
     assert summary.phase == "Succeeded"
     assert set(healths(summary).values()) == {view.FLUSHED}
 
@@ -171,13 +174,13 @@ def test_ended_sessions_say_whether_the_final_flush_saved_everything() -> None:
         [terminated("sandbox", 0)],
     )
     summary = view.summarize(
-        smem("s", st.derive_status(None, with_refused, stores=STORES, generation=1, now=T0))
+        smem("s", sm_derive.derive_status(None, with_refused, stores=STORES, generation=1, now=T0))
     )
     assert summary.phase == "Succeeded"
     assert healths(summary) == {PREFS: view.FLUSHED, NOTES: view.REFUSED}
 
-    refused = st.refusal_status(
-        None, reason=st.SECRET_NOT_FOUND, message="no Secret work", stores=STORES, generation=1, now=T0
+    refused = sm_derive.refusal_status(
+        None, reason=ph.SECRET_NOT_FOUND, message="no Secret work", stores=STORES, generation=1, now=T0
     )
     assert set(healths(view.summarize(smem("s", refused))).values()) == {view.NOT_MOUNTED}
 
@@ -199,7 +202,7 @@ def test_the_list_is_a_kubectl_like_table() -> None:
     rows = view.sort_summaries(
         [view.summarize(smem("s2", None, "zeta")), view.summarize(smem("s1", live_status(health), "alpha"))]
     )
-    text = view.render_list(rows, now=NOW, all_namespaces=True)
+    text = render.render_list(rows, now=NOW, all_namespaces=True)
     lines = text.splitlines()
     assert lines[0].split() == ["NAMESPACE", "NAME", "PHASE", "STORES", "LAST", "SYNC", "CONFLICTS", "AGE"]
     assert lines[1].split() == [
@@ -222,8 +225,8 @@ def test_the_list_is_a_kubectl_like_table() -> None:
     ]
     # Columns line up: every header starts where its cells start.
     assert lines[1].index("Running") == lines[0].index("PHASE") == lines[2].index("Pending")
-    assert "NAMESPACE" not in view.render_list(rows, now=NOW, all_namespaces=False)
-    wide = view.render_list(rows, now=NOW, all_namespaces=False, wide=True).splitlines()
+    assert "NAMESPACE" not in render.render_list(rows, now=NOW, all_namespaces=False)
+    wide = render.render_list(rows, now=NOW, all_namespaces=False, wide=True).splitlines()
     assert wide[0].split()[-3:] == ["REFUSED", "SESSION", "POD"]
     assert wide[1].split()[-3] == "0" and wide[2].split()[-3:] == ["0", "sesn_01", "<none>"]  # no Pod yet
 
@@ -261,7 +264,7 @@ def test_the_detail_shows_stores_conditions_pod_and_recent_events_but_no_secret(
         ("memsync-sync", "sidecar", "running", True),
         ("sandbox", "main", "running", True),
     ]
-    text = view.render_detail(detail, now=NOW)
+    text = render.render_detail(detail, now=NOW)
     assert "Session:   sesn_01" in text
     assert "Last sync: 2026-01-01T12:04:00Z (6m ago)" in text
     assert "Pod: s1-sandbox (Running, node node-a, IP 10.0.0.7)" in text
@@ -270,7 +273,7 @@ def test_the_detail_shows_stores_conditions_pod_and_recent_events_but_no_secret(
     assert synced.split()[:3] == ["Synced", "False", "SyncFailing"] and "503 overloaded" in synced
     assert "pulling (x4)" in text
     assert "sk-do-not-print" not in text
-    as_json = json.dumps(view.as_json(detail))
+    as_json = json.dumps(render.as_json(detail))
     assert "sk-do-not-print" not in as_json
     data = json.loads(as_json)
     assert data["summary"]["stores"][1]["health"] == "failing"
@@ -279,15 +282,15 @@ def test_the_detail_shows_stores_conditions_pod_and_recent_events_but_no_secret(
 
 
 def test_a_detail_without_pod_or_events() -> None:
-    text = view.render_detail(view.detail(smem("new", None), None, []), now=NOW)
+    text = render.render_detail(view.detail(smem("new", None), None, []), now=NOW)
     assert "Pod: <none>" in text and "Events:\n  <none>" in text and "Conditions:\n  <none>" in text
     gone = smem("s1", live_status(None, "x"))
-    assert "Pod: s1-sandbox (not found)" in view.render_detail(view.detail(gone, None, []), now=NOW)
+    assert "Pod: s1-sandbox (not found)" in render.render_detail(view.detail(gone, None, []), now=NOW)
 
 
 def test_ages_read_like_kubectl() -> None:
     def ago(seconds: int) -> str:
-        return view.age(datetime.fromtimestamp(NOW.timestamp() - seconds, UTC).isoformat(), NOW)
+        return render.age(datetime.fromtimestamp(NOW.timestamp() - seconds, UTC).isoformat(), NOW)
 
     assert [ago(s) for s in (0, 59, 60, 119, 3599, 7199, 7200, 172799, 172800)] == [
         "0s",
@@ -300,13 +303,13 @@ def test_ages_read_like_kubectl() -> None:
         "47h",
         "2d",
     ]
-    assert view.age(None, NOW) == "<unknown>" and view.age("yesterday", NOW) == "<unknown>"
+    assert render.age(None, NOW) == "<unknown>" and render.age("yesterday", NOW) == "<unknown>"
 
 
 def test_json_list_is_items() -> None:
     obj = smem("a", None)
     del obj["spec"]["stores"][0]["name"]
-    data = view.as_json([view.summarize(obj)])
+    data = render.as_json([view.summarize(obj)])
     assert list(data) == ["items"] and data["items"][0]["name"] == "a"
     assert data["items"][0]["stores"][1]["label"] == "team-notes"
     assert data["items"][0]["stores"][0] == {

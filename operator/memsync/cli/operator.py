@@ -33,10 +33,10 @@ from pydantic import TypeAdapter, ValidationError
 
 from memsync.cli.failures import CliError, ExitCode, kube_exit_code
 from memsync.controller import discovery
-from memsync.controller.handlers import build_memo, build_registry
 from memsync.controller.kube import KubeApi, KubeApiError, version_refusal, version_unknown
 from memsync.controller.memtrace import install_from_env as install_memory_trace
-from memsync.controller.pod import DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
+from memsync.controller.sessionmemory.pod import DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
+from memsync.controller.sessionmemory.registry import build_memo, build_registry
 from memsync.controller.settings import ControllerConfig, bounded_session, configure_settings
 from memsync.crd import agentenv_schema
 from memsync.crd.env_spec import EnvVarSpec, env_problems

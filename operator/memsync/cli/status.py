@@ -29,27 +29,27 @@ class Query:
 def _fetch(conn: Any, query: Query) -> tuple[Any, str, str]:
     """What to show: (its data, comparable across fetches; the text to print; what to say on stderr)."""
     from memsync.cli.status_cluster import fetch_list, fetch_one  # noqa: PLC0415
-    from memsync.status import view  # noqa: PLC0415 (imported when the command runs, not for --help)
+    from memsync.status import render, view  # noqa: PLC0415 (imported when the command runs, not --help)
 
     now = datetime.now(UTC)
     if query.name is not None:
         obj, pod, events = asyncio.run(fetch_one(conn, query.namespace or conn.namespace, query.name))
         result = view.detail(obj, pod, events)
-        data = view.as_json(result)
+        data = render.as_json(result)
         return (
             data,
-            dump(data, query.output) if is_data(query.output) else view.render_detail(result, now=now),
+            dump(data, query.output) if is_data(query.output) else render.render_detail(result, now=now),
             "",
         )
     objects = asyncio.run(fetch_list(conn, query.namespace))
     summaries = view.sort_summaries(view.summarize(o) for o in objects)
-    data = view.as_json(summaries)
+    data = render.as_json(summaries)
     if is_data(query.output):
         return data, dump(data, query.output), ""
     if not summaries:
         where = "in any namespace" if query.namespace is None else f"in namespace {query.namespace}"
         return data, "", f"No SessionMemories {where}."
-    text = view.render_list(
+    text = render.render_list(
         summaries, now=now, all_namespaces=query.namespace is None, wide=query.output == "wide"
     )
     return data, text, ""

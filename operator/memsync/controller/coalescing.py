@@ -3,10 +3,10 @@
 The Pod watcher's handler must not wait for a handler slot while kopf holds the Pod's whole body: in a
 burst of 1,000 new sessions, every Pod event would wait behind the creates, and kopf's per-object workers
 would keep 1,000 Pod bodies alive meanwhile. So the handler only remembers the Pod's digest
-(``Runtime.see_pod``) and asks a :class:`Coalescer` to derive that session's status later; the derivation
-reads the latest digest when it runs. A key has at most one run under way; asked for again meanwhile, it
-runs once more afterwards (however often it was asked), since the state its run read may be older than the
-request.
+(``SessionMemories.see_pod``) and asks a :class:`Coalescer` to derive that session's status later; the
+derivation reads the latest digest when it runs. A key has at most one run under way; asked for again
+meanwhile, it runs once more afterwards (however often it was asked), since the state its run read may be
+older than the request.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class _Text:
@@ -57,3 +57,27 @@ def meta_of(obj: Mapping[str, Any]) -> ObjectMeta:
     """The metadata view of ``obj`` (an empty view when the object has none)."""
     raw = obj.get("metadata")
     return ObjectMeta(raw if isinstance(raw, Mapping) else {})
+
+
+class ObjectRef(NamedTuple):
+    """Which object: its namespace, name and uid (the one name for an object's key in the controller).
+
+    The operator's per-object memory is kept by (namespace, name), the periodic jobs and the Pod watcher hand
+    an ``ObjectRef`` on, and a step that reads the object afresh needs no more than ``as_body``.
+    """
+
+    namespace: str
+    name: str
+    uid: str
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> ObjectRef:
+        meta = meta_of(obj)
+        return cls(str(meta.namespace or ""), str(meta.name or ""), str(meta.uid or ""))
+
+    def as_body(self, api_version: str, kind: str) -> dict[str, Any]:
+        """The object's identity as a body: kind, name, namespace and uid (when known)."""
+        metadata = {"namespace": self.namespace, "name": self.name}
+        if self.uid:
+            metadata["uid"] = self.uid
+        return {"apiVersion": api_version, "kind": kind, "metadata": metadata}

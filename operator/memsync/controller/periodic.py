@@ -26,38 +26,36 @@ from typing import Any, Final
 
 import kopf
 
-from memsync.controller import status as st
-from memsync.controller.objects import meta_of
+from memsync.controller.objects import ObjectRef, meta_of
+from memsync.controller.sessionmemory import phases as ph
 from memsync.crd.spec_messages import plain
 
 logger = logging.getLogger(__name__)
 
 RECHECK: Final = "recheck"
 HEALTH: Final = "sync-health"
-#: (namespace, name, uid) of a SessionMemory.
-Ref = tuple[str, str, str]
 #: What one job does for one SessionMemory.
-Action = Callable[[Ref], Awaitable[None]]
+Action = Callable[[ObjectRef], Awaitable[None]]
 
 
 def needs_recheck(status: Mapping[str, Any]) -> bool:
     """Refused before its Pod (the cause may be fixed), or a Pod and no outcome yet (a write may be lost)."""
-    if st.is_refusal(status):
+    if ph.is_refusal(status):
         return True
-    return bool(status.get("podName")) and status.get("phase") not in st.TERMINAL_PHASES
+    return bool(status.get("podName")) and status.get("phase") not in ph.TERMINAL_PHASES
 
 
 def is_running(status: Mapping[str, Any]) -> bool:
-    return status.get("phase") == st.RUNNING and bool(status.get("podName"))
+    return status.get("phase") == ph.RUNNING and bool(status.get("podName"))
 
 
-def jobs_of(body: Mapping[str, Any]) -> dict[str, Ref] | None:
+def jobs_of(body: Mapping[str, Any]) -> dict[str, ObjectRef] | None:
     """The periodic jobs a SessionMemory asks for now (kopf's index function: job -> its reference)."""
     meta = meta_of(body)
     if meta.deletion_timestamp or not meta.namespace or not meta.name or not meta.uid:
         return None  # the deletion owns it from here (kopf stopped its timers too)
     status = plain(body.get("status") or {})
-    ref = (meta.namespace, meta.name, meta.uid)
+    ref = ObjectRef(meta.namespace, meta.name, meta.uid)
     jobs = {job: ref for job, wanted in ((RECHECK, needs_recheck), (HEALTH, is_running)) if wanted(status)}
     return jobs or None
 
@@ -68,9 +66,11 @@ class Schedule:
 
     interval: float
     first_delay: float
-    due: dict[Ref, float] = field(default_factory=dict)
+    due: dict[ObjectRef, float] = field(default_factory=dict)
 
-    def take(self, wanted: Iterable[Ref], now: float, busy: frozenset[Ref] = frozenset()) -> list[Ref]:
+    def take(
+        self, wanted: Iterable[ObjectRef], now: float, busy: frozenset[ObjectRef] = frozenset()
+    ) -> list[ObjectRef]:
         """The references due at ``now`` (their next run is then one interval away). A reference no longer
         wanted is dropped; a newly wanted one is first due ``first_delay`` from now; a ``busy`` one (its
         run not finished yet) waits."""
@@ -84,7 +84,7 @@ class Schedule:
             self.due[ref] = now + self.interval
         return ready
 
-    def retry(self, ref: Ref, at: float) -> None:
+    def retry(self, ref: ObjectRef, at: float) -> None:
         if ref in self.due:
             self.due[ref] = at
 
@@ -94,12 +94,12 @@ class Job:
     name: str
     schedule: Schedule
     action: Action
-    running: dict[Ref, asyncio.Task[None]] = field(default_factory=dict)
+    running: dict[ObjectRef, asyncio.Task[None]] = field(default_factory=dict)
 
 
 async def run_jobs(
     jobs: list[Job],
-    index: Mapping[str, Iterable[Ref]],
+    index: Mapping[str, Iterable[ObjectRef]],
     ready: asyncio.Event,
     *,
     error_delay: float,
@@ -121,7 +121,7 @@ async def run_jobs(
                 task.cancel()
 
 
-async def _run_one(job: Job, ref: Ref, error_delay: float) -> None:
+async def _run_one(job: Job, ref: ObjectRef, error_delay: float) -> None:
     try:
         await job.action(ref)
     except kopf.TemporaryError as exc:

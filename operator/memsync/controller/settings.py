@@ -28,7 +28,7 @@ from typing import Any, Final
 import aiohttp
 import kopf
 
-from memsync.controller.pod import DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
+from memsync.controller.sessionmemory.pod import DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
 from memsync.crd.env_spec import EnvVarSpec
 from memsync.crd.models import ANNOTATION_PREFIX, FINALIZER, LABEL_MANAGED_BY, MANAGED_BY
 

@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from memsync.controller.pod import TEMPLATE_POD_FIELDS
+from memsync.controller.sessionmemory.pod import TEMPLATE_POD_FIELDS
 
 #: The Kubernetes release whose core/v1 schema the template embeds (tests/cluster/controlplane pins it too).
 KUBERNETES_MODULE: Final = "k8s.io/kubernetes"

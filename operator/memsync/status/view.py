@@ -8,16 +8,13 @@ container states and the Events' reasons and messages.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
-
-from pydantic.alias_generators import to_camel
+from typing import Any, Final, cast
 
 from memsync.contracts.report import StoreCounts
-from memsync.controller.status import counts_of, named_as_failing
+from memsync.controller.sessionmemory.derive import counts_of, named_as_failing
 from memsync.crd.models import (
     CONDITION_FLUSHED,
     CONDITION_READY,
@@ -25,7 +22,7 @@ from memsync.crd.models import (
     KIND,
     Phase,
 )
-from memsync.status.table import table
+from memsync.crd.status_types import Condition, SessionMemoryStatus, StoreStatus
 
 # How one store of a session is doing (the STORES column and the detail's HEALTH column).
 IN_SYNC: Final = "in-sync"  # the last sync pass of the store succeeded
@@ -136,17 +133,20 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
-def _conditions(status: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    found: dict[str, Mapping[str, Any]] = {}
+def _status_of(obj: Mapping[str, Any]) -> SessionMemoryStatus:
+    """The object's status as the operator writes it (read tolerantly: every field is checked on use)."""
+    return cast(SessionMemoryStatus, _map(obj.get("status")))
+
+
+def _conditions(status: SessionMemoryStatus) -> dict[str, Condition]:
+    found: dict[str, Condition] = {}
     for entry in status.get("conditions") or []:
         if isinstance(entry, Mapping) and isinstance(entry.get("type"), str):
             found[entry["type"]] = entry
     return found
 
 
-def store_health(
-    phase: str, conditions: Mapping[str, Mapping[str, Any]], store_id: str, counts: StoreCounts
-) -> str:
+def store_health(phase: str, conditions: Mapping[str, Condition], store_id: str, counts: StoreCounts) -> str:
     """How one store is doing, from the session's phase, its conditions and the store's counts."""
     if phase in _ENDED:
         return _ended_health(conditions.get(CONDITION_FLUSHED) or {}, counts)
@@ -163,7 +163,7 @@ def store_health(
     return PENDING if synced.get("reason") == "FirstSyncPending" else UNKNOWN
 
 
-def _ended_health(flushed: Mapping[str, Any], counts: StoreCounts) -> str:
+def _ended_health(flushed: Condition, counts: StoreCounts) -> str:
     """How one store of an ended session is: its final flush's outcome and the store's counts."""
     if counts.unsent:
         return UNSAVED
@@ -176,10 +176,11 @@ def _ended_health(flushed: Mapping[str, Any], counts: StoreCounts) -> str:
 
 def summarize(obj: Mapping[str, Any]) -> SessionSummary:
     """One SessionMemory as a summary; tolerant of any missing or odd field (a status not written yet)."""
-    meta, spec, status = _map(obj.get("metadata")), _map(obj.get("spec")), _map(obj.get("status"))
+    meta, spec = _map(obj.get("metadata")), _map(obj.get("spec"))
+    status = _status_of(obj)
     phase = _text(status.get("phase")) or Phase.PENDING.value
     conditions = _conditions(status)
-    entries = [e for e in status.get("stores") or [] if isinstance(e, Mapping)]
+    entries: list[StoreStatus] = [e for e in status.get("stores") or [] if isinstance(e, Mapping)]
     seen = {str(e.get("memoryStoreId")) for e in entries}
     names: dict[str, str] = {}
     # Stores of the spec the status does not list yet (a status not written yet) still show, as pending.
@@ -208,10 +209,7 @@ def summarize(obj: Mapping[str, Any]) -> SessionSummary:
 
 
 def _store_row(
-    phase: str,
-    conditions: Mapping[str, Mapping[str, Any]],
-    entry: Mapping[str, Any],
-    names: Mapping[str, str],
+    phase: str, conditions: Mapping[str, Condition], entry: StoreStatus, names: Mapping[str, str]
 ) -> StoreRow:
     """``names``: the spec's store names, the label until the status carries the mount path."""
     mounted = entry.get("memoriesMounted")
@@ -342,18 +340,13 @@ def detail(
             message=str(c.get("message") or ""),
             last_transition_time=_text(c.get("lastTransitionTime")),
         )
-        for c in _conditions(_map(obj.get("status"))).values()
+        for c in _conditions(_status_of(obj)).values()
     )
     involved = [(KIND, summary.name)]
     pod_summary = summarize_pod(pod) if pod is not None else None
     if summary.pod_name:
         involved.append(("Pod", summary.pod_name))
     return SessionDetail(summary, conditions, pod_summary, tuple(recent_events(events, involved)))
-
-
-# --------------------------------------------------------------------------------------------------
-# Times
-# --------------------------------------------------------------------------------------------------
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -364,165 +357,3 @@ def parse_time(value: str | None) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
-def age(value: str | None, now: datetime) -> str:
-    """How long ago, as kubectl shows it: 45s, 12m, 3h, 2d (``<unknown>`` for no time)."""
-    when = parse_time(value)
-    if when is None:
-        return "<unknown>"
-    seconds = max(0, int((now - when).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= 2 * size or (unit == "m" and seconds >= size):
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-# --------------------------------------------------------------------------------------------------
-# Rendering
-# --------------------------------------------------------------------------------------------------
-
-
-def _stores_cell(stores: Sequence[StoreRow]) -> str:
-    return ",".join(f"{s.label}:{s.health}" for s in stores) or NONE
-
-
-def render_list(
-    summaries: Sequence[SessionSummary], *, now: datetime, all_namespaces: bool, wide: bool = False
-) -> str:
-    """The list; ``wide`` adds each session's id, its sandbox Pod and the refused files of its stores."""
-    headers = ["NAME", "PHASE", "STORES", "LAST SYNC", "CONFLICTS", "AGE"]
-    rows = [
-        [
-            s.name,
-            s.phase,
-            _stores_cell(s.stores),
-            age(s.last_sync_time, now) if s.last_sync_time else NONE,
-            str(s.conflicts),
-            age(s.created, now),
-        ]
-        for s in summaries
-    ]
-    if wide:
-        headers += ["REFUSED", "SESSION", "POD"]
-        for s, row in zip(summaries, rows, strict=True):
-            row += [str(sum(st.counts.refused for st in s.stores)), s.session_id or NONE, s.pod_name or NONE]
-    if all_namespaces:
-        headers.insert(0, "NAMESPACE")
-        for s, row in zip(summaries, rows, strict=True):
-            row.insert(0, s.namespace)
-    return table(headers, rows)
-
-
-def _when(value: str | None, now: datetime) -> str:
-    return f"{value} ({age(value, now)} ago)" if value else NONE
-
-
-def _section(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A titled, indented table, or ``<none>`` under the title."""
-    return f"{title}\n" + (table(headers, rows, "  ") if rows else f"  {NONE}")
-
-
-def render_detail(d: SessionDetail, *, now: datetime) -> str:
-    s = d.summary
-    fields = [
-        ("Name", s.name),
-        ("Namespace", s.namespace),
-        ("Session", s.session_id or NONE),
-        ("Phase", s.phase),
-        ("Message", s.message or NONE),
-        ("Last sync", _when(s.last_sync_time, now)),
-        ("Conflicts", str(s.conflicts)),
-        ("Created", _when(s.created, now)),
-    ]
-    width = max(len(k) for k, _ in fields) + 2
-    parts = ["\n".join(f"{k + ':':<{width}}{v}" for k, v in fields)]
-
-    store_rows = [
-        [
-            r.label,
-            r.store_id,
-            r.health,
-            NONE if r.memories_mounted is None else str(r.memories_mounted),
-            *(
-                str(n)
-                for n in (
-                    r.counts.uploaded,
-                    r.counts.downloaded,
-                    r.counts.deleted,
-                    r.counts.conflicts,
-                    r.counts.refused,
-                    r.counts.unsent,
-                )
-            ),
-        ]
-        for r in s.stores
-    ]
-    headers = ["STORE", "ID", "HEALTH", "MOUNTED", "UPLOADED", "DOWNLOADED", "DELETED", "CONFLICTS"]
-    text = _section("Stores:", [*headers, "REFUSED", "UNSENT"], store_rows)
-    notes = [
-        f"  {r.label}: {what} {', '.join(paths)}"
-        for r in s.stores
-        for what, paths in (
-            ("refused paths", r.counts.refused_paths),
-            ("unreadable paths", r.counts.unreadable_paths),
-            ("deletions held back", r.counts.held_delete_paths),
-        )
-        if paths
-    ]
-    parts.append("\n".join([text, *notes]))
-
-    cond_rows = [
-        [c.type, c.status, c.reason, age(c.last_transition_time, now), c.message] for c in d.conditions
-    ]
-    parts.append(_section("Conditions:", ["TYPE", "STATUS", "REASON", "AGE", "MESSAGE"], cond_rows))
-
-    if d.pod is None:
-        gone = f"{s.pod_name} (not found)" if s.pod_name else NONE
-        parts.append(f"Pod: {gone}")
-    else:
-        p = d.pod
-        where = ", ".join(
-            x
-            for x in (
-                p.phase,
-                f"node {p.node}" if p.node else "",
-                f"IP {p.ip}" if p.ip else "",
-                "terminating" if p.terminating else "",
-            )
-            if x
-        )
-        rows = [
-            [c.name, c.role, c.state, "yes" if c.ready else "no", str(c.restarts), c.detail]
-            for c in p.containers
-        ]
-        headers = ["CONTAINER", "ROLE", "STATE", "READY", "RESTARTS", "DETAIL"]
-        parts.append(_section(f"Pod: {p.name} ({where})", headers, rows))
-
-    event_rows = [
-        [
-            age(e.last_seen, now),
-            e.type,
-            e.reason,
-            e.object,
-            e.message + (f" (x{e.count})" if e.count > 1 else ""),
-        ]
-        for e in d.events
-    ]
-    parts.append(_section("Events:", ["AGE", "TYPE", "REASON", "OBJECT", "MESSAGE"], event_rows))
-    return "\n\n".join(parts)
-
-
-def _camel(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {to_camel(k): _camel(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_camel(v) for v in value]
-    return value
-
-
-def as_json(value: SessionSummary | SessionDetail | Sequence[SessionSummary]) -> Any:
-    """JSON-ready data, camelCase like the resource itself; a list is ``{"items": [...]}``."""
-    if isinstance(value, SessionSummary | SessionDetail):
-        return _camel(dataclasses.asdict(value))
-    return {"items": [as_json(s) for s in value]}

@@ -15,8 +15,8 @@ from memsync.crd.models import GROUP
 
 def register(registry: kopf.OperatorRegistry) -> None:
     async def serve(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
-        runtime = memo["runtime"]
+        kube = memo["kube"]  # the operator's API client (``sessionmemory.registry.build_memo``)
         assert namespace is not None  # the resource is namespaced
-        await EnvironmentLoop(KubeObjects(runtime.kube), namespace, name).run(asyncio.Event())
+        await EnvironmentLoop(KubeObjects(kube), namespace, name).run(asyncio.Event())
 
     kopf.daemon(GROUP, a.VERSION, a.PLURAL, registry=registry, id="poll-loop")(serve)

@@ -20,8 +20,9 @@ from pydantic import ValidationError
 from memsync.api.secret import NO_SESSIONS_TOKEN
 from memsync.contracts import runner
 from memsync.contracts.stores import StoreEntry, encode_stores
+from memsync.controller.conditions import Cond, merge_conditions
 from memsync.controller.objects import meta_of
-from memsync.controller.pod import METRICS_PORT
+from memsync.controller.sessionmemory.pod import METRICS_PORT
 from memsync.crd import agentenv as a
 from memsync.crd.models import (
     API_VERSION,
@@ -33,6 +34,7 @@ from memsync.crd.models import (
     StoreSpec,
 )
 from memsync.crd.spec_messages import describe_validation_error
+from memsync.crd.status_types import ConditionStatus
 
 SESSION_WORK: Final = "session"
 TERMINAL_PHASES: Final = ("Succeeded", "Failed")
@@ -386,6 +388,7 @@ def environment_status(
     previous: Mapping[str, Any], seen: Observation, tally: Mapping[str, int], now: str, generation: int | None
 ) -> dict[str, Any]:
     """The AgentEnvironment's status: phase, the Polling and Ready conditions, the counts."""
+    polling: ConditionStatus
     if seen.unavailable is not None:
         phase, polling, reason, message = (
             a.EnvironmentPhase.FAILED,
@@ -409,23 +412,12 @@ def environment_status(
             "Polling",
             "polling the work queue",
         )
-    conditions = []
-    old = {c.get("type"): c for c in previous.get("conditions") or [] if isinstance(c, Mapping)}
-    for type_, status, why in (
-        (a.CONDITION_POLLING, polling, reason),
-        (a.CONDITION_READY, polling, reason if polling == "False" else "Ready"),
-    ):
-        was = old.get(type_) or {}
-        since = was.get("lastTransitionTime") if was.get("status") == status else now
-        conditions.append(
-            {
-                "type": type_,
-                "status": status,
-                "reason": why,
-                "message": message,
-                "lastTransitionTime": since or now,
-            }
-        )
+    ready_reason = reason if polling == "False" else "Ready"
+    wanted = [
+        Cond(a.CONDITION_POLLING, polling, reason, message),
+        Cond(a.CONDITION_READY, polling, ready_reason, message),
+    ]
+    conditions = merge_conditions(previous.get("conditions"), wanted, generation=None, now=now)
     out: dict[str, Any] = {
         "phase": str(phase),
         "conditions": conditions,

@@ -25,6 +25,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from memsync.controller.conditions import format_time
 from memsync.controller.environment import decisions as d
 from memsync.controller.environment.claims import Claims
 from memsync.controller.environment.holder import LeaseHolder
@@ -45,10 +46,6 @@ STATUS_POLL_TIME_EVERY_S = 30.0  # lastPollTime alone is refreshed at most this 
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _stamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class EnvironmentLoop:
@@ -163,7 +160,7 @@ class EnvironmentLoop:
         except QueueError as exc:
             return await self._poll_failed(env, seen, exc)
         self.failures = 0
-        seen = _with(seen, polled_at=_stamp(self.clock()))
+        seen = _with(seen, polled_at=format_time(self.clock()))
         if raw is None:
             await self._write_status(env, seen)
             return d.idle_pause(self.jitter(), time.monotonic() - started)
@@ -244,7 +241,9 @@ class EnvironmentLoop:
 
     async def _write_status(self, env: Mapping[str, Any], seen: d.Observation) -> None:
         previous = dict(env.get("status") or {})
-        new = d.environment_status(previous, seen, self.tally, _stamp(self.clock()), meta_of(env).generation)
+        new = d.environment_status(
+            previous, seen, self.tally, format_time(self.clock()), meta_of(env).generation
+        )
         if not d.worth_writing(previous, new, STATUS_POLL_TIME_EVERY_S) or new == self.last_status:
             return
         try:

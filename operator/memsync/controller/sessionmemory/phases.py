@@ -1,0 +1,97 @@
+"""A SessionMemory's phases, condition types and the reasons its conditions carry (plain constants).
+
+Phases move forward only: Pending -> Mounting -> Running -> Flushing -> Succeeded | Failed (see
+``derive.py`` for what each one means and ``outcome.py`` for how a Pod's state maps to them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from memsync.controller.conditions import condition
+from memsync.crd.models import (
+    CONDITION_FLUSHED,
+    CONDITION_READY,
+    CONDITION_STORES_MOUNTED,
+    CONDITION_SYNCED,
+    Phase,
+)
+
+PENDING: Final = Phase.PENDING.value
+MOUNTING: Final = Phase.MOUNTING.value
+RUNNING: Final = Phase.RUNNING.value
+FLUSHING: Final = Phase.FLUSHING.value
+SUCCEEDED: Final = Phase.SUCCEEDED.value
+FAILED: Final = Phase.FAILED.value
+TERMINAL_PHASES: Final = frozenset({SUCCEEDED, FAILED})
+RANK: Final = {PENDING: 0, MOUNTING: 1, RUNNING: 2, FLUSHING: 3}
+
+READY: Final = CONDITION_READY
+STORES_MOUNTED: Final = CONDITION_STORES_MOUNTED
+FLUSHED: Final = CONDITION_FLUSHED
+SYNCED: Final = CONDITION_SYNCED
+CONDITION_TYPES: Final = (READY, STORES_MOUNTED, FLUSHED, SYNCED)
+
+# Reasons of the refusals that happen before any Pod exists. They are re-evaluated (the user may fix the
+# spec, create the Secret, or delete the older duplicate); every other Failed is final.
+INVALID_SPEC: Final = "InvalidSpec"
+DUPLICATE_SESSION: Final = "DuplicateSession"
+SECRET_NOT_FOUND: Final = "SecretNotFound"  # noqa: S105 - a reason, not a password
+SECRET_KEY_NOT_FOUND: Final = "SecretKeyNotFound"  # noqa: S105 - a reason, not a password
+POD_NAME_TAKEN: Final = "PodNameTaken"
+# The API refused the operator's request (admission: Pod Security, ResourceQuota, LimitRange, an invalid
+# field; or RBAC on the Secret read): the message is the API's own.
+POD_REJECTED: Final = "PodRejected"
+SECRET_FORBIDDEN: Final = "SecretForbidden"  # noqa: S105 - a reason, not a password
+# The Pod's ServiceAccount did not appear within the operator's --service-account-wait.
+SERVICE_ACCOUNT_NOT_FOUND: Final = "ServiceAccountNotFound"
+REFUSAL_REASONS: Final = frozenset(
+    {
+        INVALID_SPEC,
+        DUPLICATE_SESSION,
+        SECRET_NOT_FOUND,
+        SECRET_KEY_NOT_FOUND,
+        POD_NAME_TAKEN,
+        POD_REJECTED,
+        SECRET_FORBIDDEN,
+        SERVICE_ACCOUNT_NOT_FOUND,
+    }
+)
+
+# Reasons of the Pod-derived outcomes.
+MOUNT_FAILED: Final = "MountFailed"
+SANDBOX_FAILED: Final = "SandboxFailed"
+SANDBOX_KILLED: Final = "SandboxKilled"
+#: The Pod carried a DisruptionTarget condition: evicted (by the Eviction API or the kubelet), preempted, or
+#: stopped by a node shutdown or a taint; the session did not end of its own accord.
+INTERRUPTED: Final = "Interrupted"
+#: The kubelet ended the Pod at its ``activeDeadlineSeconds``.
+DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
+#: The Pod condition the API server and the kubelet set on a Pod they are about to end for a disruption.
+DISRUPTION_TARGET: Final = "DisruptionTarget"
+#: The Pod reason of every kubelet eviction (local-storage evictions set it without a DisruptionTarget).
+EVICTED: Final = "Evicted"
+POD_FAILED: Final = "PodFailed"
+POD_LOST: Final = "PodLost"
+DELETION_TIMED_OUT: Final = "DeletionTimedOut"
+#: memsync-sync had not started (its startupProbe never passed) within the sidecar start time after the
+#: mount: the operator failed the session and deleted its Pod (the sandbox never ran).
+SIDECAR_NOT_STARTED: Final = "SidecarNotStarted"
+#: Outcomes the operator itself decided; what the Pod reports afterwards (its deletion) does not replace them.
+OPERATOR_VERDICTS: Final = frozenset({SIDECAR_NOT_STARTED})
+FLUSH_INCOMPLETE: Final = "FlushIncomplete"
+FLUSH_NOT_REPORTED: Final = "FlushNotReported"
+SESSION_SUCCEEDED: Final = "SessionSucceeded"
+
+# Reasons of the Synced condition.
+IN_SYNC: Final = "InSync"
+SYNC_FAILING: Final = "SyncFailing"
+FIRST_SYNC_PENDING: Final = "FirstSyncPending"
+STATUS_UNAVAILABLE: Final = "StatusUnavailable"
+
+
+def is_refusal(status: Mapping[str, Any]) -> bool:
+    """True when the status is a Failed refusal that happened before any Pod was created."""
+    ready = condition(status, READY)
+    return status.get("phase") == FAILED and ready is not None and ready.get("reason") in REFUSAL_REASONS
