@@ -23,14 +23,13 @@ JITTER = 0.1  # a periodic wait is interval * (1 +/- 10 %), so many Pods do not 
 def periodic_due(started: float, ended: float, interval: float, *, first: bool, draw: float) -> float:
     """When a store's next periodic pass is due, ``draw`` in [0, 1) being random.
 
-    After the first pass (which runs at once: readiness waits for it) the next comes a random part of the
-    interval after it ends, so sidecars started together (a node drained, a store server restarted) fall into
-    random phases instead of marching in step (yet not sooner than ``MIN_GAP_S`` after it started, within
-    an interval that allows it); after every other pass it is the interval +/- 10 %, counted from the pass's
-    start.
+    After the first pass (which runs at once: readiness waits for it) the next comes 0.5 to 1.5 intervals
+    after it ends, uniformly: sidecars started together (a node drained, a store server restarted) fall into
+    phases spread over a whole interval instead of marching in step, and none syncs much sooner than its
+    interval. After every other pass it is the interval +/- 10 %, counted from the pass's start.
     """
     if first:
-        return min(max(ended + interval * draw, started + MIN_GAP_S), ended + interval)
+        return ended + interval * (0.5 + draw)
     return started + interval * (1 - JITTER + 2 * JITTER * draw)
 
 
