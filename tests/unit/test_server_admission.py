@@ -31,8 +31,16 @@ LIMITS = AdmissionLimits(max_in_flight=4, max_queued=2, per_credential=3, retry_
         (4, 1, 0, "queue"),
         (4, 2, 0, "overload"),
         (3, 1, 0, "queue"),  # someone waits already: no overtaking
-        (0, 0, 3, "credential"),
+        (0, 0, 3, "admit"),  # free slots and nobody waiting: idle capacity serves even a caller at its share
+        (
+            4,
+            0,
+            3,
+            "credential",
+        ),  # the server is full and others hold slots: the caller at its share is refused
         (4, 2, 3, "credential"),  # the caller's own excess is named before the process's
+        (4, 0, 4, "queue"),  # the server is full of this one caller alone: nobody to be fair to, it waits
+        (4, 2, 6, "overload"),
     ],
 )
 def test_decide(in_flight: int, queued: int, held: int, expected: str) -> None:
@@ -137,14 +145,25 @@ async def test_the_middleware_sheds_queues_and_hands_slots_over() -> None:
 
 async def test_one_credential_gets_429_at_its_share_and_health_is_never_gated() -> None:
     app = _Held()
-    gate = _gate(app, AdmissionLimits(max_in_flight=1, max_queued=0, per_credential=1))
-    held = asyncio.create_task(_call(gate, key=b"noisy"))
+    gate = _gate(app, AdmissionLimits(max_in_flight=2, max_queued=0, per_credential=1))
+    held = [asyncio.create_task(_call(gate, key=k)) for k in (b"noisy", b"quiet")]
     await asyncio.sleep(0)
-    assert (await _call(gate, key=b"noisy"))[0] == 429
-    assert (await _call(gate, key=b"quiet"))[0] == 503
+    assert (await _call(gate, key=b"noisy"))[0] == 429  # at its share while another caller holds a slot
+    assert (await _call(gate, key=b"third"))[0] == 503
     app.release.set()  # /healthz passes the gate even while it is full (and here it is let through at once)
     assert (await _call(gate, path="/healthz", key=b"quiet"))[0] == 200
-    assert (await held)[0] == 200
+    assert [s for s, _ in await asyncio.gather(*held)] == [200, 200]
+
+
+async def test_a_lone_caller_uses_idle_slots_beyond_its_share_and_then_waits() -> None:
+    app = _Held()
+    gate = _gate(app, AdmissionLimits(max_in_flight=2, max_queued=1, per_credential=1))
+    held = [asyncio.create_task(_call(gate, key=b"bulk")) for _ in range(3)]
+    await asyncio.sleep(0)
+    assert app.started == 2 and len(gate.waiters) == 1  # two slots taken, the third request waits: no 429
+    app.release.set()
+    assert [s for s, _ in await asyncio.gather(*held)] == [200, 200, 200]
+    assert gate.in_flight == 0 and not gate.held and not gate.waiters
 
 
 async def test_a_queued_request_that_is_cancelled_leaves_no_slot_behind() -> None:

@@ -196,8 +196,8 @@ def _derived_bound(
     "--max-in-flight-per-credential",
     "MEMSYNC_STORE_MAX_IN_FLIGHT_PER_CREDENTIAL",
     1,
-    "Requests one credential may have in flight or queued per process; more are answered 429 with "
-    "Retry-After. Default: half of --max-in-flight.",
+    "Requests one credential may have in flight or queued per process while others wait for a slot; more "
+    "are answered 429 with Retry-After (idle slots serve any caller). Default: half of --max-in-flight.",
 )
 @click.option(
     "--access-log/--no-access-log",

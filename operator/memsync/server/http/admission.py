@@ -1,10 +1,12 @@
 """The store server's admission gate: overload is answered at once, never queued without bound.
 
-Each server process takes at most ``max_in_flight`` requests at a time, and any one credential at most
-``per_credential`` of them, so one noisy caller cannot take every slot. A request over the process bound
-waits in a small queue (``max_queued`` places) for a slot; when the queue is full too it is answered ``503``
-at once, and a request over its credential's bound ``429`` at once, both with ``Retry-After`` (whole
-seconds) and the API's error envelope. ``/healthz``, ``/readyz`` and ``/metrics`` are never gated: a busy
+Each server process takes at most ``max_in_flight`` requests at a time. A slot that is free while nobody
+waits is never refused, whoever asks (idle capacity serves even one busy caller). A request that finds every
+slot taken waits in a small queue (``max_queued`` places) for one; when the queue is full too it is answered
+``503`` at once. While requests wait, a credential that already holds its share (``per_credential``, in
+flight and queued) and is not alone on the server is answered ``429`` at once, so one noisy caller cannot
+take every slot from the others. Both answers carry ``Retry-After`` (whole seconds) and the API's error
+envelope. ``/healthz``, ``/readyz`` and ``/metrics`` are never gated: a busy
 server must still say it is alive and how busy it is.
 
 The decision is ``decide``, a pure function over plain counters; ``AdmissionMiddleware`` keeps the counters
@@ -96,10 +98,11 @@ def decide(limits: AdmissionLimits, *, in_flight: int, queued: int, credential_h
     both its credential already holds (0 for an anonymous request)."""
     if not limits.enabled:
         return "admit"
-    if credential_held >= limits.per_credential:
-        return "credential"
     if in_flight < limits.max_in_flight and queued == 0:
-        return "admit"
+        return "admit"  # work-conserving: a free slot nobody waits for goes to whoever asks
+    others = in_flight + queued - credential_held
+    if credential_held >= limits.per_credential and others > 0:
+        return "credential"
     if queued < limits.max_queued:
         return "queue"
     return "overload"
