@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memsync.server.storage.sqlite import SqliteDatabase
+from memsync.server.storage.sqlite import SqliteDatabase, make_private
 
 
 @pytest.fixture
@@ -62,3 +62,21 @@ def test_a_symlinked_database_path_is_refused(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         SqliteDatabase(tmp_path / "store.db")
     assert _mode(target) == 0o644
+
+
+def test_another_users_database_is_left_as_it_is_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "store.db"
+    sqlite3.connect(path).close()
+    path.chmod(0o640)  # a volume shared through its group
+
+    def not_the_owner(fd: int, mode: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "fchmod", not_the_owner)  # as for a file another uid owns
+    make_private(str(path))
+    assert _mode(path) == 0o640
+    [record] = [r for r in caplog.records if "belongs to another user" in r.getMessage()]
+    assert record.levelname == "WARNING" and "0640" in record.getMessage()
+    assert record.path == str(path)  # type: ignore[attr-defined]

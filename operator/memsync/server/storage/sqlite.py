@@ -12,6 +12,7 @@ write-ahead log and its shared-memory index) the database file's own mode, so no
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import stat
@@ -31,6 +32,8 @@ from memsync.server.storage.database import (
     ensure_secret,
 )
 
+logger = logging.getLogger("memsync.server")
+
 PRIVATE_MODE = 0o600
 #: The files SQLite keeps next to the database in WAL mode.
 COMPANION_SUFFIXES = ("-wal", "-shm")
@@ -45,10 +48,17 @@ def make_private(path: str) -> None:
         except FileNotFoundError:
             continue  # a companion SQLite has not made yet: it will inherit the database's mode
         try:
-            if stat.S_IMODE(os.fstat(fd).st_mode) != PRIVATE_MODE:
+            mode = stat.S_IMODE(os.fstat(fd).st_mode)
+            if mode != PRIVATE_MODE:
                 os.fchmod(fd, PRIVATE_MODE)
         except PermissionError:
-            pass  # another user's file (a volume shared through its group): its owner decides its mode
+            # another user's file (a volume shared through its group): only its owner can change its mode
+            logger.warning(
+                "the store database file belongs to another user and stays mode %04o: its owner can make "
+                "it 0600",
+                mode,
+                extra={"path": name},
+            )
         finally:
             os.close(fd)
 
