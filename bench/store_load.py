@@ -59,6 +59,7 @@ from memsync.agent.listing import list_for_sync
 from memsync.agent.metrics import Metrics
 from memsync.api.secret import decode_work_secret
 from memsync.client import StoreClient
+from memsync.client.transport import PooledTransport
 from memsync.server.access import AccessService
 from memsync.server.ids import MEMORY_PREFIX, STORE_PREFIX, VERSION_PREFIX, new_id, now_ts
 from memsync.server.storage.backends import open_database
@@ -139,7 +140,7 @@ class TimedTransport(httpx.AsyncBaseTransport):
     """Times every HTTP request a session's client sends (one shared recorder)."""
 
     def __init__(self, recorder: Recorder) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
+        self.inner = PooledTransport(max_connections=8)  # the store client's own (its keep-alive included)
         self.recorder = recorder
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

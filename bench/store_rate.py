@@ -6,8 +6,8 @@ microseconds per request, so the load generator takes little of the two cores it
 
 - **floor**: the most requests per second the server answers on ``/healthz`` (answered by the outermost
   middleware: no credential, no router, no database), closed loop over 32 connections; the same for the
-  sidecar's conditional probe (``limit=1`` + ``If-None-Match``, answered 304), and the probe's rate as a
-  fraction of the floor;
+  sidecar's conditional probe (``view=basic&limit=1`` + ``If-None-Match``, answered 304), and the probe's
+  rate as a fraction of the floor;
 - **overload** (``--overload``): the probe offered open loop at twice the probe's measured saturating rate,
   every request sent on its schedule whatever came back. Reported: the admitted (304) requests' p50/p99 from
   their scheduled send time, how many were shed (503/429) and how fast that answer came, and every other
@@ -41,7 +41,7 @@ from support.server_process import spawn_store_server, stop_process, wait_until_
 API = {"anthropic-version": "2023-06-01", "anthropic-beta": "agent-memory-2026-07-22"}
 CONNECTIONS = 32
 TOKENS = 8  # distinct sessions tokens the probes are spread over (one credential holds half the slots)
-MAX_OPEN_LOOP_CONNECTIONS = 400
+OPEN_LOOP_CONNECTIONS = 400
 
 
 # --- a minimal HTTP/1.1 keep-alive client ---
@@ -108,7 +108,8 @@ def prepare(port: int, admin_key: str) -> Target:
         for i in range(20):
             http.post(f"/v1/memory_stores/{store}/memories", json={"path": f"/n{i}.md", "content": "x"})
         listing = f"/v1/memory_stores/{store}/memories"
-        etag = http.get(listing, params={"beta": "true", "limit": 1}).raise_for_status().headers["etag"]
+        # the probe exactly as the sidecar's store client sends it (StoreClient.probe_memories)
+        etag = http.get(listing, params={"view": "basic", "limit": 1}).raise_for_status().headers["etag"]
         body = {"resources": [{"type": "memory_store", "memory_store_id": store, "access": "read_only"}]}
         tokens = [
             decode_work_secret(
@@ -116,7 +117,7 @@ def prepare(port: int, admin_key: str) -> Target:
             ).sessions_token
             for _ in range(TOKENS)
         ]
-    target = f"{listing}?beta=true&limit=1"
+    target = f"{listing}?beta=true&view=basic&limit=1"
     probes = [
         raw_get(port, target, {**API, "authorization": f"Bearer {t}", "if-none-match": etag}) for t in tokens
     ]
@@ -176,17 +177,14 @@ class Overload:
 
 
 async def open_loop(port: int, requests: list[bytes], rate: float, seconds: float) -> Overload:
+    """``rate`` requests per second for ``seconds``, each on an idle keep-alive connection of a pool opened
+    beforehand (as a fleet of sidecars holds its connections): connecting is not part of what is timed, and a
+    request that finds every connection busy is not sent but counted (the generator's own limit)."""
     result = Overload(rate)
-    idle: list[Connection] = [await Connection.open(port) for _ in range(CONNECTIONS)]
-    opened = len(idle)
+    idle: list[Connection] = [await Connection.open(port) for _ in range(OPEN_LOOP_CONNECTIONS)]
     tasks: set[asyncio.Task[None]] = set()
 
-    async def one(raw: bytes, scheduled: float) -> None:
-        nonlocal opened
-        conn = idle.pop() if idle else None
-        if conn is None:
-            opened += 1
-            conn = await Connection.open(port)
+    async def one(conn: Connection, raw: bytes, scheduled: float) -> None:
         try:
             try:
                 status = await conn.request(raw)
@@ -196,7 +194,6 @@ async def open_loop(port: int, requests: list[bytes], rate: float, seconds: floa
                 # the server closed a keep-alive connection that sat idle past its timeout: as any HTTP
                 # client does, send again on a new one (a request refused this way was never read)
                 conn.close()
-                opened += 1
                 conn = await Connection.open(port)
                 status = await conn.request(raw)
         except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
@@ -204,6 +201,7 @@ async def open_loop(port: int, requests: list[bytes], rate: float, seconds: floa
             result.statuses[0] = result.statuses.get(0, 0) + 1  # 0: no answer
             print(f"  no answer: {type(exc).__name__}: {exc}", file=sys.stderr)
             conn.close()
+            idle.append(await Connection.open(port))
             return
         ms = (time.monotonic() - scheduled) * 1000
         result.statuses[status] = result.statuses.get(status, 0) + 1
@@ -216,16 +214,14 @@ async def open_loop(port: int, requests: list[bytes], rate: float, seconds: floa
         idle.append(conn)
 
     start = time.monotonic()
-    n = int(rate * seconds)
-    for i in range(n):
+    for i in range(int(rate * seconds)):
         scheduled = start + i / rate
-        delay = scheduled - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if opened - len(idle) >= MAX_OPEN_LOOP_CONNECTIONS and not idle:
+        # behind schedule the loop still yields, so the requests already sent make progress
+        await asyncio.sleep(max(0.0, scheduled - time.monotonic()))
+        if not idle:
             result.unsent += 1  # the load generator's own limit: counted, never hidden
             continue
-        task = asyncio.create_task(one(requests[i % len(requests)], scheduled))
+        task = asyncio.create_task(one(idle.pop(), requests[i % len(requests)], scheduled))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
         result.sent += 1
@@ -312,7 +308,7 @@ def print_tables(rows: list[Row]) -> None:
                 "shed p50 ms",
                 "shed p99 ms",
                 "other failures",
-                f"not sent (> {MAX_OPEN_LOOP_CONNECTIONS} busy connections)",
+                f"not sent (all {OPEN_LOOP_CONNECTIONS} connections busy)",
             ],
             table,
         )

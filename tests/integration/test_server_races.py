@@ -75,8 +75,8 @@ class PausingDatabase(Database):
     def read(self) -> AbstractContextManager[Tx]:
         return self._paused("read", self.inner.read())
 
-    def read_one(self) -> AbstractContextManager[Tx]:
-        return self._paused("read", self.inner.read_one())
+    def read_each(self) -> AbstractContextManager[Tx]:
+        return self._paused("read", self.inner.read_each())
 
     def write(self) -> AbstractContextManager[Tx]:
         return self._paused("write", self.inner.write())

@@ -20,9 +20,20 @@ def scope(
 
 
 def test_the_sidecars_probe_is_taken() -> None:
-    assert probe_request(scope()) == ("memstore_1", 1, 'W/"abc"', None, "Bearer tok")
+    assert probe_request(scope()) == ("memstore_1", None, 1, 'W/"abc"', None, "Bearer tok")
     admin = [(b"x-api-key", b"sk-admin"), (b"if-none-match", b"*")]
-    assert probe_request(scope(query=b"", headers=admin)) == ("memstore_1", None, "*", "sk-admin", None)
+    assert probe_request(scope(query=b"", headers=admin)) == ("memstore_1", None, None, "*", "sk-admin", None)
+    # what the store client's probe sends (memsync.client: view=basic, limit=1)
+    sidecar = scope(query=b"view=basic&limit=1&beta=true")
+    assert probe_request(sidecar) == ("memstore_1", "basic", 1, 'W/"abc"', None, "Bearer tok")
+    assert probe_request(scope(query=b"view=full")) == (
+        "memstore_1",
+        "full",
+        None,
+        'W/"abc"',
+        None,
+        "Bearer tok",
+    )
 
 
 @pytest.mark.parametrize(
@@ -38,7 +49,8 @@ def test_the_sidecars_probe_is_taken() -> None:
         {"query": b"limit=-1"},
         {"query": b"limit=abc"},
         {"query": b"limit=99999999"},
-        {"query": b"view=full"},
+        {"query": b"view=everything"},
+        {"query": b"view=basic&view=full"},
         {"query": b"page=abc"},
     ],
 )

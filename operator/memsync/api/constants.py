@@ -25,3 +25,11 @@ METADATA_VALUE_MAX: Final = 512
 
 MARKER_FILENAME: Final = ".anthropic-memory-store"
 MOUNT_ROOT: Final = "/mnt/memory"
+
+#: How long the store client keeps an idle connection for its next request: longer than a sync sidecar's
+#: default pass interval (15 s, the pass after the first up to 1.5 intervals later), so a sidecar's passes
+#: reuse one connection (no TCP or TLS handshake per pass) instead of opening one each time.
+CLIENT_IDLE_KEEPALIVE_S: Final = 30.0
+#: How long the store server keeps an idle client connection open: longer than the client keeps it, so the
+#: client always closes first and never sends a request on a connection the server is closing.
+SERVER_IDLE_KEEPALIVE_S: Final = 45

@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from memsync.api.constants import CLIENT_IDLE_KEEPALIVE_S
+
 POOL_SIZE = 8
 
 
@@ -62,7 +64,11 @@ class PooledTransport(httpx.AsyncBaseTransport):
     ) -> None:
         count = max(1, math.ceil(max_connections / pool_size))
         per_pool = math.ceil(max_connections / count)
-        limits = httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool)
+        limits = httpx.Limits(
+            max_connections=per_pool,
+            max_keepalive_connections=per_pool,
+            keepalive_expiry=CLIENT_IDLE_KEEPALIVE_S,
+        )
         self._pools = [
             httpx.AsyncHTTPTransport(verify=default_ssl_context(), limits=limits, proxy=proxy)
             for _ in range(count)

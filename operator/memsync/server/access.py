@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -45,6 +46,9 @@ from memsync.server.storage.database import (
     SessionRow,
     Tx,
 )
+
+#: How a lookup reads: ``Database.read_each`` (threadpool) or ``Database.read_now`` (event loop).
+Reader = Callable[[], AbstractContextManager[Tx]]
 
 AUTH_CACHE_TTL_S = 2.0
 AUTH_CACHE_MAX = 20_000
@@ -258,8 +262,17 @@ class AccessService:
         return None
 
     def authenticate(self, x_api_key: str | None, authorization: str | None) -> Principal:
+        """The caller, from the cache or the database; 401 for a missing, malformed or unknown credential."""
+        return self._authenticate(x_api_key, authorization, self.db.read_each)
+
+    def authenticate_now(self, x_api_key: str | None, authorization: str | None) -> Principal:
+        """``authenticate`` on the event loop, through ``Database.read_now``: raises ``WouldWait`` where the
+        database cannot answer at once."""
+        return self._authenticate(x_api_key, authorization, self.db.read_now)
+
+    def _authenticate(self, x_api_key: str | None, authorization: str | None, read: Reader) -> Principal:
         if x_api_key is not None:
-            admin = self._principal_for(token_hash(x_api_key.strip()))
+            admin = self._principal_for(token_hash(x_api_key.strip()), read, bearer=False)
             if admin is None or not admin.is_admin:
                 raise unauthenticated("invalid x-api-key: it is not a current admin key of this server")
             return admin
@@ -268,7 +281,7 @@ class AccessService:
             if token is None:
                 raise unauthenticated("the Authorization header must be 'Bearer <sessions token>'")
             # The official Python SDK (2.x) sends its api_key as a Bearer token: an admin key works there too.
-            found = self._principal_for(token_hash(token))
+            found = self._principal_for(token_hash(token), read, bearer=True)
             if found is None:
                 raise unauthenticated(
                     "invalid bearer token: it is not a current sessions token of this server "
@@ -280,15 +293,18 @@ class AccessService:
             "'Authorization: Bearer <token>'"
         )
 
-    def _principal_for(self, digest: str) -> Principal | None:
+    def _principal_for(self, digest: str, read: Reader, *, bearer: bool) -> Principal | None:
+        """A bearer token is looked up as a session's first (what sidecars send), then as an admin key; an
+        ``x-api-key`` only as an admin key. The rows read need no common snapshot: a credential is one row,
+        and a session's resources are written with it and never changed."""
         now = _now()
         cached = self.cache.get(digest, now)
         if cached is not None:
             return cached if isinstance(cached, Principal) else None
         generation = self.cache.generation
-        with self.db.read() as tx:
-            key = tx.admin_key_by_hash(digest)
-            session = None if key is not None else tx.session_by_token_hash(digest)
+        with read() as tx:
+            session = tx.session_by_token_hash(digest) if bearer else None
+            key = tx.admin_key_by_hash(digest) if session is None else None
         principal: Principal | None = None
         valid_until = now + self.cache.ttl_s
         if key is not None and key.revoked_at is None:

@@ -19,6 +19,8 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from memsync.api.constants import SERVER_IDLE_KEEPALIVE_S
+
 logger = logging.getLogger("memsync.server")
 
 DEFAULT_READ_TIMEOUT_S = 15.0
@@ -148,7 +150,8 @@ def uvicorn_config(
     **more: Any,
 ) -> uvicorn.Config:
     """How every memsync command serves the store app: our logging (no uvicorn config, no access log),
-    ``http`` (httptools' C parser, or h11) with the request-read deadline, on ``loop`` (uvloop or asyncio)."""
+    ``http`` (httptools' C parser, or h11) with the request-read deadline, on ``loop`` (uvloop or asyncio),
+    idle connections kept past the store client's own keep-alive (``SERVER_IDLE_KEEPALIVE_S``)."""
     return uvicorn.Config(
         app,
         host=host,
@@ -158,5 +161,6 @@ def uvicorn_config(
         log_config=None,
         access_log=False,
         log_level="warning",
+        timeout_keep_alive=SERVER_IDLE_KEEPALIVE_S,
         **more,
     )

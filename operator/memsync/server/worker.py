@@ -16,6 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from memsync.api.constants import SERVER_IDLE_KEEPALIVE_S
 from memsync.logs import configure_logging
 from memsync.server.app import create_app
 from memsync.server.environments.rules import DEFAULT_FIRST_HEARTBEAT_S
@@ -100,4 +101,5 @@ def worker_run_kwargs(settings: ServeSettings, workers: int) -> dict[str, Any]:
         "log_config": None,
         "access_log": False,
         "log_level": "warning",
+        "timeout_keep_alive": SERVER_IDLE_KEEPALIVE_S,
     }

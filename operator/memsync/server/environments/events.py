@@ -193,7 +193,7 @@ class SessionEvents:
             return _bodies(tx.events_after(session_id, after_seq))
 
     def last_seq(self, session_id: str) -> int:
-        with self.db.read_one() as tx:
+        with self.db.read_each() as tx:
             return tx.last_event_seq(session_id)
 
     def status(self, session_id: str) -> str:

@@ -63,6 +63,6 @@ class EnvironmentExtension:
             raise not_found(f"session {session_id!r} not found")
         view = self.access.get_session(Principal("api_actor", self.access.admin_key_id), session_id)
         status, last_change = self.events.status_and_last_change(session_id)
-        with self.envs.db.read_one() as tx:
+        with self.envs.db.read_each() as tx:
             environment_id = tx.environment_of_session(session_id)
         return session_object(view, environment_id=environment_id, status=status, last_change=last_change)

@@ -77,7 +77,7 @@ class EnvironmentService:
         if x_api_key is None and authorization is not None:
             token = parse_bearer(authorization)
             if token is not None and token.startswith(ENVIRONMENT_KEY_PREFIX):
-                with self.db.read_one() as tx:
+                with self.db.read_each() as tx:
                     env_id = tx.environment_of_key(token_hash(token))
                 if env_id is None:
                     raise unauthenticated("invalid environment key: unknown or revoked")
@@ -106,7 +106,7 @@ class EnvironmentService:
             return True
         if c.kind != "environment" or c.environment_id is None:
             return False
-        with self.db.read_one() as tx:
+        with self.db.read_each() as tx:
             return tx.session_in_environment(session_id, c.environment_id)
 
     # --- environments and keys ------------------------------------------------------------------------------

@@ -194,7 +194,7 @@ class WorkItems:
             raise invalid(f"block_ms must be between 1 and {wl.BLOCK_MS_MAX}, got {block_ms}")
         if reclaim_ms is not None and reclaim_ms < 0:
             raise invalid(f"reclaim_older_than_ms must not be negative, got {reclaim_ms}")
-        with self.db.read_one() as tx:
+        with self.db.read_each() as tx:
             if environment_row(tx, env_id).archived_at is not None:
                 # a 400, which pollers treat as final (a 409 would be retried forever)
                 raise ApiError(

@@ -3,7 +3,8 @@ delete."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header
 from fastapi.responses import Response
@@ -11,6 +12,24 @@ from fastapi.responses import Response
 from memsync.server.http.deps import Beta, Body, Caller, PagingQuery, ViewQuery
 from memsync.server.http.envelope import JSONResponse
 from memsync.server.stores.service import StoreService
+
+
+def _validators(etag: str) -> dict[str, str]:
+    return {"etag": etag, "cache-control": "private, no-cache"}
+
+
+def listing_response(body: dict[str, Any] | None, etag: str) -> Response:
+    """A listing page with its validators, or 304 (``body`` None: the client's copy is current)."""
+    if body is None:
+        return Response(status_code=304, headers=_validators(etag))
+    return JSONResponse(body, headers=_validators(etag))
+
+
+async def send_not_modified(send: Callable[[dict[str, Any]], Awaitable[None]], etag: str) -> None:
+    """The 304 of ``listing_response``, sent as the two ASGI messages themselves (the probe's fast path)."""
+    headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in _validators(etag).items()]
+    await send({"type": "http.response.start", "status": 304, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})
 
 
 def router(service: StoreService) -> APIRouter:
@@ -43,10 +62,7 @@ def router(service: StoreService) -> APIRouter:
             depth=depth,
             if_none_match=if_none_match,
         )
-        headers = {"etag": etag, "cache-control": "private, no-cache"}
-        if body is None:
-            return Response(status_code=304, headers=headers)
-        return JSONResponse(body, headers=headers)
+        return listing_response(body, etag)
 
     @router.get("/v1/memory_stores/{store_id}/memories/{memory_id}")
     def get_memory(

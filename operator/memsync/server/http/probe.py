@@ -1,20 +1,27 @@
 """The sync sidecar's conditional probe, answered without the framework's per-request work.
 
-Every sidecar asks every store, every interval, ``GET /v1/memory_stores/{id}/memories?limit=N`` with
-``If-None-Match``; almost always the answer is a bodiless 304. Routing that request through FastAPI (route
-matching over every route, dependency resolution, query and header validation) cost more than the answer
-itself (a profile of the 304 path: about 60 % of the server's CPU per request). This middleware recognises
-exactly that request (GET, that path, ``If-None-Match``, no query parameter but ``beta`` and a plain
-``limit``) and answers it with the same service call the route makes (``StoreService.list_memories``: the
-same checks, the same ETag, a full page when the ETag is stale), authenticating the caller in the same
-threadpool hop when its credential is not cached. Anything else, or any doubt, goes the ordinary way.
+Every sidecar asks every store, every interval, ``GET /v1/memory_stores/{id}/memories?view=basic&limit=1``
+with ``If-None-Match`` (``StoreClient.probe_memories``); almost always the answer is a bodiless 304. Routing
+that request through FastAPI (route matching over every route, dependency resolution, query and header
+validation) cost more than the answer itself (a profile of the 304 path: about 60 % of the server's CPU per
+request). This middleware recognises exactly that request (GET, that path, ``If-None-Match``, no query
+parameter but ``beta``, a plain ``limit`` and a known ``view``) and answers it with the same service call the
+route makes (``StoreService.list_memories``: the same checks, the same ETag, a full page when the ETag is
+stale), authenticating the caller in the same threadpool hop when its credential is not cached. Anything
+else, or any doubt, goes the ordinary way.
+
+Where the database can read without waiting (SQLite in WAL mode: ``Database.read_now``), the unchanged
+case is decided on the event loop itself (the credential, when not cached, and the store's change marker:
+indexed statements of tens of microseconds): under load the threadpool hop, not the work, was most of a
+probe's cost, since every worker thread must win the GIL back from the busy event loop after its statement.
+A changed listing or a busy database takes the threadpool as before.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple, get_args
 from urllib.parse import parse_qsl
 
 from fastapi import APIRouter
@@ -22,9 +29,12 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 from starlette.routing import BaseRoute
 
+from memsync.api.models import View
 from memsync.server.access import AccessService
 from memsync.server.errors import ApiError
-from memsync.server.http.envelope import JSONResponse, error_response
+from memsync.server.http.envelope import error_response
+from memsync.server.http.memories import listing_response, send_not_modified
+from memsync.server.storage.database import WouldWait
 from memsync.server.stores.service import StoreService
 
 Scope = MutableMapping[str, Any]
@@ -35,12 +45,21 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 LISTING: Final = "/v1/memory_stores/{store_id}/memories"
 _PATH: Final = re.compile(r"/v1/memory_stores/([^/]+)/memories")
-_ALLOWED_PARAMS: Final = frozenset({"beta", "limit"})
+_ALLOWED_PARAMS: Final = frozenset({"beta", "limit", "view"})
+_VIEWS: Final = frozenset(get_args(View))
 
 
-def probe_request(scope: Scope) -> tuple[str, int | None, str, str | None, str | None] | None:
-    """``(store_id, limit, if_none_match, x_api_key, authorization)`` when the request is the plain
-    conditional probe; None for anything else."""
+class Probe(NamedTuple):
+    store_id: str
+    view: str | None
+    limit: int | None
+    if_none_match: str
+    x_api_key: str | None
+    authorization: str | None
+
+
+def probe_request(scope: Scope) -> Probe | None:
+    """The plain conditional probe's parts, or None for any other request."""
     if scope.get("method") != "GET":
         return None
     match = _PATH.fullmatch(scope.get("path", ""))
@@ -58,12 +77,16 @@ def probe_request(scope: Scope) -> tuple[str, int | None, str, str | None, str |
     names = [name for name, _ in params]
     if len(set(names)) != len(names) or not set(names) <= _ALLOWED_PARAMS:
         return None
-    limit_text = dict(params).get("limit")
+    given = dict(params)
+    limit_text, view = given.get("limit"), given.get("view")
     if limit_text is not None and not (limit_text.isascii() and limit_text.isdigit() and len(limit_text) < 6):
         return None
+    if view is not None and view not in _VIEWS:
+        return None
     key, auth = headers.get(b"x-api-key"), headers.get(b"authorization")
-    return (
+    return Probe(
         match.group(1),
+        view,
         int(limit_text) if limit_text is not None else None,
         if_none_match.decode("latin-1"),
         key.decode("latin-1") if key is not None else None,
@@ -95,16 +118,30 @@ class ProbeMiddleware:
         if probe is None:
             await self.app(scope, receive, send)
             return
-        store_id, limit, if_none_match, x_api_key, authorization = probe
+        store_id, view, limit, if_none_match, x_api_key, authorization = probe
         scope["route"] = self.route  # the access log and the metrics name the route template, as ever
         cached = self.access.cached(x_api_key, authorization)
+        if self.service.db.reads_without_waiting:
+            try:  # on the event loop: statements that cannot wait, no thread hop
+                caller = cached or self.access.authenticate_now(x_api_key, authorization)
+                unchanged = self.service.first_page_unchanged(
+                    caller, store_id, view=view, limit=limit, if_none_match=if_none_match
+                )
+            except WouldWait:
+                unchanged = None
+            except ApiError as err:
+                await error_response(err, scope.get("state", {}).get("request_id"))(scope, receive, send)
+                return
+            if unchanged is not None:
+                await send_not_modified(send, unchanged)
+                return
 
         def answer() -> tuple[dict[str, Any] | None, str]:
             caller = cached if cached is not None else self.access.authenticate(x_api_key, authorization)
             return self.service.list_memories(
                 caller,
                 store_id,
-                view=None,
+                view=view,
                 limit=limit,
                 page=None,
                 path_prefix=None,
@@ -118,10 +155,5 @@ class ProbeMiddleware:
         except ApiError as err:
             response = error_response(err, scope.get("state", {}).get("request_id"))
         else:
-            headers = {"etag": etag, "cache-control": "private, no-cache"}
-            response = (
-                Response(status_code=304, headers=headers)
-                if body is None
-                else JSONResponse(body, headers=headers)
-            )
+            response = listing_response(body, etag)
         await response(scope, receive, send)

@@ -31,6 +31,7 @@ from memsync.server.storage.rows import (
     SessionRow,
     StoreRow,
     VersionRow,
+    WouldWait,
 )
 from memsync.server.storage.store_queries import AccessQueries, MemoryQueries, StoreQueries, VersionQueries
 
@@ -45,6 +46,7 @@ __all__ = [
     "StoreRow",
     "Tx",
     "VersionRow",
+    "WouldWait",
     "apply_migrations",
     "ensure_secret",
 ]
@@ -73,10 +75,22 @@ class Database(ABC):
     def read(self) -> AbstractContextManager[Tx]:
         """A consistent snapshot for reads."""
 
-    def read_one(self) -> AbstractContextManager[Tx]:
-        """For a single statement: no explicit transaction where the backend does not need one (one
-        statement is atomic on its own), saving PostgreSQL two round trips."""
+    def read_each(self) -> AbstractContextManager[Tx]:
+        """For reads whose statements need no common snapshot (one statement, or rows written together in
+        one transaction and never changed after): each statement is its own transaction, which saves
+        PostgreSQL the two round trips of an explicit one."""
         return self.read()
+
+    #: Whether ``read_now`` can answer: one statement on the calling thread, with no network round trip and
+    #: no wait for a lock, so the event loop may run it itself (SQLite in WAL mode: a reader never waits for
+    #: a writer). PostgreSQL cannot promise that: every statement is a round trip.
+    reads_without_waiting = False
+
+    def read_now(self) -> AbstractContextManager[Tx]:
+        """``read_each`` for the event loop: its statements return at once or raise ``WouldWait`` (the
+        database is busy: run the read the ordinary way, in the threadpool). Only where
+        ``reads_without_waiting``."""
+        raise WouldWait(f"{self.backend} reads may wait")
 
     @abstractmethod
     def write(self) -> AbstractContextManager[Tx]:

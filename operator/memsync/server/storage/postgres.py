@@ -134,9 +134,9 @@ class PgDatabase(Database):
             yield tx
 
     @contextmanager
-    def read_one(self) -> Iterator[Tx]:
+    def read_each(self) -> Iterator[Tx]:
         with self.pool.connection() as conn:
-            yield PgTx(conn)  # autocommit: the statement is its own transaction
+            yield PgTx(conn)  # autocommit: each statement is its own transaction
 
     def pool_stats(self) -> dict[str, int]:
         stats = self.pool.get_stats()

@@ -24,6 +24,11 @@ class DuplicateKeyError(Exception):
     """A write hit a unique key (a session id that already exists, say)."""
 
 
+class WouldWait(Exception):
+    """A read that must not wait (``Database.read_now``) would have had to: the caller takes its ordinary
+    path, off the event loop."""
+
+
 @dataclass(frozen=True)
 class StoreRow:
     seq: int

@@ -28,6 +28,7 @@ from memsync.server.storage.database import (
     DuplicateKeyError,
     Row,
     Tx,
+    WouldWait,
     apply_migrations,
     ensure_secret,
 )
@@ -103,18 +104,21 @@ class SqliteDatabase(Database):
         return f"sqlite:{self.path}"
 
     def conn(self) -> sqlite3.Connection:
+        """This thread's connection (waits up to the busy timeout for a lock)."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn
+        if conn is None:
+            conn = self._local.conn = self._connect(self._busy_timeout_ms)
+        return conn
+
+    def _connect(self, busy_timeout_ms: int) -> sqlite3.Connection:
         if self._closed:
             raise RuntimeError("database is closed")
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
         conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("PRAGMA foreign_keys = ON")
-        self._local.conn = conn
         with self._all_lock:
             self._all.append(conn)
         return conn
@@ -156,3 +160,24 @@ class SqliteDatabase(Database):
         finally:
             if conn.in_transaction:
                 conn.execute("COMMIT")
+
+    @contextmanager
+    def read_each(self) -> Iterator[Tx]:
+        yield SqliteTx(self.conn())  # autocommit: each statement is its own (snapshot) transaction
+
+    reads_without_waiting = True
+
+    @contextmanager
+    def read_now(self) -> Iterator[Tx]:
+        """Statements on this thread's second connection, whose busy timeout is 0: in WAL mode a
+        reader does not wait for writers, and in the rare moments it would (a checkpoint resetting the log,
+        another process recovering it) SQLite answers BUSY at once, which is ``WouldWait``."""
+        conn: sqlite3.Connection | None = getattr(self._local, "now", None)
+        if conn is None:
+            conn = self._local.now = self._connect(0)
+        try:
+            yield SqliteTx(conn)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                raise WouldWait(str(exc)) from None
+            raise

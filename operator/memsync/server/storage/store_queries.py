@@ -113,6 +113,12 @@ class StoreQueries(TxCore):
         row = self.one(f"SELECT {_STORE_COLS} FROM stores WHERE id = ?", (store_id,))  # noqa: S608
         return None if row is None else self._store(row)
 
+    def store_change(self, store_id: str) -> tuple[str, int] | None:
+        """The store's change marker (``change_id``, ``change_seq``), all a listing's ETag needs of it; None
+        when there is no such store."""
+        row = self.one("SELECT change_id, change_seq FROM stores WHERE id = ?", (store_id,))
+        return None if row is None else (str(row["change_id"]), int(row["change_seq"]))
+
     def list_stores(
         self,
         *,

@@ -7,6 +7,7 @@ import time
 from memsync.api.constants import MAX_MEMORIES_PER_STORE
 from memsync.server.access import Principal
 from memsync.server.errors import (
+    ApiError,
     conflict,
     forbidden,
     not_found,
@@ -40,7 +41,7 @@ class ServiceCore:
         access = p.access_to(store_id)
         row = tx.get_store(store_id, lock=write or lock) if access is not None else None
         if row is None:
-            raise not_found(f"memory store {store_id!r} not found")
+            raise _unreachable(store_id)
         if write:
             if access == "read_only":
                 raise forbidden(
@@ -50,6 +51,14 @@ class ServiceCore:
             if row.archived_at is not None:
                 raise conflict(f"memory store {store_id} is archived and read-only; writes are refused")
         return row
+
+    @staticmethod
+    def _change_for(tx: Tx, p: Principal, store_id: str) -> tuple[str, int]:
+        """The store's change marker for a read, checked for reach as ``_store_for`` checks it (404)."""
+        change = tx.store_change(store_id) if p.access_to(store_id) is not None else None
+        if change is None:
+            raise _unreachable(store_id)
+        return change
 
     # --- cursors ------------------------------------------------------------------------------------------
 
@@ -61,3 +70,8 @@ class ServiceCore:
     def _next_page(self, position: str | int, query: dict[str, object]) -> str:
         state = CursorState(position, query_fingerprint(query), int(time.time()) + self.cursor_ttl_s)
         return encode_cursor(self.db.cursor_key, state)
+
+
+def _unreachable(store_id: str) -> ApiError:
+    """Unknown, or not attached to the caller's session: the same answer, so a session learns nothing."""
+    return not_found(f"memory store {store_id!r} not found")

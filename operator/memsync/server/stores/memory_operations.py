@@ -18,7 +18,7 @@ from memsync.server.errors import (
     precondition_failed,
 )
 from memsync.server.ids import MEMORY_PREFIX, VERSION_PREFIX, new_id, now_ts
-from memsync.server.storage.database import MemoryRow, StoreRow, Tx, VersionRow
+from memsync.server.storage.database import MemoryRow, Tx, VersionRow
 from memsync.server.stores import rules
 from memsync.server.stores.core import ServiceCore
 from memsync.server.stores.serialize import memory_json, page_json, prefix_json
@@ -198,31 +198,23 @@ class MemoryOperations(ServiceCore):
         n = rules.resolve_limit(limit, shown)
         prefix = rules.validate_list_prefix(path_prefix)
         level = rules.resolve_depth(depth)
-        query: dict[str, object] = {
-            "kind": "memories",
-            "store": store_id,
-            "prefix": prefix,
-            "depth": level,
-            "view": shown,
-        }
+        query = _listing_query(store_id, prefix, level, shown)
         position = self._position(page, query)
         if position is not None and not isinstance(position, str):
             raise invalid("page cursor does not belong to a memory listing")
         upper = rules.prefix_upper_bound(prefix)
         with_content = shown == "full"
 
-        def etag_of(store: StoreRow) -> str:
-            return rules.listing_etag(
-                store.id, store.change_id, store.change_seq, query=query, limit=n, position=position
-            )
+        def etag_of(change: tuple[str, int]) -> str:
+            return rules.listing_etag(store_id, *change, query=query, limit=n, position=position)
 
         if if_none_match is not None:  # the common case of a polling client: one statement, no memory read
-            with self.db.read_one() as tx:
-                etag = etag_of(self._store_for(tx, p, store_id, write=False))
+            with self.db.read_each() as tx:
+                etag = etag_of(self._change_for(tx, p, store_id))
             if rules.etag_matches(if_none_match, etag):
                 return None, etag
         with self.db.read() as tx:
-            etag = etag_of(self._store_for(tx, p, store_id, write=False))  # the page's own snapshot
+            etag = etag_of(self._change_for(tx, p, store_id))  # the page's own snapshot
 
             def fetch(bound: str, inclusive: bool, count: int) -> list[MemoryRow]:
                 return tx.memories_from(
@@ -244,3 +236,24 @@ class MemoryOperations(ServiceCore):
             else None
         )
         return page_json(items, next_page), etag
+
+    def first_page_unchanged(
+        self, p: Principal, store_id: str, *, view: str | None, limit: int | None, if_none_match: str
+    ) -> str | None:
+        """The sidecar's probe (the first page of the default listing, ``If-None-Match``) answered by
+        ``Database.read_now`` on the calling thread: the ETag when ``if_none_match`` names it (a 304, exactly
+        as ``list_memories`` decides it), None when the page changed. Raises ``WouldWait`` when the database
+        cannot answer at once, and the same errors as ``list_memories``."""
+        shown = rules.resolve_view(view, "basic")
+        n = rules.resolve_limit(limit, shown)
+        query = _listing_query(store_id, rules.validate_list_prefix(None), rules.resolve_depth(None), shown)
+        with self.db.read_now() as tx:
+            change = self._change_for(tx, p, store_id)
+        etag = rules.listing_etag(store_id, *change, query=query, limit=n, position=None)
+
+        return etag if rules.etag_matches(if_none_match, etag) else None
+
+
+def _listing_query(store_id: str, prefix: str, depth: int, view: str) -> dict[str, object]:
+    """What a memory listing's cursor and ETag are bound to (besides the page size and position)."""
+    return {"kind": "memories", "store": store_id, "prefix": prefix, "depth": depth, "view": view}

@@ -7,6 +7,7 @@ data) or returns a value; none touches the database or the network.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import unicodedata
@@ -333,6 +334,13 @@ def listing_etag(
     change counter and the id of its latest memory write, bumped in the write's transaction) and differs
     between queries, page sizes and positions. The change id is random, so a database restored to an older
     state and written again never repeats an ETag it handed out before."""
+    return _listing_etag((store_id, change_id, change_seq, tuple(sorted(query.items())), limit, position))
+
+
+@functools.lru_cache(maxsize=4096)
+def _listing_etag(key: tuple[str, str, int, tuple[tuple[str, object], ...], int, object]) -> str:
+    """Remembered: every sidecar probing a store asks for the same few ETags until the store changes."""
+    store_id, change_id, change_seq, query, limit, position = key
     canonical = json.dumps(
         [store_id, change_id, change_seq, dict(query), limit, position], sort_keys=True, default=str
     )
