@@ -123,7 +123,9 @@ class ProbeMiddleware:
         cached = self.access.cached(x_api_key, authorization)
         if self.service.db.reads_without_waiting:
             try:  # on the event loop: statements that cannot wait, no thread hop
-                caller = cached or self.access.authenticate_now(x_api_key, authorization)
+                caller = (
+                    cached if cached is not None else self.access.authenticate_now(x_api_key, authorization)
+                )
                 unchanged = self.service.first_page_unchanged(
                     caller, store_id, view=view, limit=limit, if_none_match=if_none_match
                 )
