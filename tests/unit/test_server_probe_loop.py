@@ -209,3 +209,25 @@ def _patched_rows(monkeypatch: pytest.MonkeyPatch, rows: Any) -> Iterator[None]:
 
         patch.setattr(SqliteTx, "rows", rows)
         yield
+
+
+def test_busy_while_opening_the_loops_connection_is_would_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = SqliteDatabase(tmp_path / "store.db")
+    try:
+        real = SqliteDatabase._connect
+
+        def busy_once(self: SqliteDatabase, busy_timeout_ms: int) -> sqlite3.Connection:
+            monkeypatch.setattr(SqliteDatabase, "_connect", real)
+            error = sqlite3.OperationalError("database is locked")
+            error.sqlite_errorcode = sqlite3.SQLITE_BUSY
+            raise error
+
+        monkeypatch.setattr(SqliteDatabase, "_connect", busy_once)
+        with pytest.raises(WouldWait), db.read_now() as tx:
+            tx.meta("schema_version")
+        with db.read_now() as tx:  # the next request opens it
+            assert tx.meta("schema_version") == str(db.schema_version)
+    finally:
+        db.close()

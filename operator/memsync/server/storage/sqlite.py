@@ -113,12 +113,18 @@ class SqliteDatabase(Database):
     def _connect(self, busy_timeout_ms: int) -> sqlite3.Connection:
         if self._closed:
             raise RuntimeError("database is closed")
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
-        conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA foreign_keys = ON")
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
+        )
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except BaseException:
+            conn.close()
+            raise
         with self._all_lock:
             self._all.append(conn)
         return conn
@@ -172,10 +178,10 @@ class SqliteDatabase(Database):
         """Statements on this thread's second connection, whose busy timeout is 0: in WAL mode a
         reader does not wait for writers, and in the rare moments it would (a checkpoint resetting the log,
         another process recovering it) SQLite answers BUSY at once, which is ``WouldWait``."""
-        conn: sqlite3.Connection | None = getattr(self._local, "now", None)
-        if conn is None:
-            conn = self._local.now = self._connect(0)
         try:
+            conn: sqlite3.Connection | None = getattr(self._local, "now", None)
+            if conn is None:  # made here, so that BUSY while setting it up is WouldWait too
+                conn = self._local.now = self._connect(0)
             yield SqliteTx(conn)
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
