@@ -128,6 +128,18 @@ def pod(namespace: str, name: str) -> dict[str, Any] | None:
     return json.loads(out) if out.strip() else None
 
 
+async def created_pod(namespace: str, name: str, timeout: float = 120) -> dict[str, Any]:
+    """The Pod once the operator has created it: ``start_session`` returns when the SessionMemory exists,
+    and its Pod appears only after the operator's first reconcile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = pod(namespace, name)
+        if found is not None:
+            return found
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"the operator never created Pod {namespace}/{name}")
+
+
 def evict(namespace: str, pod_name: str) -> None:
     """Evict the Pod through the Eviction API (what a drain does)."""
     eviction = {

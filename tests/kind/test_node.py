@@ -44,6 +44,7 @@ from .scenario import (
     agent,
     agent_report,
     condition,
+    created_pod,
     evict,
     pod,
     pod_status,
@@ -396,7 +397,7 @@ async def test_the_stores_folder_over_its_size_limit_gets_the_pod_evicted(
         interval=5,
         sync={"memoryVolumeSizeLimit": "4Mi"},
     )
-    spec = (pod(namespace, pod_name) or {})["spec"]
+    spec = (await created_pod(namespace, pod_name))["spec"]
     memory = next(v for v in spec["volumes"] if v["name"] == "memory")
     sync = next(c for c in spec["initContainers"] if c["name"] == "memsync-sync")
     assert memory["emptyDir"] == {"sizeLimit": "4Mi"}
