@@ -10,7 +10,7 @@ from memsync.api.models import (
     UpdateMemoryRequest,
 )
 from memsync.server import bodies
-from memsync.server.access import Principal
+from memsync.server.access import Principal, Reader
 from memsync.server.errors import (
     invalid,
     not_found,
@@ -205,16 +205,14 @@ class MemoryOperations(ServiceCore):
         upper = rules.prefix_upper_bound(prefix)
         with_content = shown == "full"
 
-        def etag_of(change: tuple[str, int]) -> str:
-            return rules.listing_etag(store_id, *change, query=query, limit=n, position=position)
-
         if if_none_match is not None:  # the common case of a polling client: one statement, no memory read
-            with self.db.read_each() as tx:
-                etag = etag_of(self._change_for(tx, p, store_id))
-            if rules.etag_matches(if_none_match, etag):
-                return None, etag
+            unchanged = self._unchanged_etag(
+                self.db.read_each, p, store_id, query, limit=n, position=position, if_none_match=if_none_match
+            )
+            if unchanged is not None:
+                return None, unchanged
         with self.db.read() as tx:
-            etag = etag_of(self._change_for(tx, p, store_id))  # the page's own snapshot
+            etag = self._etag(tx, p, store_id, query, limit=n, position=position)  # the page's own snapshot
 
             def fetch(bound: str, inclusive: bool, count: int) -> list[MemoryRow]:
                 return tx.memories_from(
@@ -247,11 +245,35 @@ class MemoryOperations(ServiceCore):
         shown = rules.resolve_view(view, "basic")
         n = rules.resolve_limit(limit, shown)
         query = _listing_query(store_id, rules.validate_list_prefix(None), rules.resolve_depth(None), shown)
-        with self.db.read_now() as tx:
-            change = self._change_for(tx, p, store_id)
-        etag = rules.listing_etag(store_id, *change, query=query, limit=n, position=None)
+        return self._unchanged_etag(
+            self.db.read_now, p, store_id, query, limit=n, position=None, if_none_match=if_none_match
+        )
 
+    def _unchanged_etag(
+        self,
+        read: Reader,
+        p: Principal,
+        store_id: str,
+        query: dict[str, object],
+        *,
+        limit: int,
+        position: object,
+        if_none_match: str,
+    ) -> str | None:
+        """The page's current ETag when ``if_none_match`` names it (a 304), else None: one statement read
+        through ``read``, no memory read."""
+        with read() as tx:
+            etag = self._etag(tx, p, store_id, query, limit=limit, position=position)
         return etag if rules.etag_matches(if_none_match, etag) else None
+
+    def _etag(
+        self, tx: Tx, p: Principal, store_id: str, query: dict[str, object], *, limit: int, position: object
+    ) -> str:
+        """A listing page's ETag from the store's change marker (read in ``tx``, checked for reach)."""
+        change_id, change_seq = self._change_for(tx, p, store_id)
+        return rules.listing_etag(
+            store_id, change_id, change_seq, query=query, limit=limit, position=position
+        )
 
 
 def _listing_query(store_id: str, prefix: str, depth: int, view: str) -> dict[str, object]:
