@@ -13,7 +13,7 @@ microseconds per request, so the load generator takes little of the two cores it
   their scheduled send time, how many were shed (503/429) and how fast that answer came, and every other
   outcome (which must be 0).
 
-Run with the server's defaults (``--max-in-flight 32``) unless ``--max-in-flight`` is given.
+Run with the server's defaults (``--max-in-flight 32``, ``--max-loop-lag 0.05``) unless given.
 """
 
 from __future__ import annotations
@@ -246,6 +246,8 @@ def run(cells: list[tuple[str, str, int]], admin_key: str, work: Path, args: Any
     """``cells``: (name, database, workers)."""
     rows = []
     extra = ("--max-in-flight", str(args.max_in_flight)) if args.max_in_flight is not None else ()
+    if args.max_loop_lag is not None:
+        extra += ("--max-loop-lag", str(args.max_loop_lag))
     for name, database, workers in cells:
         with server(database, admin_key, work / f"rate-{name}.log", workers, extra) as port:
             target = prepare(port, admin_key)
@@ -320,6 +322,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overload", action="store_true", help="--floor, then the probe at twice its rate")
     parser.add_argument("--rate-seconds", type=float, default=5.0, help="seconds per --floor measurement")
     parser.add_argument("--max-in-flight", type=int, default=None, help="--floor/--overload: the bound")
+    parser.add_argument(
+        "--max-loop-lag", type=float, default=None, help="--floor/--overload: the lag bound (seconds)"
+    )
+    parser.add_argument(
+        "--servers", default=None, help="--floor/--overload: only these, comma-separated (sqlite-1,pg-2w)"
+    )
 
 
 def main(args: Any, admin_key: str, work: Path) -> None:
@@ -335,6 +343,8 @@ def main(args: Any, admin_key: str, work: Path) -> None:
     else:
         pg = PostgresServer(bin_dir, durable=True).start()
         cells += [("pg-1", pg.new_database("rate1"), 1), ("pg-2w", pg.new_database("rate2w"), 2)]
+    if args.servers:
+        cells = [cell for cell in cells if cell[0] in args.servers.split(",")]
     started, load_before = time.monotonic(), f"{os.getloadavg()[0]:.2f}"
     try:
         rows = run(cells, admin_key, work, args)
@@ -342,10 +352,12 @@ def main(args: Any, admin_key: str, work: Path) -> None:
         if pg is not None:
             pg.stop()
     bound = args.max_in_flight if args.max_in_flight is not None else "default (32)"
+    lag = f"{args.max_loop_lag:g} s" if args.max_loop_lag is not None else "default (0.05 s)"
     print(
         f"memsync store server rate against its floor — {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, CPython "
         f"{platform.python_version()}, {os.cpu_count()} CPUs (load generator on the same machine), "
         f"{CONNECTIONS} connections, {args.rate_seconds:g} s per measurement, --max-in-flight {bound}, "
+        f"--max-loop-lag {lag}, "
         f"{time.monotonic() - started:.0f} s in all; load average before/after: {load_before} / "
         f"{os.getloadavg()[0]:.2f}\n"
     )

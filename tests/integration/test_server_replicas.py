@@ -55,7 +55,8 @@ def replicas(postgres: PostgresServer, tmp_path: Path) -> Iterator[tuple[StoreAp
 
 def _wait_for_status(call: object, status: int, timeout_s: float = 15.0) -> httpx.Response:
     """Repeat ``call()`` until it answers ``status`` (a revocation reaches the other replica within its
-    credential cache time); the last response otherwise."""
+    credential cache time, a store's change when the database's announcement of it arrives); the last
+    response otherwise."""
     assert callable(call)
     deadline = time.monotonic() + timeout_s
     while True:
@@ -104,8 +105,12 @@ def test_writes_on_one_replica_are_read_paged_and_preconditioned_on_the_other(
     assert etag_a == etag_b
     not_modified = b.admin("GET", f"/v1/memory_stores/{store}/memories", headers={"if-none-match": etag_a})
     assert not_modified.status_code == 304
+    # (b answers the probe from the marker it remembers: it forgets it when the database announces a's
+    # commit, a matter of milliseconds)
     a.create(store, "/notes/new.md", "new")
-    changed = b.admin("GET", f"/v1/memory_stores/{store}/memories", headers={"if-none-match": etag_a})
+    changed = _wait_for_status(
+        lambda: b.admin("GET", f"/v1/memory_stores/{store}/memories", headers={"if-none-match": etag_a}), 200
+    )
     assert changed.status_code == 200
     assert changed.headers["etag"] != etag_a
 

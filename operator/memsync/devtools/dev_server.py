@@ -49,7 +49,9 @@ class EmbeddedServer:
                 f"the embedded store server: {exc} (choose another with --port)"
             ) from exc
         app = create_app(self.db_path, self.admin_key, self.url, access_logs=False)
-        self._server = _ThreadServer(uvicorn_config(app, host=self.host, port=self.port))
+        # One developer's sessions, in the process that also runs their sync: the loop is late whenever the
+        # sync is busy, which is no overload, so nothing is refused for lag here.
+        self._server = _ThreadServer(uvicorn_config(app, host=self.host, port=self.port, max_loop_lag_s=0))
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._socket]}, name="memsync-dev-store", daemon=True
         )

@@ -1,4 +1,5 @@
-"""The store server's HTTP/1.1 connections: uvicorn's httptools (or h11) protocol, with a read deadline.
+"""The store server's HTTP/1.1 connections: uvicorn's httptools (or h11) protocol, with a read deadline and
+(httptools) the event-loop lag's refusals.
 
 uvicorn closes idle keep-alive connections, but nothing bounds how long a request may take to *arrive*: a
 client that connects and sends nothing, or half its headers, or half its body, holds a connection (and,
@@ -6,6 +7,11 @@ mid-body, a request task) forever. Here every request must arrive in full, heade
 ``read_timeout_s`` of its first byte (of the connection being opened, for the first request); otherwise the
 connection is closed and one INFO line says so. Time the application spends on a request that has fully
 arrived is not counted.
+
+On httptools, a request whose headers are read while the event loop is more than ``max_loop_lag_s`` late
+(``http.loop_lag``) is answered 503 right here, instead of starting its ASGI task: the cheapest answer the
+process can give, which is what lets it refuse a crowd faster than the crowd arrives. The pure-Python h11
+protocol (``--http h11``, a fallback) does not refuse by lag.
 """
 
 from __future__ import annotations
@@ -17,9 +23,11 @@ from typing import Any
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from memsync.api.constants import SERVER_IDLE_KEEPALIVE_S
+from memsync.server.http.admission import SHED
+from memsync.server.http.loop_lag import DEFAULT_MAX_LAG_S, LAG_REASON, LoopLag, refusal, refuses
 
 logger = logging.getLogger("memsync.server")
 
@@ -32,6 +40,7 @@ class _ReadDeadline:
     current request has not fully arrived."""
 
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    max_loop_lag_s: float = DEFAULT_MAX_LAG_S  # refusals by lag: the httptools protocol's alone
     _read_deadline: asyncio.TimerHandle | None = None
     loop: asyncio.AbstractEventLoop
     transport: asyncio.Transport
@@ -105,6 +114,26 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
 
     _incomplete = True
     _headers_done = False
+    _lag: LoopLag | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if self.max_loop_lag_s > 0:
+            self._lag = LoopLag.of(self.loop)
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        """uvicorn starts each request's ASGI task here (a pipelined one too, later): refuse it instead
+        while the loop is too late."""
+        lag = self._lag
+        if lag is not None and refuses(cycle.scope["path"], lag.behind(), self.max_loop_lag_s):
+            SHED.labels(LAG_REASON).inc()
+            cycle.response_started = cycle.response_complete = True  # the body, if any, is read and dropped
+            self.transport.write(refusal(self.server_state.default_headers, keep_alive=cycle.keep_alive))
+            if not cycle.keep_alive:
+                self.transport.close()
+            cycle.on_response()  # as uvicorn does after a response: keep-alive timer, pipelined requests
+            return
+        super()._start_asgi_task(cycle, app)
 
     def on_message_begin(self) -> None:
         self._incomplete, self._headers_done = True, False
@@ -131,12 +160,17 @@ HTTP_IMPLEMENTATIONS: dict[str, type[_ReadDeadline]] = {
 }
 
 
-def protocol_with_read_timeout(read_timeout_s: float, http: str = "httptools") -> type[_ReadDeadline]:
-    """A protocol class for ``uvicorn.Config(http=...)`` with this deadline (uvicorn instantiates it)."""
+def protocol_class(
+    read_timeout_s: float, http: str = "httptools", max_loop_lag_s: float = DEFAULT_MAX_LAG_S
+) -> type[_ReadDeadline]:
+    """A protocol class for ``uvicorn.Config(http=...)`` with this deadline and lag bound (0: requests are
+    not refused by lag); uvicorn instantiates it."""
     if read_timeout_s <= 0:
         raise ValueError("the request read timeout must be positive")
+    if max_loop_lag_s < 0:
+        raise ValueError("the event loop's lag bound must be 0 (off) or positive")
     base = HTTP_IMPLEMENTATIONS[http]
-    return type(base.__name__, (base,), {"read_timeout_s": read_timeout_s})
+    return type(base.__name__, (base,), {"read_timeout_s": read_timeout_s, "max_loop_lag_s": max_loop_lag_s})
 
 
 def uvicorn_config(
@@ -147,16 +181,18 @@ def uvicorn_config(
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     http: str = "httptools",
     loop: str = "uvloop",
+    max_loop_lag_s: float = DEFAULT_MAX_LAG_S,
     **more: Any,
 ) -> uvicorn.Config:
     """How every memsync command serves the store app: our logging (no uvicorn config, no access log),
-    ``http`` (httptools' C parser, or h11) with the request-read deadline, on ``loop`` (uvloop or asyncio),
-    idle connections kept past the store client's own keep-alive (``SERVER_IDLE_KEEPALIVE_S``)."""
+    ``http`` (httptools' C parser, or h11) with the request-read deadline and the lag bound, on ``loop``
+    (uvloop or asyncio), idle connections kept past the store client's own keep-alive
+    (``SERVER_IDLE_KEEPALIVE_S``)."""
     return uvicorn.Config(
         app,
         host=host,
         port=port,
-        http=protocol_with_read_timeout(read_timeout_s, http),  # type: ignore[arg-type]
+        http=protocol_class(read_timeout_s, http, max_loop_lag_s),  # type: ignore[arg-type]
         loop=loop,
         log_config=None,
         access_log=False,

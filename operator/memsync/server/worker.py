@@ -22,6 +22,7 @@ from memsync.server.app import create_app
 from memsync.server.environments.rules import DEFAULT_FIRST_HEARTBEAT_S
 from memsync.server.environments.work import DEFAULT_LEASE_TTL_S
 from memsync.server.http.admission import DEFAULT_MAX_IN_FLIGHT, AdmissionLimits
+from memsync.server.http.loop_lag import DEFAULT_MAX_LAG_S
 from memsync.server.protocol import HTTP_IMPLEMENTATIONS
 
 SETTINGS_ENV = "MEMSYNC_STORE_WORKER_SETTINGS"
@@ -48,6 +49,7 @@ class ServeSettings:
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     max_queued: int | None = None
     max_in_flight_per_credential: int | None = None
+    max_loop_lag_s: float = DEFAULT_MAX_LAG_S
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -88,6 +90,7 @@ def app_from_env() -> FastAPI:
     settings = ServeSettings.from_env(os.environ[SETTINGS_ENV])
     configure_logging(settings.log_level, settings.log_format)  # type: ignore[arg-type]
     HTTP_IMPLEMENTATIONS[settings.http].read_timeout_s = settings.read_timeout_s
+    HTTP_IMPLEMENTATIONS[settings.http].max_loop_lag_s = settings.max_loop_lag_s  # httptools reads it
     return build_app(settings, os.environ[ADMIN_KEY_ENV])
 
 

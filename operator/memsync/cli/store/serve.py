@@ -25,6 +25,7 @@ from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, MAX_SESSION_TOKEN
 from memsync.server.environments.rules import DEFAULT_FIRST_HEARTBEAT_S
 from memsync.server.environments.work import DEFAULT_LEASE_TTL_S, LEASE_TTL_MAX_S, LEASE_TTL_MIN_S
 from memsync.server.http.admission import DEFAULT_MAX_IN_FLIGHT
+from memsync.server.http.loop_lag import DEFAULT_MAX_LAG_S
 from memsync.server.http.observe import MULTIPROC_ENV
 from memsync.server.listen import ListenError, bind
 from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
@@ -200,6 +201,16 @@ def _derived_bound(
     "are answered 429 with Retry-After (idle slots serve any caller). Default: half of --max-in-flight.",
 )
 @click.option(
+    "--max-loop-lag",
+    default=DEFAULT_MAX_LAG_S,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    envvar="MEMSYNC_STORE_MAX_LOOP_LAG",
+    show_envvar=True,
+    help="Seconds a server process's event loop may run late, busy, before new requests are answered 503 "
+    "with Retry-After at once (0: never). /healthz and /metrics are never refused.",
+)
+@click.option(
     "--access-log/--no-access-log",
     default=True,
     show_default=True,
@@ -232,6 +243,7 @@ def serve(  # noqa: PLR0913 - click passes each of the command's options as a pa
     max_in_flight: int,
     max_queued: int | None,
     max_in_flight_per_credential: int | None,
+    max_loop_lag: float,
 ) -> None:
     """Run the store server (FastAPI + uvicorn over an SQLite file or PostgreSQL)."""
     if (ssl_certfile is None) != (ssl_keyfile is None):
@@ -263,6 +275,7 @@ def serve(  # noqa: PLR0913 - click passes each of the command's options as a pa
         max_in_flight=max_in_flight,
         max_queued=max_queued,
         max_in_flight_per_credential=max_in_flight_per_credential,
+        max_loop_lag_s=max_loop_lag,
         log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()),
         log_format=_root_params(ctx).get("log_format") or "text",
     )
@@ -316,7 +329,13 @@ def run_server(
     host, port = address
     if workers == 1:
         config = uvicorn_config(
-            app, host=host, port=port, read_timeout_s=settings.read_timeout_s, http=settings.http, **tls
+            app,
+            host=host,
+            port=port,
+            read_timeout_s=settings.read_timeout_s,
+            http=settings.http,
+            max_loop_lag_s=settings.max_loop_lag_s,
+            **tls,
         )
         logger.info("store server listening", extra={"host": host, "port": port, "workers": workers})
         try:

@@ -10,11 +10,13 @@ route makes (``StoreService.list_memories``: the same checks, the same ETag, a f
 stale), authenticating the caller in the same threadpool hop when its credential is not cached. Anything
 else, or any doubt, goes the ordinary way.
 
-Where the database can read without waiting (SQLite in WAL mode: ``Database.read_now``), the unchanged
-case is decided on the event loop itself (the credential, when not cached, and the store's change marker:
-indexed statements of tens of microseconds): under load the threadpool hop, not the work, was most of a
-probe's cost, since every worker thread must win the GIL back from the busy event loop after its statement.
-A changed listing or a busy database takes the threadpool as before.
+Where the database can read without waiting (``Database.read_now``), the unchanged case is decided on the
+event loop itself: on SQLite in WAL mode the credential, when not cached, and the store's change marker are
+indexed statements of tens of microseconds; on PostgreSQL the marker comes from the process's memory
+(``storage.change_cache``) when it is there, and the credential from its cache. Under load the threadpool
+hop, not the work, was most of a probe's cost on SQLite (every worker thread must win the GIL back from the
+busy event loop after its statement), and the round trip most of it on PostgreSQL. A changed listing, a busy
+database or anything not at hand takes the threadpool as before.
 """
 
 from __future__ import annotations

@@ -81,15 +81,16 @@ class Database(ABC):
         PostgreSQL the two round trips of an explicit one."""
         return self.read()
 
-    #: Whether ``read_now`` can answer: one statement on the calling thread, with no network round trip and
-    #: no wait for a lock, so the event loop may run it itself (SQLite in WAL mode: a reader never waits for
-    #: a writer). PostgreSQL cannot promise that: every statement is a round trip.
+    #: Whether ``read_now`` can answer anything: with no network round trip and no wait for a lock, so the
+    #: event loop may run it itself. SQLite in WAL mode reads on the calling thread (a reader never waits for
+    #: a writer); PostgreSQL, where every statement is a round trip, answers only the stores' change markers
+    #: it remembers (``change_cache``).
     reads_without_waiting = False
 
     def read_now(self) -> AbstractContextManager[Tx]:
-        """``read_each`` for the event loop: its statements return at once or raise ``WouldWait`` (the
-        database is busy: run the read the ordinary way, in the threadpool). Only where
-        ``reads_without_waiting``."""
+        """``read_each`` for the event loop: what it reads returns at once or raises ``WouldWait`` (the
+        database is busy, or the answer is not at hand: run the read the ordinary way, in the threadpool).
+        Only where ``reads_without_waiting``."""
         raise WouldWait(f"{self.backend} reads may wait")
 
     @abstractmethod

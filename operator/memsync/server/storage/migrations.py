@@ -8,7 +8,8 @@ migrate once. A database newer than this code is refused rather than written wit
 Version 1 is the schema every earlier release created (its statements are idempotent, so a database made
 before versioning existed is adopted as version 1). Version 2 adds what conditional listing, expiring and
 revocable sessions tokens and named admin keys need; version 3 the self-hosted environments (their keys, the
-work queue with its leases, the session event stream).
+work queue with its leases, the session event stream); version 4 PostgreSQL's announcements of changed stores
+(nothing on SQLite, whose version still moves to 4 so both backends count the same).
 """
 
 from __future__ import annotations
@@ -29,7 +30,12 @@ class Migration:
 def for_dialect(dialect: Dialect) -> tuple[Migration, ...]:
     """The schema's steps as one backend's migrations (the same versions for every backend)."""
     return tuple(
-        Migration(step.version, step.description, tuple(dialect.render(t) for t in step.templates))
+        Migration(
+            step.version,
+            step.description,
+            tuple(dialect.render(t) for t in step.templates)
+            + (step.postgresql if dialect.name == schema.POSTGRES.name else ()),
+        )
         for step in SCHEMA
     )
 

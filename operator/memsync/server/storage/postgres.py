@@ -12,7 +12,11 @@ Semantics (the same as SQLite's, see ``database``):
   cap are decided on the truth and cannot be raced past; ``lock_admin_keys`` does the same for the admin
   keys (a table lock that plain reads do not wait for);
 - a read is one REPEATABLE READ, READ ONLY transaction: one snapshot for all its statements;
-- migrations run under a transaction-scoped advisory lock, so replicas starting together migrate once.
+- migrations run under a transaction-scoped advisory lock, so replicas starting together migrate once;
+- ``read_now`` (the event loop's reads, ``Database``) answers a store's change marker from this process's
+  :class:`ChangeCache` and nothing else: every other statement, a miss, or a cache that does not hear
+  changes now is ``WouldWait``. Markers are remembered from statement-level reads (``read_each``), never from
+  a snapshot that could predate what the cache has heard, and a write forgets its stores when it commits.
 """
 
 from __future__ import annotations
@@ -27,14 +31,17 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from memsync.server.storage import migrations
+from memsync.server.storage.change_cache import ChangeCache, Marker
 from memsync.server.storage.database import (
     Database,
     DuplicateKeyError,
     Row,
     Tx,
+    WouldWait,
     apply_migrations,
     ensure_secret,
 )
+from memsync.server.storage.pg_changes import ChangeListener
 
 MIGRATION_LOCK_ID = 0x6D656D73796E63  # an arbitrary constant, the same in every replica ("memsync")
 _QMARK = re.compile(r"\?")
@@ -51,8 +58,29 @@ def redact_url(url: str) -> str:
 
 
 class PgTx(Tx):
-    def __init__(self, conn: psycopg.Connection[dict[str, Any]]) -> None:
+    def __init__(
+        self, conn: psycopg.Connection[dict[str, Any]], *, remember: ChangeCache | None = None
+    ) -> None:
         self.conn = conn
+        self.remember = remember  # only where each statement is its own transaction (``read_each``)
+        self.changed: set[str] = set()  # the stores whose marker this transaction wrote
+
+    def store_change(self, store_id: str) -> Marker | None:
+        if self.remember is None:
+            return super().store_change(store_id)
+        generation = self.remember.generation  # before the statement: see ChangeCache.put
+        marker = super().store_change(store_id)
+        if marker is not None:
+            self.remember.put(store_id, marker, generation)
+        return marker
+
+    def store_changed(self, store_id: str, change_id: str) -> None:
+        super().store_changed(store_id, change_id)
+        self.changed.add(store_id)
+
+    def delete_store(self, store_id: str) -> None:
+        super().delete_store(store_id)
+        self.changed.add(store_id)
 
     def rows(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
         return list(self.conn.execute(_sql(sql), tuple(args)).fetchall())
@@ -75,11 +103,47 @@ class PgTx(Tx):
         return None if value is None else bytes(value).decode("utf-8")
 
 
+class CachedTx(Tx):
+    """``read_now`` on PostgreSQL: the change markers this process remembers, and no statement at all."""
+
+    def __init__(self, cache: ChangeCache) -> None:
+        self.cache = cache
+
+    def store_change(self, store_id: str) -> Marker | None:
+        marker = self.cache.get(store_id)
+        if marker is None:
+            raise WouldWait(f"the change marker of {store_id} is not remembered now")
+        return marker
+
+    def rows(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
+        raise WouldWait("a PostgreSQL statement is a network round trip")
+
+    def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
+        raise WouldWait("a PostgreSQL statement is a network round trip")
+
+    def lock_store_row(self, store_id: str) -> None:
+        raise WouldWait("a PostgreSQL statement is a network round trip")
+
+    def lock_admin_keys(self) -> None:
+        raise WouldWait("a PostgreSQL statement is a network round trip")
+
+
 class PgDatabase(Database):
     backend = "postgresql"
+    reads_without_waiting = True  # from the change cache only (``CachedTx``)
 
-    def __init__(self, url: str, *, pool_min: int = 2, pool_max: int = 10, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_min: int = 2,
+        pool_max: int = 10,
+        timeout_s: float = 30.0,
+        listen: bool = True,
+    ) -> None:
         self.url = url
+        self.changes = ChangeCache()
+        self.listener = ChangeListener(url, self.changes) if listen else None
         self.pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] = ConnectionPool(
             url,
             min_size=pool_min,
@@ -99,11 +163,15 @@ class PgDatabase(Database):
         except BaseException:
             self.pool.close()
             raise
+        if self.listener is not None:
+            self.listener.start()
 
     def describe(self) -> str:
         return redact_url(self.url)
 
     def close(self) -> None:
+        if self.listener is not None:
+            self.listener.stop()
         self.pool.close()
 
     @contextmanager
@@ -122,11 +190,15 @@ class PgDatabase(Database):
 
     @contextmanager
     def write(self) -> Iterator[Tx]:
+        tx: PgTx | None = None
         try:
             with self._transaction("BEGIN") as tx:
                 yield tx
         except psycopg.errors.UniqueViolation as exc:
             raise DuplicateKeyError(str(exc.diag.message_primary or "duplicate key")) from None
+        finally:  # committed (or not): before the write is answered, this process forgets what it wrote
+            if tx is not None and tx.changed:
+                self.changes.forget(tx.changed)
 
     @contextmanager
     def read(self) -> Iterator[Tx]:
@@ -136,7 +208,11 @@ class PgDatabase(Database):
     @contextmanager
     def read_each(self) -> Iterator[Tx]:
         with self.pool.connection() as conn:
-            yield PgTx(conn)  # autocommit: each statement is its own transaction
+            yield PgTx(conn, remember=self.changes)  # autocommit: each statement is its own transaction
+
+    @contextmanager
+    def read_now(self) -> Iterator[Tx]:
+        yield CachedTx(self.changes)
 
     def pool_stats(self) -> dict[str, int]:
         stats = self.pool.get_stats()

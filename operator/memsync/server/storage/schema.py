@@ -58,6 +58,8 @@ class SchemaStep:
     version: int
     description: str
     templates: tuple[str, ...]
+    #: Statements for PostgreSQL alone, run after the templates (not rendered: they use no column kind).
+    postgresql: tuple[str, ...] = ()
 
 
 # Version 1 is the schema every release before versioning created: its statements are idempotent (IF NOT
@@ -196,4 +198,31 @@ _V3 = SchemaStep(
     ),
 )
 
-SCHEMA: tuple[SchemaStep, ...] = (_V1, _V2, _V3)
+# Version 4: PostgreSQL announces every change of a store's change marker, and every deletion of a store,
+# to the server processes listening (``pg_changes``), which answer sidecars' probes from memory while they
+# hear them. SQLite has nothing to add (its reads never leave the process).
+_V4 = SchemaStep(
+    4,
+    "PostgreSQL: stores announce their changes (NOTIFY memsync_store_change)",
+    (),
+    postgresql=(
+        """CREATE FUNCTION memsync_store_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                PERFORM pg_notify('memsync_store_change', OLD.id);
+                RETURN NULL;
+            END
+            $$""",
+        """CREATE FUNCTION memsync_stores_truncated() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                PERFORM pg_notify('memsync_store_change', '');
+                RETURN NULL;
+            END
+            $$""",
+        """CREATE TRIGGER stores_changed AFTER UPDATE OF change_seq, change_id OR DELETE ON stores
+            FOR EACH ROW EXECUTE FUNCTION memsync_store_changed()""",
+        """CREATE TRIGGER stores_truncated AFTER TRUNCATE ON stores
+            FOR EACH STATEMENT EXECUTE FUNCTION memsync_stores_truncated()""",
+    ),
+)
+
+SCHEMA: tuple[SchemaStep, ...] = (_V1, _V2, _V3, _V4)

@@ -1,0 +1,45 @@
+"""The lag refusal's decision and its bytes: refused only past a positive bound, never the health and
+metrics endpoints; the answer is a complete HTTP/1.1 503 in the API's error envelope."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memsync.server.http.loop_lag import refusal, refuses
+
+
+@pytest.mark.parametrize(
+    ("path", "behind_s", "max_lag_s", "refused"),
+    [
+        ("/v1/memory_stores/s/memories", 0.06, 0.05, True),
+        ("/v1/memory_stores/s/memories", 0.05, 0.05, False),  # at the bound: still served
+        ("/v1/memory_stores/s/memories", -0.01, 0.05, False),
+        ("/v1/memory_stores/s/memories", 5.0, 0.0, False),  # 0: the bound is off
+        ("/healthz", 5.0, 0.05, False),
+        ("/readyz", 5.0, 0.05, False),
+        ("/metrics", 5.0, 0.05, False),
+    ],
+)
+def test_refuses(path: str, behind_s: float, max_lag_s: float, refused: bool) -> None:
+    assert refuses(path, behind_s, max_lag_s) is refused
+
+
+@pytest.mark.parametrize("keep_alive", [True, False])
+def test_refusal_is_a_whole_503_in_the_envelope(keep_alive: bool) -> None:
+    raw = refusal([(b"server", b"uvicorn")], keep_alive=keep_alive)
+    head, body = raw.split(b"\r\n\r\n", 1)
+    status, *lines = head.decode("ascii").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines)
+    assert status == "HTTP/1.1 503 Service Unavailable"
+    assert headers["server"] == "uvicorn"
+    assert headers["content-type"] == "application/json"
+    assert int(headers["content-length"]) == len(body)
+    assert headers["retry-after"] == "1"
+    assert ("connection" in headers) is not keep_alive
+    envelope = json.loads(body)
+    assert envelope["type"] == "error"
+    assert envelope["error"]["type"] == "overloaded_error"
+    assert envelope["request_id"] == headers["request-id"]
+    assert refusal([], keep_alive=True) != refusal([], keep_alive=True)  # a request id of its own each time
