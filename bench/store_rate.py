@@ -10,8 +10,9 @@ microseconds per request, so the load generator takes little of the two cores it
   rate as a fraction of the floor;
 - **overload** (``--overload``): the probe offered open loop at twice the probe's measured saturating rate,
   every request sent on its schedule whatever came back. Reported: the admitted (304) requests' p50/p99 from
-  their scheduled send time, how many were shed (503/429) and how fast that answer came, and every other
-  outcome (which must be 0).
+  their scheduled send time, how many were shed (503/429) and how fast that answer came, every other
+  outcome (which must be 0), and how late the generator itself sent (p99: its own share of the latencies,
+  when it runs short of CPU on the cores it shares with the server).
 
 Run with the server's defaults (``--max-in-flight 32``, ``--max-loop-lag 0.05``) unless given.
 """
@@ -174,6 +175,7 @@ class Overload:
     statuses: dict[int, int] = field(default_factory=dict)
     failures: int = 0  # no answer at all, or an answer other than 304/429/503
     unsent: int = 0  # the load generator's own limit (every connection busy): not sent, not the server's
+    send_lag_ms: list[float] = field(default_factory=list)  # the generator's own delay: sent after schedule
 
 
 async def open_loop(port: int, requests: list[bytes], rate: float, seconds: float) -> Overload:
@@ -185,6 +187,7 @@ async def open_loop(port: int, requests: list[bytes], rate: float, seconds: floa
     tasks: set[asyncio.Task[None]] = set()
 
     async def one(conn: Connection, raw: bytes, scheduled: float) -> None:
+        result.send_lag_ms.append((time.monotonic() - scheduled) * 1000)
         try:
             try:
                 status = await conn.request(raw)
@@ -295,6 +298,7 @@ def print_tables(rows: list[Row]) -> None:
                 f"{percentile(shed, 99):.1f}" if shed else "-",
                 o.failures,
                 o.unsent,
+                f"{percentile(sorted(o.send_lag_ms), 99):.1f}" if o.send_lag_ms else "-",
             ]
         )
     print(
@@ -311,6 +315,7 @@ def print_tables(rows: list[Row]) -> None:
                 "shed p99 ms",
                 "other failures",
                 f"not sent (all {OPEN_LOOP_CONNECTIONS} connections busy)",
+                "generator's send lag p99 ms",
             ],
             table,
         )

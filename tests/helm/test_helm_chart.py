@@ -366,6 +366,8 @@ def test_store_server_on_postgresql_scales_and_passes_its_settings(tmp_path: Pat
         "replicas": 3,
         "workers": 2,
         "database": {"type": "postgresql", "urlSecret": "pg", "urlSecretKey": "dsn", "poolSize": 20},
+        "maxInFlight": 64,
+        "maxLoopLag": 0.1,
     }
     objs = store_objects(tmp_path, store)
     validate_offline(list(objs.values()))
@@ -380,6 +382,8 @@ def test_store_server_on_postgresql_scales_and_passes_its_settings(tmp_path: Pat
     }
     assert env["MEMSYNC_STORE_WORKERS"]["value"] == "2"
     assert env["MEMSYNC_DB_POOL_SIZE"]["value"] == "20"
+    assert env["MEMSYNC_STORE_MAX_IN_FLIGHT"]["value"] == "64"
+    assert env["MEMSYNC_STORE_MAX_LOOP_LAG"]["value"] == "0.1"
     assert [v["name"] for v in pod["volumes"]] == ["admin-key", "tmp"]
     assert objs[("PodDisruptionBudget", NAMESPACE, "memsync-store")]["spec"]["minAvailable"] == 1
     # one replica on PostgreSQL: a PodDisruptionBudget keeping it up would block every drain
@@ -394,8 +398,13 @@ def test_store_server_on_postgresql_scales_and_passes_its_settings(tmp_path: Pat
     container = sqlite[("Deployment", NAMESPACE, "memsync-store")]["spec"]["template"]["spec"]["containers"][
         0
     ]
-    names = [e["name"] for e in container["env"]]
-    assert "MEMSYNC_STORE_WORKERS" not in names and "MEMSYNC_DB_POOL_SIZE" not in names
+    names = {e["name"] for e in container["env"]}
+    assert not names & {
+        "MEMSYNC_STORE_WORKERS",
+        "MEMSYNC_DB_POOL_SIZE",
+        "MEMSYNC_STORE_MAX_IN_FLIGHT",
+        "MEMSYNC_STORE_MAX_LOOP_LAG",
+    }, "the server's own defaults"
 
 
 def test_the_store_server_is_scraped_with_the_operator(tmp_path: Path) -> None:

@@ -82,6 +82,19 @@ def test_a_marker_read_from_the_database_is_then_answered_from_memory(
     assert remembered(here, store) == marker
 
 
+def test_the_threadpool_read_answers_from_memory_too(replicas: tuple[PgDatabase, PgDatabase]) -> None:
+    here, there = replicas
+    store = new_store(there)
+    marker = read(here, store)
+    with psycopg.connect(there.url, autocommit=True) as conn:  # a change nobody announces
+        conn.execute("ALTER TABLE stores DISABLE TRIGGER stores_changed")
+        conn.execute("UPDATE stores SET change_seq = change_seq + 1 WHERE id = %s", (store,))
+        conn.execute("ALTER TABLE stores ENABLE TRIGGER stores_changed")
+    assert read(here, store) == marker  # remembered: no statement was run
+    with there.read_each() as tx:
+        assert tx.store_change(store) != marker  # what a process that remembers nothing reads
+
+
 def test_a_write_on_another_replica_is_forgotten_when_announced(
     replicas: tuple[PgDatabase, PgDatabase],
 ) -> None:

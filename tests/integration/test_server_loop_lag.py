@@ -164,5 +164,5 @@ def test_the_lag_monitor_reads_late_only_in_proportion_to_the_cpu_used() -> None
         block(0.3)
         return lag.behind()
 
-    assert asyncio.run(measure(spin)) > 0.2
+    assert asyncio.run(measure(spin)) > MAX_LAG_S  # about 0.29 s, less when the machine runs it less
     assert asyncio.run(measure(time.sleep)) < MAX_LAG_S

@@ -7,15 +7,16 @@ the process can answer, the excess waits unread in the kernel's socket buffers a
 
 The loop's lag does see it. ``LoopLag`` keeps a timer due every ``TICK_S``; while the loop is busy past
 that due time it is late, and a request read then has work queued ahead of it. Lateness is counted only in
-the proportion the process was using the CPU meanwhile (its CPU time over the wall time since the timer
-last ran): a process the machine did not run for a moment (a busy node, a stopped container) is late
-without being overloaded, and refusing then would only add errors to a delay. A request that arrives
-while the loop is more than ``max_lag_s`` late so counted is answered 503 (``overloaded_error``,
-``Retry-After``) by
-the HTTP protocol itself (``protocol``), before an ASGI task, middleware or route exists for it: that
-answer must cost less than half of the cheapest request the process serves, or at twice the rate the
-process can serve it could not even refuse fast enough. ``/healthz``, ``/readyz`` and ``/metrics`` are never
-refused.
+the proportion the event loop's own thread was using the CPU meanwhile (its CPU time over the wall time since
+the timer last ran): a loop kept waiting by worker threads that hold the interpreter (work the admission gate
+already bounds), or by a machine that did not run the process for a moment (a busy node, CPU throttling), is
+late without its own work being the cause, and refusing then would only add errors to a delay.
+
+A request that arrives while the loop is more than ``max_lag_s`` late so counted is answered 503
+(``overloaded_error``, ``Retry-After``) by the HTTP protocol itself (``protocol``), before an ASGI task,
+middleware or route exists for it. It has to be that cheap: offered twice what it can serve, a process keeps
+up only if a refusal costs less than half of the cheapest request it serves, and the sidecars' probe costs
+about twice the bare minimum of an ASGI request. ``/healthz``, ``/readyz`` and ``/metrics`` are never refused.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class LoopLag:
     def __init__(self, loop: asyncio.AbstractEventLoop, tick_s: float = TICK_S) -> None:
         self.loop = loop
         self.tick_s = tick_s
-        self._ticked, self._cpu = time.monotonic(), time.process_time()
+        self._ticked, self._cpu = time.monotonic(), time.thread_time()  # created on the loop's thread
         self._due = self._ticked + tick_s
         loop.call_later(tick_s, self._tick)
 
@@ -69,18 +70,19 @@ class LoopLag:
     def _tick(self) -> None:
         now = time.monotonic()
         LAG.set(max(0.0, now - self._due))
-        self._ticked, self._cpu = now, time.process_time()
+        self._ticked, self._cpu = now, time.thread_time()
         self._due = now + self.tick_s
         self.loop.call_later(self.tick_s, self._tick)
 
     def behind(self) -> float:
-        """Seconds the loop is past its timer's due time now, in the proportion the process was busy since
-        the timer last ran (negative while it is on time; the CPU clock is read only when it is late)."""
+        """Seconds the loop is past its timer's due time now, in the proportion its thread was busy since
+        the timer last ran (negative while it is on time; the thread's CPU clock is read only when it is
+        late). Called on the loop's thread."""
         now = time.monotonic()
         late = now - self._due
         if late <= 0:
             return late
-        busy = (time.process_time() - self._cpu) / (now - self._ticked)
+        busy = (time.thread_time() - self._cpu) / (now - self._ticked)
         return late * min(1.0, busy)
 
 

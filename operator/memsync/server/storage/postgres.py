@@ -15,8 +15,9 @@ Semantics (the same as SQLite's, see ``database``):
 - migrations run under a transaction-scoped advisory lock, so replicas starting together migrate once;
 - ``read_now`` (the event loop's reads, ``Database``) answers a store's change marker from this process's
   :class:`ChangeCache` and nothing else: every other statement, a miss, or a cache that does not hear
-  changes now is ``WouldWait``. Markers are remembered from statement-level reads (``read_each``), never from
-  a snapshot that could predate what the cache has heard, and a write forgets its stores when it commits.
+  changes now is ``WouldWait``. ``read_each`` answers a marker from the cache too, and remembers the ones it
+  reads: statement-level reads, never a snapshot that could predate what the cache has heard. A write
+  forgets its stores when it commits.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ class PgTx(Tx):
     def store_change(self, store_id: str) -> Marker | None:
         if self.remember is None:
             return super().store_change(store_id)
+        known = self.remember.get(store_id)
+        if known is not None:
+            return known  # as good as the event loop's answer, without the round trip
         generation = self.remember.generation  # before the statement: see ChangeCache.put
         marker = super().store_change(store_id)
         if marker is not None:
