@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from memsync.server.access import Principal
+from memsync.server.storage.change_cache import ChangeCache
 from memsync.server.storage.database import WouldWait
 from memsync.server.storage.migrations import POSTGRES, SQLITE, latest
 from memsync.server.storage.pg_changes import APPLICATION_NAME
@@ -36,7 +37,8 @@ def eventually(condition: Callable[[], bool], what: str) -> None:
 @pytest.fixture
 def replicas(postgres: PostgresServer) -> Iterator[tuple[PgDatabase, PgDatabase]]:
     url = postgres.new_database("changes")
-    here = PgDatabase(url)
+    # a long liveness: a CI machine that stalls this process for seconds must not turn the cache off midway
+    here = PgDatabase(url, changes=ChangeCache(liveness_s=60.0))
     there = PgDatabase(url, listen=False)
     try:
         eventually(lambda: here.changes.listening, "the listener hears changes")

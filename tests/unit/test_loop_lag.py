@@ -11,19 +11,20 @@ from memsync.server.http.loop_lag import refusal, refuses
 
 
 @pytest.mark.parametrize(
-    ("path", "behind_s", "max_lag_s", "refused"),
+    ("path", "behind_s", "busy_share", "max_lag_s", "refused"),
     [
-        ("/v1/memory_stores/s/memories", 0.06, 0.05, True),
-        ("/v1/memory_stores/s/memories", 0.05, 0.05, False),  # at the bound: still served
-        ("/v1/memory_stores/s/memories", -0.01, 0.05, False),
-        ("/v1/memory_stores/s/memories", 5.0, 0.0, False),  # 0: the bound is off
-        ("/healthz", 5.0, 0.05, False),
-        ("/readyz", 5.0, 0.05, False),
-        ("/metrics", 5.0, 0.05, False),
+        ("/v1/memory_stores/s/memories", 0.06, 0.9, 0.05, True),
+        ("/v1/memory_stores/s/memories", 0.05, 0.9, 0.05, False),  # at the bound: still served
+        ("/v1/memory_stores/s/memories", -0.01, 0.9, 0.05, False),
+        ("/v1/memory_stores/s/memories", 0.5, 0.3, 0.05, False),  # late once, not busy for long: no overload
+        ("/v1/memory_stores/s/memories", 5.0, 1.0, 0.0, False),  # 0: the bound is off
+        ("/healthz", 5.0, 1.0, 0.05, False),
+        ("/readyz", 5.0, 1.0, 0.05, False),
+        ("/metrics", 5.0, 1.0, 0.05, False),
     ],
 )
-def test_refuses(path: str, behind_s: float, max_lag_s: float, refused: bool) -> None:
-    assert refuses(path, behind_s, max_lag_s) is refused
+def test_refuses(path: str, behind_s: float, busy_share: float, max_lag_s: float, refused: bool) -> None:
+    assert refuses(path, behind_s, busy_share, max_lag_s) is refused
 
 
 @pytest.mark.parametrize("keep_alive", [True, False])

@@ -41,11 +41,14 @@ def test_a_worker_process_takes_the_bounds_from_the_settings(
     monkeypatch.setenv(worker.SETTINGS_ENV, settings.to_env())
     monkeypatch.setenv(worker.ADMIN_KEY_ENV, "sk-ant-admin-test-worker-settings-0123456789")
     monkeypatch.setattr(worker, "configure_logging", lambda *_: None)  # the test process keeps its logging
+    settled: list[bool] = []
+    monkeypatch.setattr(worker, "settle_heap", lambda: settled.append(True))  # and its garbage collector
     cls = HTTP_IMPLEMENTATIONS["httptools"]
     for name in ("read_timeout_s", "max_loop_lag_s"):
         monkeypatch.setattr(cls, name, getattr(cls, name))  # put back after the test
     app = worker.app_from_env()
     try:
         assert (cls.read_timeout_s, cls.max_loop_lag_s) == (7.0, 0.2)
+        assert settled == [True]
     finally:
         app.state.service.db.close()

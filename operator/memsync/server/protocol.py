@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import h11
@@ -26,8 +27,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from memsync.api.constants import SERVER_IDLE_KEEPALIVE_S
-from memsync.server.http.admission import SHED
-from memsync.server.http.loop_lag import DEFAULT_MAX_LAG_S, LAG_REASON, LoopLag, refusal, refuses
+from memsync.server.http.loop_lag import DEFAULT_MAX_LAG_S, LoopLag, refusal, refuses
 
 logger = logging.getLogger("memsync.server")
 
@@ -119,21 +119,40 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         if self.max_loop_lag_s > 0:
-            self._lag = LoopLag.of(self.loop)
+            self._lag = LoopLag.of(self.loop, self.max_loop_lag_s)
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
-        """uvicorn starts each request's ASGI task here (a pipelined one too, later): refuse it instead
-        while the loop is too late."""
+        """uvicorn starts each request's ASGI task here, when its headers are in (a pipelined one later):
+        refuse it instead while the loop is too late."""
         lag = self._lag
-        if lag is not None and refuses(cycle.scope["path"], lag.behind(), self.max_loop_lag_s):
-            SHED.labels(LAG_REASON).inc()
-            cycle.response_started = cycle.response_complete = True  # the body, if any, is read and dropped
-            self.transport.write(refusal(self.server_state.default_headers, keep_alive=cycle.keep_alive))
-            if not cycle.keep_alive:
-                self.transport.close()
-            cycle.on_response()  # as uvicorn does after a response: keep-alive timer, pipelined requests
-            return
+        if lag is not None:
+            # how late the loop is, and how much later it will be once the requests started before this one
+            # have had their turn (each costs about lag.cost_s of the loop's time)
+            behind = max(0.0, lag.behind()) + len(self.tasks) * lag.cost_s
+            if behind > self.max_loop_lag_s and refuses(
+                cycle.scope["path"], behind, lag.busy_share(), self.max_loop_lag_s
+            ):
+                lag.refused(behind)
+                self._refuse(cycle)
+                return
+            lag.started += 1
+        self._unset_keepalive_if_required()  # a refusal just before, in the same bytes, may have armed it
         super()._start_asgi_task(cycle, app)
+
+    def _refuse(self, cycle: RequestResponseCycle) -> None:
+        # Kept alive only for a request without a body (a probe): a body not yet read (or one the client
+        # holds back for 100-continue) would leave the connection's framing to chance, and a client that does
+        # not read its answers (writing paused) gets no more of them.
+        keep_alive = cycle.keep_alive and not _has_body(cycle.scope["headers"]) and not self.flow.write_paused
+        cycle.keep_alive = keep_alive
+        cycle.response_started = cycle.response_complete = True  # on_body / on_message_complete skip it
+        answer = refusal(self.server_state.default_headers, keep_alive=keep_alive)
+        if cycle.scope["method"] == "HEAD":
+            answer = answer[: answer.index(b"\r\n\r\n") + 4]
+        self.transport.write(answer)
+        if not keep_alive:
+            self.transport.close()
+        cycle.on_response()  # as uvicorn does after a response: keep-alive timer, pipelined requests
 
     def on_message_begin(self) -> None:
         self._incomplete, self._headers_done = True, False
@@ -154,6 +173,13 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
         return "headers" if self._headers_done else "part of the headers or nothing"
 
 
+def _has_body(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    for name, value in headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
+            return True
+    return False
+
+
 HTTP_IMPLEMENTATIONS: dict[str, type[_ReadDeadline]] = {
     "h11": ReadDeadlineProtocol,
     "httptools": HttpToolsReadDeadlineProtocol,
@@ -169,6 +195,12 @@ def protocol_class(
         raise ValueError("the request read timeout must be positive")
     if max_loop_lag_s < 0:
         raise ValueError("the event loop's lag bound must be 0 (off) or positive")
+    if max_loop_lag_s > 0 and http == "httptools" and not hasattr(HttpToolsProtocol, "_start_asgi_task"):
+        # the refusal hooks the method uvicorn starts each request's task with (uvicorn 0.54, constraints.txt)
+        raise RuntimeError(
+            f"uvicorn {uvicorn.__version__} cannot refuse requests by lag: install the version in "
+            "constraints.txt, or run with --max-loop-lag 0"
+        )
     base = HTTP_IMPLEMENTATIONS[http]
     return type(base.__name__, (base,), {"read_timeout_s": read_timeout_s, "max_loop_lag_s": max_loop_lag_s})
 

@@ -30,7 +30,14 @@ from memsync.server.http.observe import MULTIPROC_ENV
 from memsync.server.listen import ListenError, bind
 from memsync.server.protocol import DEFAULT_READ_TIMEOUT_S, uvicorn_config
 from memsync.server.storage.backends import is_postgres
-from memsync.server.worker import FACTORY, SETTINGS_ENV, ServeSettings, build_app, worker_run_kwargs
+from memsync.server.worker import (
+    FACTORY,
+    SETTINGS_ENV,
+    ServeSettings,
+    build_app,
+    settle_heap,
+    worker_run_kwargs,
+)
 
 logger = logging.getLogger("memsync.store")
 
@@ -338,6 +345,7 @@ def run_server(
             **tls,
         )
         logger.info("store server listening", extra={"host": host, "port": port, "workers": workers})
+        settle_heap()
         try:
             uvicorn.Server(config).run(sockets=[sock])
         except KeyboardInterrupt:

@@ -10,7 +10,15 @@ that due time it is late, and a request read then has work queued ahead of it. L
 the proportion the event loop's own thread was using the CPU meanwhile (its CPU time over the wall time since
 the timer last ran): a loop kept waiting by worker threads that hold the interpreter (work the admission gate
 already bounds), or by a machine that did not run the process for a moment (a busy node, CPU throttling), is
-late without its own work being the cause, and refusing then would only add errors to a delay.
+late without its own work being the cause, and refusing then would only add errors to a delay. And the loop
+must have been busy for at least half of the last second (``SUSTAINED_S``, ``SUSTAINED_SHARE``): one long
+moment (a first request that initialises something, a garbage collection) makes it late once, which is no
+overload.
+
+Lateness alone comes too late: the requests the loop reads in one turn are all started before any of them
+runs, so a turn that reads four hundred probes would start them all and only then run late. So the lateness
+a request is judged by also counts the work started ahead of it: the requests in flight times the loop's
+measured time per request (``cost_s``, smoothed over the timer's ticks).
 
 A request that arrives while the loop is more than ``max_lag_s`` late so counted is answered 503
 (``overloaded_error``, ``Retry-After``) by the HTTP protocol itself (``protocol``), before an ASGI task,
@@ -22,15 +30,17 @@ about twice the bare minimum of an ASGI request. ``/healthz``, ``/readyz`` and `
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import weakref
+from collections import deque
 from collections.abc import Iterable
 from typing import ClassVar, Final
 
 import orjson
 from prometheus_client import Gauge
 
-from memsync.server.http.admission import UNGATED_PATHS, AdmissionLimits, shed_error
+from memsync.server.http.admission import SHED, UNGATED_PATHS, AdmissionLimits, shed_error
 from memsync.server.http.envelope import new_request_id
 
 #: How often the loop's timer is due: 50 wake-ups a second when idle, a few microseconds each.
@@ -38,7 +48,16 @@ TICK_S: Final = 0.02
 #: The default bound (``--max-loop-lag``): a request read later than this behind the loop is refused.
 DEFAULT_MAX_LAG_S: Final = 0.05
 LAG_REASON: Final = "lag"  # the label of memsync_store_requests_shed_total
+#: Refusals need the loop's thread busy for at least this share of the last ``SUSTAINED_S`` seconds.
+SUSTAINED_S: Final = 1.0
+SUSTAINED_SHARE: Final = 0.5
+#: Requests started between two ticks before their cost is taken as a sample.
+MIN_SAMPLE: Final = 5
+#: While refusals go on, one WARNING line this often (with how many were refused since the last).
+REPORT_EVERY_S: Final = 10.0
 _LIMITS: Final = AdmissionLimits()  # the admission gate's defaults: its Retry-After
+
+logger = logging.getLogger("memsync.server")
 
 LAG = Gauge(
     "memsync_store_event_loop_lag_seconds",
@@ -52,27 +71,67 @@ class LoopLag:
 
     _of: ClassVar[weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopLag]] = weakref.WeakKeyDictionary()
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, tick_s: float = TICK_S) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, max_lag_s: float = DEFAULT_MAX_LAG_S, tick_s: float = TICK_S
+    ) -> None:
         self.loop = loop
+        self.max_lag_s = max_lag_s
         self.tick_s = tick_s
+        self._refused, self._reported = 0, float("-inf")
         self._ticked, self._cpu = time.monotonic(), time.thread_time()  # created on the loop's thread
         self._due = self._ticked + tick_s
+        self._window: deque[tuple[float, float]] = deque([(self._ticked, self._cpu)])  # (time, CPU) at ticks
+        self.started = 0  # requests started since the last tick (the protocol counts them)
+        self.cost_s = 0.0  # the loop's CPU per request started, smoothed over ticks
         loop.call_later(tick_s, self._tick)
 
     @classmethod
-    def of(cls, loop: asyncio.AbstractEventLoop) -> LoopLag:
+    def of(cls, loop: asyncio.AbstractEventLoop, max_lag_s: float) -> LoopLag:
         """The loop's monitor, started on first use."""
         found = cls._of.get(loop)
         if found is None:
-            found = cls._of[loop] = cls(loop)
+            found = cls._of[loop] = cls(loop, max_lag_s)
         return found
 
     def _tick(self) -> None:
-        now = time.monotonic()
+        now, cpu = time.monotonic(), time.thread_time()
         LAG.set(max(0.0, now - self._due))
-        self._ticked, self._cpu = now, time.thread_time()
+        if self.started >= MIN_SAMPLE:
+            sample = (cpu - self._cpu) / self.started
+            self.cost_s = sample if self.cost_s == 0.0 else 0.8 * self.cost_s + 0.2 * sample
+        self.started = 0
+        self._ticked, self._cpu = now, cpu
+        self._window.append((now, self._cpu))
+        while len(self._window) > 2 and self._window[1][0] <= now - SUSTAINED_S:
+            self._window.popleft()  # the oldest kept is the last one at least SUSTAINED_S old
         self._due = now + self.tick_s
         self.loop.call_later(self.tick_s, self._tick)
+
+    def refused(self, behind_s: float) -> None:
+        """Count a refusal; say so in the log at most once per ``REPORT_EVERY_S`` while refusals go on."""
+        SHED.labels(LAG_REASON).inc()
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._reported >= REPORT_EVERY_S:
+            logger.warning(
+                "refusing requests: the event loop is busy and late (503, Retry-After)",
+                extra={
+                    "behind_s": round(behind_s, 3),
+                    "refused": self._refused,
+                    "max_loop_lag_s": self.max_lag_s,
+                },
+            )
+            self._reported, self._refused = now, 0
+
+    def busy_share(self) -> float:
+        """The share of the last ``SUSTAINED_S`` seconds (from the newest tick at least that old) the loop's
+        thread spent on the CPU, 0 to 1; 0 while the loop has been watched for less than that (a process
+        that has just started is busy setting up, which is no sustained load). Called on the loop's thread."""
+        now = time.monotonic()
+        for at, used in reversed(self._window):
+            if at <= now - SUSTAINED_S:
+                return min(1.0, (time.thread_time() - used) / (now - at))
+        return 0.0
 
     def behind(self) -> float:
         """Seconds the loop is past its timer's due time now, in the proportion its thread was busy since
@@ -86,9 +145,10 @@ class LoopLag:
         return late * min(1.0, busy)
 
 
-def refuses(path: str, behind_s: float, max_lag_s: float) -> bool:
-    """Whether a request for ``path`` read while the loop is ``behind_s`` late is answered 503 at once."""
-    return 0 < max_lag_s < behind_s and path not in UNGATED_PATHS
+def refuses(path: str, behind_s: float, busy_share: float, max_lag_s: float) -> bool:
+    """Whether a request for ``path``, read while the loop is ``behind_s`` late and has been busy for
+    ``busy_share`` of the last second, is answered 503 at once."""
+    return 0 < max_lag_s < behind_s and busy_share >= SUSTAINED_SHARE and path not in UNGATED_PATHS
 
 
 def refusal(default_headers: Iterable[tuple[bytes, bytes]], *, keep_alive: bool) -> bytes:

@@ -10,10 +10,11 @@ memory, and is only as good as its invalidation:
 - every committed change of a store's marker, and every deletion, is announced by the database itself
   (a trigger, ``NOTIFY``) to the process's listening connection (``pg_changes``), which forgets that store;
   a write made by this process forgets its stores as soon as it commits, before it is answered;
-- the cache answers only while its listener is connected and has recently confirmed it hears (a heartbeat):
-  when the listener is lost, or stalls without noticing, every marker is forgotten and nothing is answered
-  from memory until it listens again. A change is therefore missed at most for the time a notification takes
-  to arrive, or ``liveness_s`` when the listening connection dies silently.
+- the cache answers only while its listener is connected and has recently heard its own heartbeat come back
+  through the database (``pg_changes``): when the listener's connection is lost every marker is forgotten;
+  when the heartbeats stop coming back nothing is answered from memory until one does, and by then every
+  change announced meanwhile has been heard and forgotten. A change is therefore missed at most for the time
+  its notification takes to arrive, or ``liveness_s`` when the listening connection dies silently.
 
 Reads that miss go to the database as before (and are remembered on the way back).
 """
@@ -29,7 +30,7 @@ Marker = tuple[str, int]
 
 #: Far more stores than a process serves probes for (a marker is about 200 bytes); the oldest go first.
 MAX_MARKERS: Final = 100_000
-#: How long a confirmation that the listener hears every change is good for (it confirms every second).
+#: How long a heartbeat heard back is good for (the listener sends one every second).
 LIVENESS_S: Final = 3.0
 
 
@@ -89,7 +90,7 @@ class ChangeCache:
             self._markers.clear()
 
     def heard(self, since: float) -> None:
-        """The listener is connected and every change announced before ``since`` (a clock reading) has been
+        """The listener is connected and every change committed before ``since`` (a clock reading) has been
         forgotten: answer from memory until ``since + liveness_s`` unless confirmed again."""
         with self._lock:
             if self._heard_until is None:  # (re)started: nothing remembered before can be trusted

@@ -3,10 +3,14 @@
 The schema's trigger (``schema``, version 4) sends ``NOTIFY memsync_store_change, '<store id>'`` when a
 store's change marker is written or the store is deleted (delivered when the writing transaction commits,
 from whichever replica wrote), and an empty payload when the table is truncated. This thread keeps one
-connection of its own listening, forgets each announced store in the :class:`ChangeCache`, and confirms once
-a second, with a round trip, that the connection still works; the cache answers only while those
-confirmations keep coming. A lost connection is retried with backoff, logged once when lost and once when
-restored.
+connection of its own listening and forgets each announced store in the :class:`ChangeCache`.
+
+Once a second it announces a heartbeat of its own on the same channel and waits to hear it back: PostgreSQL
+delivers a channel's notifications in commit order, so hearing its own heartbeat proves that every change
+committed before it was sent has been heard (and forgotten), which a round trip alone would not prove (a
+connection pooler that does not keep a session's LISTEN, say, answers queries and delivers nothing). The
+cache answers only while those heartbeats keep coming back. A lost connection is retried with backoff,
+logged once when lost and once when restored.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ logger = logging.getLogger("memsync.server")
 CHANNEL: Final = "memsync_store_change"
 APPLICATION_NAME: Final = "memsync-store-changes"  # how the connection shows in pg_stat_activity
 HEARTBEAT_S: Final = 1.0
+HEARTBEAT_PREFIX: Final = "#"  # a payload no store id starts with: the listeners' own heartbeats
 RETRY_MAX_S: Final = 10.0
 
 
@@ -43,7 +48,7 @@ class ChangeListener:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=HEARTBEAT_S * 3)
-        self.cache.deaf()
+        self.cache.deaf()  # (a thread still stuck in a round trip never calls heard() again: it checks stop)
 
     def _run(self) -> None:
         delay, lost = 0.5, False
@@ -79,14 +84,18 @@ class ChangeListener:
             delay = min(delay * 2, RETRY_MAX_S)
 
     def _listen(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        beat = 0
         while not self._stop.is_set():
+            beat += 1
+            mine = f"{HEARTBEAT_PREFIX}{conn.info.backend_pid}:{beat}"
             since = self.cache.clock()
-            conn.execute("SELECT 1")  # every notification sent before this answer is now in hand
+            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, mine))
             for note in conn.notifies(timeout=HEARTBEAT_S):
-                if note.payload:
-                    self.cache.forget((note.payload,))
-                else:
-                    self.cache.forget_all()
                 if self._stop.is_set():
                     return
-            self.cache.heard(since)
+                if note.payload == mine:
+                    self.cache.heard(since)  # everything committed before the heartbeat has been heard
+                elif not note.payload:
+                    self.cache.forget_all()
+                elif not note.payload.startswith(HEARTBEAT_PREFIX):  # another listener's heartbeat
+                    self.cache.forget((note.payload,))

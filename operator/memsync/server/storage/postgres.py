@@ -144,9 +144,10 @@ class PgDatabase(Database):
         pool_max: int = 10,
         timeout_s: float = 30.0,
         listen: bool = True,
+        changes: ChangeCache | None = None,
     ) -> None:
         self.url = url
-        self.changes = ChangeCache()
+        self.changes = changes if changes is not None else ChangeCache()
         self.listener = ChangeListener(url, self.changes) if listen else None
         self.pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] = ConnectionPool(
             url,
