@@ -8,9 +8,10 @@ mid-body, a request task) forever. Here every request must arrive in full, heade
 connection is closed and one INFO line says so. Time the application spends on a request that has fully
 arrived is not counted.
 
-On httptools, a request whose headers are read while the event loop is more than ``max_loop_lag_s`` late
-(``http.loop_lag``) is answered 503 right here, instead of starting its ASGI task: the cheapest answer the
-process can give, which is what lets it refuse a crowd faster than the crowd arrives. The pure-Python h11
+On httptools, a request whose headers are read when the event loop, busy for a while, would start it more
+than ``max_loop_lag_s`` late (its lateness now plus the work started ahead of it; ``http.loop_lag``) is
+answered 503 right here, instead of starting its ASGI task: the cheapest answer the process can give, which
+is what lets it refuse a crowd faster than the crowd arrives. The pure-Python h11
 protocol (``--http h11``, a fallback) does not refuse by lag.
 """
 
