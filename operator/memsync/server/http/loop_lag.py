@@ -78,9 +78,10 @@ class LoopLag:
         self.max_lag_s = max_lag_s
         self.tick_s = tick_s
         self._refused, self._reported = 0, float("-inf")
-        self._ticked, self._cpu = time.monotonic(), time.thread_time()  # created on the loop's thread
-        self._due = self._ticked + tick_s
-        self._window: deque[tuple[float, float]] = deque([(self._ticked, self._cpu)])  # (time, CPU) at ticks
+        now = time.monotonic()
+        self._due = now + tick_s
+        # (time, the loop thread's CPU time) at each tick, the last one first read here, on the loop's thread
+        self._window: deque[tuple[float, float]] = deque([(now, time.thread_time())])
         self.started = 0  # requests started since the last tick (the protocol counts them)
         self.cost_s = 0.0  # the loop's CPU per request started, smoothed over ticks
         loop.call_later(tick_s, self._tick)
@@ -97,11 +98,10 @@ class LoopLag:
         now, cpu = time.monotonic(), time.thread_time()
         LAG.set(max(0.0, now - self._due))
         if self.started >= MIN_SAMPLE:
-            sample = (cpu - self._cpu) / self.started
+            sample = (cpu - self._window[-1][1]) / self.started
             self.cost_s = sample if self.cost_s == 0.0 else 0.8 * self.cost_s + 0.2 * sample
         self.started = 0
-        self._ticked, self._cpu = now, cpu
-        self._window.append((now, self._cpu))
+        self._window.append((now, cpu))
         while len(self._window) > 2 and self._window[1][0] <= now - SUSTAINED_S:
             self._window.popleft()  # the oldest kept is the last one at least SUSTAINED_S old
         self._due = now + self.tick_s
@@ -141,7 +141,8 @@ class LoopLag:
         late = now - self._due
         if late <= 0:
             return late
-        busy = (time.thread_time() - self._cpu) / (now - self._ticked)
+        ticked, cpu = self._window[-1]
+        busy = (time.thread_time() - cpu) / (now - ticked)
         return late * min(1.0, busy)
 
 

@@ -107,6 +107,9 @@ class PgTx(Tx):
         return None if value is None else bytes(value).decode("utf-8")
 
 
+_ROUND_TRIP = "a PostgreSQL statement is a network round trip"
+
+
 class CachedTx(Tx):
     """``read_now`` on PostgreSQL: the change markers this process remembers, and no statement at all."""
 
@@ -120,16 +123,16 @@ class CachedTx(Tx):
         return marker
 
     def rows(self, sql: str, args: Sequence[Any] = ()) -> list[Row]:
-        raise WouldWait("a PostgreSQL statement is a network round trip")
+        raise WouldWait(_ROUND_TRIP)
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> int:
-        raise WouldWait("a PostgreSQL statement is a network round trip")
+        raise WouldWait(_ROUND_TRIP)
 
     def lock_store_row(self, store_id: str) -> None:
-        raise WouldWait("a PostgreSQL statement is a network round trip")
+        raise WouldWait(_ROUND_TRIP)
 
     def lock_admin_keys(self) -> None:
-        raise WouldWait("a PostgreSQL statement is a network round trip")
+        raise WouldWait(_ROUND_TRIP)
 
 
 class PgDatabase(Database):
