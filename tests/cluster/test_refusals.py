@@ -11,7 +11,7 @@ import pytest
 
 from conftest import RunningStoreServer
 
-from .conftest import REPO, Cluster
+from .conftest import Cluster
 from .scenario import agent, condition, make_store, secret_object, sid, smem, wait_phase
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -101,23 +101,37 @@ async def test_resource_quota_refuses_the_pod(
 async def test_secret_read_forbidden_by_rbac(
     deployed: Cluster, tier_store: RunningStoreServer, namespace: str
 ) -> None:
-    """The operator may not read Secrets (its binding removed): SecretForbidden, not a silent retry."""
+    """The operator may not read Secrets (its bindings removed): SecretForbidden, not a silent retry.
+
+    Every binding removed is put back as it was, whichever manifest installed it: the AgentEnvironment
+    binding (installed by test_environments) grants Secrets too, and an operator left without it loses its
+    AgentEnvironment watch minutes later and restarts in the middle of another test."""
     bindings = deployed.get("clusterrolebindings")["items"]
     granting = [
-        b["metadata"]["name"]
+        b
         for b in bindings
         if any(s.get("name") == "memsync-operator" for s in b.get("subjects") or [])
         and "secrets" in deployed.kubectl("get", "clusterrole", b["roleRef"]["name"], "-o", "json")
     ]
     assert granting, "no ClusterRoleBinding gives the operator Secrets"
     try:
-        for name in granting:
-            deployed.kubectl("delete", "clusterrolebinding", name)
+        for binding in granting:
+            deployed.kubectl("delete", "clusterrolebinding", binding["metadata"]["name"])
         deployed.apply(await one_store_session(deployed, tier_store, namespace, "forbidden"))
         assert_refused(deployed, namespace, "forbidden", "SecretForbidden", "forbidden")
         assert deployed.get("-n", namespace, "pods")["items"] == []
     finally:
-        deployed.kubectl("apply", "--server-side", "-k", str(REPO / "manifests/overlays/kind"), timeout=180)
+        for binding in granting:
+            deployed.apply(as_new(binding))
+        left = {b["metadata"]["name"] for b in deployed.get("clusterrolebindings")["items"]}
+        assert {b["metadata"]["name"] for b in granting} <= left, left
+
+
+def as_new(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as it can be applied again once deleted: without the fields the API server set."""
+    kept = ("name", "namespace", "labels", "annotations")
+    metadata = {k: v for k, v in obj["metadata"].items() if k in kept}
+    return {**{k: v for k, v in obj.items() if k != "metadata"}, "metadata": metadata}
 
 
 async def test_a_service_account_that_does_not_exist_is_refused_after_the_wait(
