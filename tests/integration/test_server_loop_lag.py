@@ -254,3 +254,33 @@ def test_the_loop_time_per_request_is_measured_between_ticks() -> None:
 
     assert 0.0005 < asyncio.run(cost_after(10, 0.05)) <= 0.006  # about 5 ms each (less if not run fully)
     assert asyncio.run(cost_after(2, 0.05)) == 0.0  # too few to be a sample
+
+
+def test_the_time_spent_refusing_is_not_counted_as_the_requests_time() -> None:
+    async def cost_after(refusing_s: float) -> float:
+        lag = LoopLag(asyncio.get_running_loop(), MAX_LAG_S)
+        await asyncio.sleep(0.05)
+        lag.started = 10
+        spin(0.05)  # 50 ms of the loop's time, of which refusals took ``refusing_s``
+        lag.refused(0.1, refusing_s)
+        await asyncio.sleep(0.05)
+        return lag.cost_s
+
+    alone, with_refusals = asyncio.run(cost_after(0.0)), asyncio.run(cost_after(0.04))
+    assert alone > 0.0005
+    assert with_refusals < 0.5 * alone  # about 1 ms each instead of 5
+
+
+def test_only_the_requests_started_in_this_turn_of_the_loop_are_ahead() -> None:
+    async def queued() -> tuple[int, float, int, float]:
+        lag = LoopLag(asyncio.get_running_loop(), MAX_LAG_S)
+        lag.cost_s = 0.001
+        for _ in range(4):
+            lag.start()  # four requests read in one turn: none has run yet
+        now, ahead = lag.queued, lag.ahead_s()
+        await asyncio.sleep(0)  # the next turn: they ran (or wait for a thread, costing the loop nothing)
+        return now, ahead, lag.queued, lag.ahead_s()
+
+    now, ahead, later, ahead_later = asyncio.run(queued())
+    assert (now, later, ahead_later) == (4, 0, 0.0)
+    assert ahead == pytest.approx(0.004)

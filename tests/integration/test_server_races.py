@@ -276,3 +276,23 @@ def test_a_lookup_before_a_revocation_does_not_cache_the_revoked_credential(
     with pytest.raises(ApiError) as refused:
         access.authenticate(*headers)
     assert refused.value.status == 401
+
+
+def test_a_refresh_reads_the_credential_again_while_the_cache_still_serves_it(
+    db: PausingDatabase, access: AccessService
+) -> None:
+    """Another replica revokes a sessions token: this process's cache does not hear of it, serves the token
+    until its answer expires, and drops it as soon as a refresh (ahead of that expiry) reads it again."""
+    store_id = new_store(StoreService(db), access, "refresh")
+    minted = mint(access, store_id)()
+    headers = (None, f"Bearer {decode_work_secret(minted['work_secret']).sessions_token}")
+    assert access.authenticate(*headers).actor_id == minted["session"]["id"]
+    other_replica = AccessService(db, ADMIN_KEY, "http://store.test", cache_ttl_s=60.0)
+    other_replica.delete_session(admin(other_replica), minted["session"]["id"])
+    assert access.cached(*headers) is not None  # still served: the revocation was made elsewhere
+    assert not access.refresh_due(*headers)  # read a moment ago, with a 60 s time to live
+    access.refresh(*headers)
+    assert access.cached(*headers) is None
+    with pytest.raises(ApiError) as refused:
+        access.authenticate(*headers)
+    assert refused.value.status == 401

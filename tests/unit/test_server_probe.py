@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import threading
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
-from memsync.server.http.probe import probe_request
+from memsync.server.access import CredentialCache, Principal
+from memsync.server.errors import unauthenticated
+from memsync.server.http.probe import ProbeMiddleware, probe_request
+from memsync.server.storage.database import WouldWait
 
 PATH = "/v1/memory_stores/memstore_1/memories"
 
@@ -56,3 +62,111 @@ def test_the_sidecars_probe_is_taken() -> None:
 )
 def test_anything_else_goes_the_ordinary_way(changed: dict[str, Any]) -> None:
     assert probe_request(scope(**changed)) is None
+
+
+class SlowAccess:
+    """Credentials looked up in the threadpool, each lookup held until ``release`` is set."""
+
+    def __init__(self, answer: Exception | None = None) -> None:
+        self.lookups = 0
+        self.release = threading.Event()
+        self.answered_while_held = 0
+        self.answer = answer
+
+    def cached(self, x_api_key: str | None, authorization: str | None) -> Principal | None:
+        return None
+
+    def authenticate_now(self, x_api_key: str | None, authorization: str | None) -> Principal:
+        raise WouldWait("not remembered")  # PostgreSQL: a credential read needs a round trip
+
+    def authenticate(self, x_api_key: str | None, authorization: str | None) -> Principal:
+        self.lookups += 1
+        assert self.release.wait(10)
+        if self.answer is not None:
+            raise self.answer
+        return Principal("session_actor", "sesn_1")
+
+
+class Unchanged:
+    db = SimpleNamespace(reads_without_waiting=True, read_now_runs_statements=False)  # PostgreSQL
+
+    def first_page_unchanged(self, p: Principal, store_id: str, **_: Any) -> str:
+        assert p.actor_id == "sesn_1"
+        return 'W/"abc"'
+
+
+def probe_all(access: SlowAccess, n: int) -> list[int]:
+    """``n`` probes with one credential at once through the middleware; the status each got."""
+    app = ProbeMiddleware(
+        cast(Any, None), route=cast(Any, None), service=cast(Any, Unchanged()), access=cast(Any, access)
+    )
+
+    async def one() -> int:
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+
+        async def receive() -> Any:
+            return {"type": "http.request", "body": b""}
+
+        await app(scope(), receive, send)
+        return int(sent[0]["status"])
+
+    async def run() -> list[int]:
+        probes = [asyncio.ensure_future(one()) for _ in range(n)]
+        await asyncio.sleep(0.2)  # all of them arrived while the first lookup is held
+        access.answered_while_held = sum(p.done() for p in probes)
+        access.release.set()
+        return await asyncio.gather(*probes)
+
+    return asyncio.run(run())
+
+
+def test_a_credential_not_cached_is_looked_up_once_for_the_probes_that_carry_it_meanwhile() -> None:
+    access = SlowAccess()
+    assert probe_all(access, 20) == [304] * 20
+    assert access.lookups == 1 and access.answered_while_held == 0  # all waited for the one lookup
+
+
+def test_a_refused_credential_is_every_waiting_probes_answer_and_is_not_kept() -> None:
+    access = SlowAccess(unauthenticated("invalid bearer token"))
+    assert probe_all(access, 5) == [401] * 5
+    assert access.lookups == 1
+    access.answer = None
+    assert probe_all(access, 3) == [304] * 3  # the next probes look it up again
+    assert access.lookups == 2
+
+
+def test_a_cached_answer_is_due_again_halfway_through_its_time_and_served_until_it_ends() -> None:
+    cache = CredentialCache(ttl_s=2.0)
+    principal = Principal("session_actor", "sesn_1")
+    cache.put("d", principal, valid_until=2.0, generation=cache.generation, now=0.0)
+    assert [cache.due("d", t) for t in (0.0, 0.9, 1.0, 1.9, 2.0)] == [False, False, True, True, False]
+    assert cache.get("d", 1.9) is principal and cache.get("d", 2.0) is None
+    assert not cache.due("unknown", 1.0)
+
+
+class CachedAccess(SlowAccess):
+    """A credential cached and due again: every probe is answered from the cache, one refresh runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refreshes = 0
+
+    def cached(self, x_api_key: str | None, authorization: str | None) -> Principal | None:
+        return Principal("session_actor", "sesn_1")
+
+    def refresh_due(self, x_api_key: str | None, authorization: str | None) -> bool:
+        return True
+
+    def refresh(self, x_api_key: str | None, authorization: str | None) -> None:
+        self.refreshes += 1
+        assert self.release.wait(10)
+
+
+def test_a_credential_due_again_is_read_once_in_the_background_while_its_probes_are_answered() -> None:
+    access = CachedAccess()
+    assert probe_all(access, 20) == [304] * 20
+    assert access.answered_while_held == 20  # none waited for the refresh
+    assert access.refreshes == 1 and access.lookups == 0

@@ -52,6 +52,9 @@ Reader = Callable[[], AbstractContextManager[Tx]]
 
 AUTH_CACHE_TTL_S = 2.0
 AUTH_CACHE_MAX = 20_000
+#: A cached answer read this long ago (a share of ``AUTH_CACHE_TTL_S``) is due to be read again while it is
+#: still served, so a credential in use is never missing from the cache.
+AUTH_REFRESH_AT = 0.5
 DEFAULT_SESSION_TOKEN_TTL_S = 24 * 3600
 MAX_SESSION_TOKEN_TTL_S = 90 * 24 * 3600
 INSTRUCTIONS_MAX = 4096
@@ -88,6 +91,14 @@ def require_admin(p: Principal, action: str) -> None:
         raise forbidden(f"a sessions token cannot {action}; use an admin key (x-api-key)")
 
 
+def _digest(x_api_key: str | None, authorization: str | None) -> str | None:
+    """The digest the cache keeps for the credential these headers carry (``x-api-key`` first)."""
+    if x_api_key is not None:
+        return token_hash(x_api_key.strip())
+    token = parse_bearer(authorization) if authorization is not None else None
+    return token_hash(token) if token is not None else None
+
+
 def parse_bearer(authorization: str) -> str | None:
     scheme, _, token = authorization.strip().partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -99,7 +110,9 @@ _REFUSED = "refused"  # a cached "no such current credential"
 
 
 class CredentialCache:
-    """digest -> (Principal or refusal, valid until); bounded, thread-safe. Holds digests, never secrets.
+    """digest -> (Principal or refusal, valid until, due again); bounded, thread-safe. Holds digests, never
+    secrets. An answer is due to be read again (``due``) from ``AUTH_REFRESH_AT`` of its time to live on and
+    is served until it expires, never longer.
 
     A lookup reads the database and then caches its answer; a revocation on this replica drops entries after
     it commits. So that a lookup that read before the commit cannot cache its stale answer after the drop,
@@ -108,7 +121,7 @@ class CredentialCache:
     def __init__(self, ttl_s: float, max_entries: int = AUTH_CACHE_MAX) -> None:
         self.ttl_s = ttl_s
         self._max = max_entries
-        self._entries: dict[str, tuple[Principal | str, float]] = {}
+        self._entries: dict[str, tuple[Principal | str, float, float]] = {}
         self._lock = threading.Lock()
         self._generation = 0
 
@@ -122,18 +135,25 @@ class CredentialCache:
             return None
         return entry[0]
 
-    def put(self, digest: str, value: Principal | str, valid_until: float, generation: int) -> None:
+    def due(self, digest: str, now: float) -> bool:
+        """Whether the answer cached for ``digest`` is still served but due to be read again."""
+        entry = self._entries.get(digest)
+        return entry is not None and entry[2] <= now < entry[1]
+
+    def put(
+        self, digest: str, value: Principal | str, valid_until: float, generation: int, now: float
+    ) -> None:
         with self._lock:
             if generation != self._generation:
                 return  # a revocation since this lookup began: its answer may predate it
             if len(self._entries) >= self._max:
                 self._entries.clear()
-            self._entries[digest] = (value, valid_until)
+            self._entries[digest] = (value, valid_until, now + self.ttl_s * AUTH_REFRESH_AT)
 
     def drop_where(self, match: Any) -> None:
         with self._lock:
             self._generation += 1
-            for digest in [d for d, (v, _) in self._entries.items() if match(v)]:
+            for digest in [d for d, (v, *_) in self._entries.items() if match(v)]:
                 del self._entries[digest]
 
 
@@ -265,6 +285,17 @@ class AccessService:
         """The caller, from the cache or the database; 401 for a missing, malformed or unknown credential."""
         return self._authenticate(x_api_key, authorization, self.db.read_each)
 
+    def refresh_due(self, x_api_key: str | None, authorization: str | None) -> bool:
+        """Whether this credential's cached answer is still served but due to be read again (``refresh``)."""
+        digest = _digest(x_api_key, authorization)
+        return digest is not None and self.cache.due(digest, _now())
+
+    def refresh(self, x_api_key: str | None, authorization: str | None) -> None:
+        """Read this credential again from the database and cache the answer (blocking I/O)."""
+        digest = _digest(x_api_key, authorization)
+        if digest is not None:
+            self._principal_for(digest, self.db.read_each, bearer=x_api_key is None, fresh=True)
+
     def authenticate_now(self, x_api_key: str | None, authorization: str | None) -> Principal:
         """``authenticate`` on the event loop, through ``Database.read_now``: raises ``WouldWait`` where the
         database cannot answer at once."""
@@ -293,12 +324,14 @@ class AccessService:
             "'Authorization: Bearer <token>'"
         )
 
-    def _principal_for(self, digest: str, read: Reader, *, bearer: bool) -> Principal | None:
+    def _principal_for(
+        self, digest: str, read: Reader, *, bearer: bool, fresh: bool = False
+    ) -> Principal | None:
         """A bearer token is looked up as a session's first (what sidecars send), then as an admin key; an
         ``x-api-key`` only as an admin key. The rows read need no common snapshot: a credential is one row,
         and a session's resources are written with it and never changed."""
         now = _now()
-        cached = self.cache.get(digest, now)
+        cached = None if fresh else self.cache.get(digest, now)
         if cached is not None:
             return cached if isinstance(cached, Principal) else None
         generation = self.cache.generation
@@ -314,7 +347,7 @@ class AccessService:
             if expires is None or expires > now:
                 principal = Principal("session_actor", session.id, session)
                 valid_until = min(valid_until, expires or valid_until)
-        self.cache.put(digest, principal or _REFUSED, valid_until, generation)
+        self.cache.put(digest, principal or _REFUSED, valid_until, generation, now)
         return principal
 
     # --- sessions -----------------------------------------------------------------------------------------

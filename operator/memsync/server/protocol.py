@@ -9,9 +9,9 @@ connection is closed and one INFO line says so. Time the application spends on a
 arrived is not counted.
 
 On httptools, a request whose headers are read when the event loop, busy for a while, would start it more
-than ``max_loop_lag_s`` late (its lateness now plus the work started ahead of it; ``http.loop_lag``) is
-answered 503 right here, instead of starting its ASGI task: the cheapest answer the process can give, which
-is what lets it refuse a crowd faster than the crowd arrives. The pure-Python h11
+than ``max_loop_lag_s`` late (its lateness now plus the requests started ahead of it in the same turn of the
+loop; ``http.loop_lag``) is answered 503 right here, instead of starting its ASGI task: the cheapest answer
+the process can give, which is what lets it refuse a crowd faster than the crowd arrives. The pure-Python h11
 protocol (``--http h11``, a fallback) does not refuse by lag.
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -128,15 +129,16 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
         lag = self._lag
         if lag is not None:
             # how late the loop is, and how much later it will be once the requests started before this one
-            # have had their turn (each costs about lag.cost_s of the loop's time)
-            behind = max(0.0, lag.behind()) + len(self.tasks) * lag.cost_s
+            # in the same turn have run
+            behind = max(0.0, lag.behind()) + lag.ahead_s()
             if behind > self.max_loop_lag_s and refuses(
                 cycle.scope["path"], behind, lag.busy_share(), self.max_loop_lag_s
             ):
-                lag.refused(behind)
+                began = time.perf_counter()
                 self._refuse(cycle)
+                lag.refused(behind, time.perf_counter() - began)
                 return
-            lag.started += 1
+            lag.start()
         self._unset_keepalive_if_required()  # a refusal just before, in the same bytes, may have armed it
         super()._start_asgi_task(cycle, app)
 

@@ -17,8 +17,13 @@ overload.
 
 Lateness alone comes too late: the requests the loop reads in one turn are all started before any of them
 runs, so a turn that reads four hundred probes would start them all and only then run late. So the lateness
-a request is judged by also counts the work started ahead of it: the requests in flight times the loop's
-measured time per request (``cost_s``, smoothed over the timer's ticks).
+a request is judged by also counts the work queued ahead of it: the requests started in the same turn of the
+loop, none of which has run yet (``queued``), times the loop's measured time per request (``cost_s``,
+smoothed over the timer's ticks). Requests started in earlier turns and now waiting for a thread or the
+database are not counted: their wait costs the loop nothing, and what they still do on it shows in its
+lateness when they do it. The time the loop spends writing refusals is not counted in ``cost_s`` either (a
+refusal costs a fraction of a request; counted as requests' time, a crowd of refusals would make every
+request look dearer and refuse more of them still).
 
 A request that arrives while the loop is more than ``max_lag_s`` late so counted is answered 503
 (``overloaded_error``, ``Retry-After``) by the HTTP protocol itself (``protocol``), before an ASGI task,
@@ -82,7 +87,10 @@ class LoopLag:
         self._due = now + tick_s
         # (time, the loop thread's CPU time) at each tick, the last one first read here, on the loop's thread
         self._window: deque[tuple[float, float]] = deque([(now, time.thread_time())])
-        self.started = 0  # requests started since the last tick (the protocol counts them)
+        self.started = 0  # requests started since the last tick
+        self.queued = 0  # requests started in this turn of the loop, none run yet
+        self._turn_marked = False
+        self._refusing_s = 0.0  # time spent writing refusals since the last tick
         self.cost_s = 0.0  # the loop's CPU per request started, smoothed over ticks
         loop.call_later(tick_s, self._tick)
 
@@ -94,21 +102,39 @@ class LoopLag:
             found = cls._of[loop] = cls(loop, max_lag_s)
         return found
 
+    def start(self) -> None:
+        """Count a request started (its task created, to run in the loop's next turn)."""
+        self.started += 1
+        self.queued += 1
+        if not self._turn_marked:
+            # runs after every callback of this turn and before the tasks it created: the next turn's start
+            self._turn_marked = True
+            self.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self.queued, self._turn_marked = 0, False
+
+    def ahead_s(self) -> float:
+        """The loop time the requests queued in this turn will take before one started now can run."""
+        return self.queued * self.cost_s
+
     def _tick(self) -> None:
         now, cpu = time.monotonic(), time.thread_time()
         LAG.set(max(0.0, now - self._due))
         if self.started >= MIN_SAMPLE:
-            sample = (cpu - self._window[-1][1]) / self.started
+            sample = max(0.0, cpu - self._window[-1][1] - self._refusing_s) / self.started
             self.cost_s = sample if self.cost_s == 0.0 else 0.8 * self.cost_s + 0.2 * sample
-        self.started = 0
+        self.started, self._refusing_s = 0, 0.0
         self._window.append((now, cpu))
         while len(self._window) > 2 and self._window[1][0] <= now - SUSTAINED_S:
             self._window.popleft()  # the oldest kept is the last one at least SUSTAINED_S old
         self._due = now + self.tick_s
         self.loop.call_later(self.tick_s, self._tick)
 
-    def refused(self, behind_s: float) -> None:
-        """Count a refusal; say so in the log at most once per ``REPORT_EVERY_S`` while refusals go on."""
+    def refused(self, behind_s: float, spent_s: float) -> None:
+        """Count a refusal that took the loop ``spent_s``; say so in the log at most once per
+        ``REPORT_EVERY_S`` while refusals go on."""
+        self._refusing_s += spent_s
         SHED.labels(LAG_REASON).inc()
         self._refused += 1
         now = time.monotonic()

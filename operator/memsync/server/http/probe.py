@@ -17,10 +17,22 @@ indexed statements of tens of microseconds; on PostgreSQL the marker comes from 
 hop, not the work, was most of a probe's cost on SQLite (every worker thread must win the GIL back from the
 busy event loop after its statement), and the round trip most of it on PostgreSQL. A changed listing, a busy
 database or anything not at hand takes the threadpool as before.
+
+A credential that is not cached (its cache entry expired) is looked up once per process however many probes
+carrying it arrive meanwhile: the first takes the threadpool to read it, the others wait for that answer on
+the event loop without a thread (a session's three stores are probed at the same moment with one token; a
+busy token's expiry would otherwise send every probe in flight to the database at once). Only where the
+database cannot read on the event loop (PostgreSQL): on SQLite the lookup is an indexed statement on the
+loop, cheaper than any waiting. There a credential in use is also read again in the background once half
+of its time in the cache has passed, while the cached answer is still served (never past its time), so a
+busy credential's probes never wait for the database at all.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Final, NamedTuple, get_args
@@ -32,7 +44,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.routing import BaseRoute
 
 from memsync.api.models import View
-from memsync.server.access import AccessService
+from memsync.server.access import AccessService, Principal
 from memsync.server.errors import ApiError
 from memsync.server.http.envelope import error_response
 from memsync.server.http.memories import listing_response, send_not_modified
@@ -45,10 +57,15 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+logger = logging.getLogger("memsync.server")
+
 LISTING: Final = "/v1/memory_stores/{store_id}/memories"
 _PATH: Final = re.compile(r"/v1/memory_stores/([^/]+)/memories")
 _ALLOWED_PARAMS: Final = frozenset({"beta", "limit", "view"})
 _VIEWS: Final = frozenset(get_args(View))
+
+
+Credential = tuple[str | None, str | None]  # the x-api-key and Authorization headers
 
 
 class Probe(NamedTuple):
@@ -114,6 +131,56 @@ class ProbeMiddleware:
         self.route = route
         self.service = service
         self.access = access
+        # credential lookups and refreshes under way, by the headers that carry the credential (memory only)
+        self._lookups: dict[Credential, asyncio.Future[Principal]] = {}
+        self._refreshing: dict[Credential, asyncio.Future[None]] = {}
+
+    def _refresh_if_due(self, x_api_key: str | None, authorization: str | None) -> None:
+        """Read a cached credential again in the background once it is due, once per process, so the probes
+        that carry it never find it missing (PostgreSQL only: on SQLite a miss is a read on the loop)."""
+        key = (x_api_key, authorization)
+        if key in self._refreshing or not self.access.refresh_due(x_api_key, authorization):
+            return
+        task = self._refreshing[key] = asyncio.ensure_future(
+            run_in_threadpool(self.access.refresh, x_api_key, authorization)
+        )
+        task.add_done_callback(lambda done: self._refreshed(key, done))
+
+    def _refreshed(self, key: Credential, done: asyncio.Future[None]) -> None:
+        self._refreshing.pop(key, None)
+        err = None if done.cancelled() else done.exception()
+        if err is not None:  # the entry expires as it would have; the next probe looks it up and says why
+            logger.warning(
+                "could not read a credential again ahead of its expiry", extra={"error": repr(err)}
+            )
+
+    async def _caller(self, x_api_key: str | None, authorization: str | None) -> Principal | None:
+        """The caller whose credential is not cached. Where the event loop may read rows (SQLite) it reads
+        the credential itself, or answers None when the database is busy: the threadpool hop then
+        authenticates and lists at once. Elsewhere (PostgreSQL) the credential is looked up in the
+        threadpool once for every probe that carries it meanwhile."""
+        if self.service.db.read_now_runs_statements:
+            with contextlib.suppress(WouldWait):
+                return self.access.authenticate_now(x_api_key, authorization)
+            return None
+        return await self._authenticate_once(x_api_key, authorization)
+
+    async def _authenticate_once(self, x_api_key: str | None, authorization: str | None) -> Principal:
+        """``AccessService.authenticate`` in the threadpool, shared by every probe with the same credential
+        that arrives while it runs; its ``ApiError`` (401) is every one's."""
+        key = (x_api_key, authorization)
+        lookup = self._lookups.get(key)
+        if lookup is None:
+            lookup = self._lookups[key] = asyncio.ensure_future(
+                run_in_threadpool(self.access.authenticate, x_api_key, authorization)
+            )
+            lookup.add_done_callback(lambda done: self._looked_up(key, done))
+        return await asyncio.shield(lookup)  # a caller that goes away does not cancel the others' answer
+
+    def _looked_up(self, key: Credential, done: asyncio.Future[Principal]) -> None:
+        self._lookups.pop(key, None)
+        if not done.cancelled():
+            done.exception()  # retrieved here too: every caller may have gone before it ended
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         probe = probe_request(scope) if scope["type"] == "http" else None
@@ -122,28 +189,30 @@ class ProbeMiddleware:
             return
         store_id, view, limit, if_none_match, x_api_key, authorization = probe
         scope["route"] = self.route  # the access log and the metrics name the route template, as ever
-        cached = self.access.cached(x_api_key, authorization)
-        if self.service.db.reads_without_waiting:
-            try:  # on the event loop: statements that cannot wait, no thread hop
-                caller = (
-                    cached if cached is not None else self.access.authenticate_now(x_api_key, authorization)
-                )
-                unchanged = self.service.first_page_unchanged(
-                    caller, store_id, view=view, limit=limit, if_none_match=if_none_match
-                )
-            except WouldWait:
-                unchanged = None
-            except ApiError as err:
-                await error_response(err, scope.get("state", {}).get("request_id"))(scope, receive, send)
-                return
-            if unchanged is not None:
-                await send_not_modified(send, unchanged)
-                return
+        try:
+            caller = self.access.cached(x_api_key, authorization)
+            if caller is None:
+                caller = await self._caller(x_api_key, authorization)
+            elif not self.service.db.read_now_runs_statements:
+                self._refresh_if_due(x_api_key, authorization)
+            if caller is not None and self.service.db.reads_without_waiting:
+                try:  # on the event loop: statements that cannot wait, no thread hop
+                    unchanged = self.service.first_page_unchanged(
+                        caller, store_id, view=view, limit=limit, if_none_match=if_none_match
+                    )
+                except WouldWait:
+                    unchanged = None
+                if unchanged is not None:
+                    await send_not_modified(send, unchanged)
+                    return
+        except ApiError as err:
+            await error_response(err, scope.get("state", {}).get("request_id"))(scope, receive, send)
+            return
 
         def answer() -> tuple[dict[str, Any] | None, str]:
-            caller = cached if cached is not None else self.access.authenticate(x_api_key, authorization)
+            who = caller if caller is not None else self.access.authenticate(x_api_key, authorization)
             return self.service.list_memories(
-                caller,
+                who,
                 store_id,
                 view=view,
                 limit=limit,

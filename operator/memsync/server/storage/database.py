@@ -86,6 +86,9 @@ class Database(ABC):
     #: a writer); PostgreSQL, where every statement is a round trip, answers only the stores' change markers
     #: it remembers (``change_cache``).
     reads_without_waiting = False
+    #: Whether ``read_now`` runs statements (SQLite: any row, a credential's included) or answers only from
+    #: memory (PostgreSQL: the change markers; a credential is never at hand there).
+    read_now_runs_statements = False
 
     def read_now(self) -> AbstractContextManager[Tx]:
         """``read_each`` for the event loop: what it reads returns at once or raises ``WouldWait`` (the

@@ -172,6 +172,7 @@ class SqliteDatabase(Database):
         yield SqliteTx(self.conn())  # autocommit: each statement is its own (snapshot) transaction
 
     reads_without_waiting = True
+    read_now_runs_statements = True
 
     @contextmanager
     def read_now(self) -> Iterator[Tx]:
