@@ -2,7 +2,9 @@
 
 Every replica reads the same credentials, so a key or token minted or revoked on one replica is known to all.
 Answers are cached per credential digest for ``AUTH_CACHE_TTL_S`` seconds (never past a token's expiry): a
-revocation takes effect at once in the process that made it and within that time in the others.
+revocation takes effect at once in the process that made it and within that time in the others. An answer
+is never served longer than that after it was read; one in use may be read again before then (``refresh``:
+the probe's fast path does, so a busy credential's requests never wait for the lookup).
 
 - Admin keys are named; several may be current at once, so one can be rotated (create the new key, move the
   clients, revoke the old one). The key the server is started with is entered into the database on start.
