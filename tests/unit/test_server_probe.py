@@ -71,6 +71,7 @@ class SlowAccess:
         self.lookups = 0
         self.release = threading.Event()
         self.answered_while_held = 0
+        self.cache = SimpleNamespace(generation=0)  # moved by a revocation in this process
         self.answer = answer
 
     def cached(self, x_api_key: str | None, authorization: str | None) -> Principal | None:
@@ -170,3 +171,26 @@ def test_a_credential_due_again_is_read_once_in_the_background_while_its_probes_
     assert probe_all(access, 20) == [304] * 20
     assert access.answered_while_held == 20  # none waited for the refresh
     assert access.refreshes == 1 and access.lookups == 0
+
+
+def test_a_probe_after_a_revocation_does_not_join_a_lookup_begun_before_it() -> None:
+    access = SlowAccess()
+    app = ProbeMiddleware(
+        cast(Any, None), route=cast(Any, None), service=cast(Any, Unchanged()), access=cast(Any, access)
+    )
+
+    async def run() -> None:
+        first = asyncio.ensure_future(app._authenticate_once(None, "Bearer tok"))
+        await asyncio.sleep(0.1)
+        joined = asyncio.ensure_future(app._authenticate_once(None, "Bearer tok"))
+        await asyncio.sleep(0.1)
+        assert access.lookups == 1  # the second joined the first
+        access.cache.generation += 1  # a revocation committed here meanwhile
+        after = asyncio.ensure_future(app._authenticate_once(None, "Bearer tok"))
+        await asyncio.sleep(0.1)
+        assert access.lookups == 2  # its own lookup, begun after the revocation
+        access.release.set()
+        await asyncio.gather(first, joined, after)
+        assert app._lookups == {}
+
+    asyncio.run(run())

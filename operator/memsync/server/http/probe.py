@@ -132,7 +132,7 @@ class ProbeMiddleware:
         self.service = service
         self.access = access
         # credential lookups and refreshes under way, by the headers that carry the credential (memory only)
-        self._lookups: dict[Credential, asyncio.Future[Principal]] = {}
+        self._lookups: dict[Credential, tuple[asyncio.Future[Principal], int]] = {}
         self._refreshing: dict[Credential, asyncio.Future[None]] = {}
 
     def _refresh_if_due(self, x_api_key: str | None, authorization: str | None) -> None:
@@ -167,18 +167,26 @@ class ProbeMiddleware:
 
     async def _authenticate_once(self, x_api_key: str | None, authorization: str | None) -> Principal:
         """``AccessService.authenticate`` in the threadpool, shared by every probe with the same credential
-        that arrives while it runs; its ``ApiError`` (401) is every one's."""
+        that arrives while it runs; its ``ApiError`` (401) is every one's. A probe that arrives after a
+        revocation in this process (the cache's generation moved) does not join a lookup begun before it:
+        that lookup may have read the credential as still current."""
         key = (x_api_key, authorization)
-        lookup = self._lookups.get(key)
-        if lookup is None:
-            lookup = self._lookups[key] = asyncio.ensure_future(
+        generation = self.access.cache.generation
+        pending = self._lookups.get(key)
+        lookup: asyncio.Future[Principal]
+        if pending is None or pending[1] != generation:
+            lookup = asyncio.ensure_future(
                 run_in_threadpool(self.access.authenticate, x_api_key, authorization)
             )
+            self._lookups[key] = (lookup, generation)
             lookup.add_done_callback(lambda done: self._looked_up(key, done))
+        else:
+            lookup = pending[0]
         return await asyncio.shield(lookup)  # a caller that goes away does not cancel the others' answer
 
     def _looked_up(self, key: Credential, done: asyncio.Future[Principal]) -> None:
-        self._lookups.pop(key, None)
+        if self._lookups.get(key, (None, 0))[0] is done:  # not a newer lookup for the same credential
+            del self._lookups[key]
         if not done.cancelled():
             done.exception()  # retrieved here too: every caller may have gone before it ended
 
