@@ -290,7 +290,7 @@ def test_a_refresh_reads_the_credential_again_while_the_cache_still_serves_it(
     other_replica = AccessService(db, ADMIN_KEY, "http://store.test", cache_ttl_s=60.0)
     other_replica.delete_session(admin(other_replica), minted["session"]["id"])
     assert access.cached(*headers) is not None  # still served: the revocation was made elsewhere
-    assert not access.refresh_due(*headers)  # read a moment ago, with a 60 s time to live
+    assert not access.cached_and_due(*headers)[1]  # read a moment ago, with a 60 s time to live
     access.refresh(*headers)
     assert access.cached(*headers) is None
     with pytest.raises(ApiError) as refused:

@@ -74,8 +74,10 @@ class SlowAccess:
         self.cache = SimpleNamespace(generation=0)  # moved by a revocation in this process
         self.answer = answer
 
-    def cached(self, x_api_key: str | None, authorization: str | None) -> Principal | None:
-        return None
+    def cached_and_due(
+        self, x_api_key: str | None, authorization: str | None
+    ) -> tuple[Principal | None, bool]:
+        return None, False
 
     def authenticate_now(self, x_api_key: str | None, authorization: str | None) -> Principal:
         raise WouldWait("not remembered")  # PostgreSQL: a credential read needs a round trip
@@ -143,9 +145,9 @@ def test_a_cached_answer_is_due_again_halfway_through_its_time_and_served_until_
     cache = CredentialCache(ttl_s=2.0)
     principal = Principal("session_actor", "sesn_1")
     cache.put("d", principal, valid_until=2.0, generation=cache.generation, now=0.0)
-    assert [cache.due("d", t) for t in (0.0, 0.9, 1.0, 1.9, 2.0)] == [False, False, True, True, False]
+    assert [cache.lookup("d", t)[1] for t in (0.0, 0.9, 1.0, 1.9, 2.0)] == [False, False, True, True, False]
     assert cache.get("d", 1.9) is principal and cache.get("d", 2.0) is None
-    assert not cache.due("unknown", 1.0)
+    assert not cache.lookup("unknown", 1.0)[1]
 
 
 class CachedAccess(SlowAccess):
@@ -155,11 +157,10 @@ class CachedAccess(SlowAccess):
         super().__init__()
         self.refreshes = 0
 
-    def cached(self, x_api_key: str | None, authorization: str | None) -> Principal | None:
-        return Principal("session_actor", "sesn_1")
-
-    def refresh_due(self, x_api_key: str | None, authorization: str | None) -> bool:
-        return True
+    def cached_and_due(
+        self, x_api_key: str | None, authorization: str | None
+    ) -> tuple[Principal | None, bool]:
+        return Principal("session_actor", "sesn_1"), True
 
     def refresh(self, x_api_key: str | None, authorization: str | None) -> None:
         self.refreshes += 1

@@ -113,8 +113,8 @@ _REFUSED = "refused"  # a cached "no such current credential"
 
 class CredentialCache:
     """digest -> (Principal or refusal, valid until, due again); bounded, thread-safe. Holds digests, never
-    secrets. An answer is due to be read again (``due``) from ``AUTH_REFRESH_AT`` of its time to live on and
-    is served until it expires, never longer.
+    secrets. An answer is due to be read again (``lookup`` says so) from ``AUTH_REFRESH_AT`` of its time to
+    live on, and is served until it expires, never longer.
 
     A lookup reads the database and then caches its answer; a revocation on this replica drops entries after
     it commits. So that a lookup that read before the commit cannot cache its stale answer after the drop,
@@ -132,15 +132,15 @@ class CredentialCache:
         return self._generation
 
     def get(self, digest: str, now: float) -> Principal | str | None:
+        return self.lookup(digest, now)[0]
+
+    def lookup(self, digest: str, now: float) -> tuple[Principal | str | None, bool]:
+        """The answer cached for ``digest`` while it is served (else None), and whether it is due to be read
+        again."""
         entry = self._entries.get(digest)
         if entry is None or entry[1] <= now:
-            return None
-        return entry[0]
-
-    def due(self, digest: str, now: float) -> bool:
-        """Whether the answer cached for ``digest`` is still served but due to be read again."""
-        entry = self._entries.get(digest)
-        return entry is not None and entry[2] <= now < entry[1]
+            return None, False
+        return entry[0], entry[2] <= now
 
     def put(
         self, digest: str, value: Principal | str, valid_until: float, generation: int, now: float
@@ -273,24 +273,21 @@ class AccessService:
     def cached(self, x_api_key: str | None, authorization: str | None) -> Principal | None:
         """The caller from the cache alone (no I/O: safe on the event loop); None when the database must
         answer (unknown, refused or malformed credentials included, so errors come from ``authenticate``)."""
-        if x_api_key is not None:
-            found = self.cache.get(token_hash(x_api_key.strip()), _now())
-            return found if isinstance(found, Principal) and found.is_admin else None
-        if authorization is not None:
-            token = parse_bearer(authorization)
-            if token is not None:
-                found = self.cache.get(token_hash(token), _now())
-                return found if isinstance(found, Principal) else None
-        return None
+        return self.cached_and_due(x_api_key, authorization)[0]
+
+    def cached_and_due(
+        self, x_api_key: str | None, authorization: str | None
+    ) -> tuple[Principal | None, bool]:
+        """``cached``, and whether that answer is due to be read again (``refresh``) while still served."""
+        digest = _digest(x_api_key, authorization)
+        found, due = self.cache.lookup(digest, _now()) if digest is not None else (None, False)
+        if not isinstance(found, Principal) or (x_api_key is not None and not found.is_admin):
+            return None, False
+        return found, due
 
     def authenticate(self, x_api_key: str | None, authorization: str | None) -> Principal:
         """The caller, from the cache or the database; 401 for a missing, malformed or unknown credential."""
         return self._authenticate(x_api_key, authorization, self.db.read_each)
-
-    def refresh_due(self, x_api_key: str | None, authorization: str | None) -> bool:
-        """Whether this credential's cached answer is still served but due to be read again (``refresh``)."""
-        digest = _digest(x_api_key, authorization)
-        return digest is not None and self.cache.due(digest, _now())
 
     def refresh(self, x_api_key: str | None, authorization: str | None) -> None:
         """Read this credential again from the database and cache the answer (blocking I/O)."""

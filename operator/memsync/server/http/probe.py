@@ -135,11 +135,11 @@ class ProbeMiddleware:
         self._lookups: dict[Credential, tuple[asyncio.Future[Principal], int]] = {}
         self._refreshing: dict[Credential, asyncio.Future[None]] = {}
 
-    def _refresh_if_due(self, x_api_key: str | None, authorization: str | None) -> None:
-        """Read a cached credential again in the background once it is due, once per process, so the probes
+    def _refresh(self, x_api_key: str | None, authorization: str | None) -> None:
+        """Read a cached credential that is due again in the background, once per process, so the probes
         that carry it never find it missing (PostgreSQL only: on SQLite a miss is a read on the loop)."""
         key = (x_api_key, authorization)
-        if key in self._refreshing or not self.access.refresh_due(x_api_key, authorization):
+        if key in self._refreshing:
             return
         task = self._refreshing[key] = asyncio.ensure_future(
             run_in_threadpool(self.access.refresh, x_api_key, authorization)
@@ -198,11 +198,11 @@ class ProbeMiddleware:
         store_id, view, limit, if_none_match, x_api_key, authorization = probe
         scope["route"] = self.route  # the access log and the metrics name the route template, as ever
         try:
-            caller = self.access.cached(x_api_key, authorization)
+            caller, due = self.access.cached_and_due(x_api_key, authorization)
             if caller is None:
                 caller = await self._caller(x_api_key, authorization)
-            elif not self.service.db.read_now_runs_statements:
-                self._refresh_if_due(x_api_key, authorization)
+            elif due and not self.service.db.read_now_runs_statements:
+                self._refresh(x_api_key, authorization)
             if caller is not None and self.service.db.reads_without_waiting:
                 try:  # on the event loop: statements that cannot wait, no thread hop
                     unchanged = self.service.first_page_unchanged(
