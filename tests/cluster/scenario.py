@@ -14,6 +14,7 @@ from support import k8s_scenarios as k8s
 from support.k8s_scenarios import (
     FINAL,
     as_store_paths,
+    assert_final_store,
     container,
     make_store,
     report_from_logs,
@@ -30,6 +31,7 @@ from .conftest import Cluster
 __all__ = [
     "FINAL",
     "as_store_paths",
+    "assert_final_store",
     "assert_store_holds_final_files",
     "container",
     "make_store",

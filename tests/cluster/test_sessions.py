@@ -21,6 +21,7 @@ from .scenario import (
     agent,
     agent_report,
     as_store_paths,
+    assert_final_store,
     assert_store_holds_final_files,
     condition,
     container,
@@ -58,7 +59,7 @@ async def test_happy_path(deployed: Cluster, tier_store: RunningStoreServer, nam
     assert condition(status, "Flushed")["status"] == "True", status
     pod = pod_name_for("happy")
     report = agent_report(deployed, namespace, pod)
-    await assert_store_holds_final_files(tier_store, notes, report, "notes")
+    assert_final_store(await store_files(tier_store, notes), report, "notes", status)
     assert await store_files(tier_store, handbook) == {
         p: content_sha256(c) for p, c in handbook_content.items()
     }
@@ -106,13 +107,11 @@ async def test_two_sessions_share_a_store(
     assert [s["phase"] for s in statuses] == ["Succeeded", "Succeeded"], statuses
     remote = await store_files(tier_store, store)
     ips = set()
-    for who in names:
+    for who, status in zip(names, statuses, strict=True):
         pod = pod_name_for(who)
         ips.add(pod_status(deployed, namespace, pod)["podIP"])
         report = agent_report(deployed, namespace, pod)
-        files = report["stores"]["/mnt/memory/team"]["files"]
-        mine = {p: s for p, s in files.items() if p.startswith(f"{who}/")}
-        assert {p: s for p, s in remote.items() if p.startswith(f"/{who}/")} == as_store_paths(mine)
+        assert_final_store(remote, report, "team", status, prefix=f"{who}/")
         # Each Pod had its own /mnt/memory: the other agent's files arrived only through the store.
     assert len(ips) == 2  # two network namespaces, both sidecars on port 9477
     edits = {who: content_sha256(f"{who} rewrote this first\n") for who in names}

@@ -16,7 +16,8 @@ tests fail instead, so CI can never count a skipped kind tier as a pass. Otherwi
 4. the store server is reached through ``kubectl port-forward`` (whose output is read all along: a pipe
    left full would block it); its admin key comes from the Secret of the kind overlay;
 5. each test gets its own namespace (restricted Pod Security enforced); when a test fails the cluster
-   state (``kubectl get all,smem,events -A -o wide``) and the operator's logs are printed;
+   state (``kubectl get all,smem,events -A -o wide``), the operator's logs and every container log of the
+   test's own Pods (the sidecar's passes, the mount, the agent) are printed;
 6. a cluster this session created is deleted at the end unless ``KEEP_CLUSTER=1``.
 """
 
@@ -293,13 +294,25 @@ def kind_env(image: str) -> Iterator[KindEnv]:
             run("kind", "delete", "cluster", "--name", CLUSTER, check=False, timeout=300)
 
 
-def dump_cluster_state() -> str:
+def dump_cluster_state(namespace: str | None = None) -> str:
     parts = [
         kubectl("get", "all,smem,events", "-A", "-o", "wide", check=False),
         kubectl("get", "smem", "-A", "-o", "yaml", check=False),
         kubectl("-n", SYSTEM_NS, "logs", "deployment/memsync-operator", "--tail=400", check=False),
     ]
+    if namespace is not None:
+        parts.append(pod_logs(namespace))
     return "\n".join(parts)
+
+
+def pod_logs(namespace: str) -> str:
+    """Every container log (init containers and the sidecar included) of every Pod in ``namespace``."""
+    names = kubectl("-n", namespace, "get", "pods", "-o", "name", check=False).split()
+    return "\n".join(
+        f"----- logs of {name} -----\n"
+        + kubectl("-n", namespace, "logs", name, "--all-containers", "--prefix", "--timestamps", check=False)
+        for name in names
+    )
 
 
 @pytest.fixture
@@ -323,5 +336,5 @@ def namespace(request: pytest.FixtureRequest, kind_env: KindEnv) -> Iterator[str
     finally:
         call = getattr(request.node, "rep_call", None)
         if call is not None and call.failed:
-            print(f"\n===== cluster state after {request.node.name} =====\n{dump_cluster_state()}")
+            print(f"\n===== cluster state after {request.node.name} =====\n{dump_cluster_state(name)}")
         kubectl("delete", "namespace", name, "--wait=false", check=False)

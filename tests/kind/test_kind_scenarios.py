@@ -22,6 +22,7 @@ from memsync.controller.sessionmemory.pod import pod_name_for
 from support.k8s_scenarios import (
     FINAL,
     as_store_paths,
+    assert_final_store,
     container,
     make_store,
     store_files,
@@ -81,9 +82,7 @@ async def test_happy_path(kind_env: KindEnv, namespace: str) -> None:
     status = await wait_phase(namespace, "happy", FINAL)
     assert status["phase"] == "Succeeded", status
     report = agent_report(namespace, pod_name_for("happy"))
-    assert await store_files(kind_env, notes) == as_store_paths(
-        report["stores"]["/mnt/memory/notes"]["files"]
-    )
+    assert_final_store(await store_files(kind_env, notes), report, "notes", status)
     assert await store_files(kind_env, handbook) == {
         p: content_sha256(c) for p, c in handbook_content.items()
     }
@@ -130,12 +129,9 @@ async def test_two_sessions_one_store(kind_env: KindEnv, namespace: str) -> None
     statuses = [await wait_phase(namespace, who, FINAL) for who in names]
     assert [s["phase"] for s in statuses] == ["Succeeded", "Succeeded"], statuses
     remote = await store_files(kind_env, store)
-    for who in names:
+    for who, status in zip(names, statuses, strict=True):
         report = agent_report(namespace, pod_name_for(who))
-        mine = {
-            p: s for p, s in report["stores"]["/mnt/memory/team"]["files"].items() if p.startswith(f"{who}/")
-        }
-        assert {p: s for p, s in remote.items() if p.startswith(f"/{who}/")} == as_store_paths(mine)
+        assert_final_store(remote, report, "team", status, prefix=f"{who}/")
     edits = {who: content_sha256(f"{who} rewrote this first\n") for who in names}
     winner = next(who for who, sha in edits.items() if remote["/shared.md"] == sha)
     loser = "bob" if winner == "alice" else "alice"

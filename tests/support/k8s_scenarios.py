@@ -146,6 +146,27 @@ def as_store_paths(files: dict[str, str]) -> dict[str, str]:
     return {"/" + rel: sha for rel, sha in files.items()}
 
 
+def assert_final_store(
+    remote: dict[str, str], report: dict[str, Any], mount: str, status: dict[str, Any], *, prefix: str = ""
+) -> None:
+    """The store (``remote``, path -> sha) holds exactly the files the agent's report lists at its end under
+    ``/mnt/memory/<mount>`` (only those below ``prefix``, when another session writes the rest), apart from
+    local deletions the per-sync delete cap held back at the session's end. Those stay in the store by the
+    sync rules (docs/sync-semantics.md#deletes): each must be a file the agent deleted, and the store's entry
+    in the SessionMemory ``status`` must count them and name them (a sample of up to five). How many reach
+    the final sync depends on when the passes ran, so a churning agent meets the cap now and then."""
+    mine = report["stores"][f"/mnt/memory/{mount}"]
+    want = as_store_paths({p: s for p, s in mine["files"].items() if p.startswith(prefix)})
+    got = {p: s for p, s in remote.items() if p.startswith("/" + prefix)}
+    held = got.keys() - want.keys()
+    assert {p: s for p, s in got.items() if p not in held} == want
+    assert held <= {"/" + p for p in mine["deleted"]}, (sorted(held), mine["deleted"])
+    entries = [s for s in status.get("stores") or [] if s.get("mountPath") == f"/mnt/memory/{mount}"]
+    assert len(entries) == 1, status
+    assert entries[0].get("heldDeletes", 0) == len(held), (entries[0], sorted(held))
+    assert {"/" + p for p in entries[0].get("heldDeletePaths") or []} <= held, entries[0]
+
+
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
 def record_phase_reports(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     """A ``pytest_runtest_makereport`` hook: keeps each phase's report on the item (``rep_call``, ...), so a
