@@ -6,12 +6,15 @@ import asyncio
 import threading
 from types import SimpleNamespace
 from typing import Any, cast
+from urllib.parse import parse_qsl
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memsync.server.access import CredentialCache, Principal
 from memsync.server.errors import unauthenticated
-from memsync.server.http.probe import ProbeMiddleware, probe_request
+from memsync.server.http.probe import ProbeMiddleware, probe_request, query_params
 from memsync.server.storage.database import WouldWait
 
 PATH = "/v1/memory_stores/memstore_1/memories"
@@ -62,6 +65,15 @@ def test_the_sidecars_probe_is_taken() -> None:
 )
 def test_anything_else_goes_the_ordinary_way(changed: dict[str, Any]) -> None:
     assert probe_request(scope(**changed)) is None
+
+
+@given(st.lists(st.sampled_from(["view", "limit", "beta", "=", "&", "%41", "%", "+", "1", "a", ";", " "])))
+def test_the_query_reads_as_parse_qsl_reads_it(parts: list[str]) -> None:
+    text = "".join(parts)
+    pairs = parse_qsl(text, keep_blank_values=True)
+    names = [name for name, _ in pairs]
+    expected = dict(pairs) if len(set(names)) == len(names) else None  # a repeated name: no probe
+    assert query_params(text.encode("latin-1")) == expected
 
 
 class SlowAccess:

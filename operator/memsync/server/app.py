@@ -100,6 +100,10 @@ def create_app(
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
+        # The server reports through its Prometheus metrics and structured logs (docs/store-server.md);
+        # FastAPI's own OpenTelemetry hook would look for providers on every request (a few microseconds of
+        # the sidecars' probe, whose whole answer costs tens).
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.service = service
     app.state.access = access

@@ -13,9 +13,11 @@ from memsync.server.http.deps import Beta, Body, Caller, PagingQuery, ViewQuery
 from memsync.server.http.envelope import JSONResponse
 from memsync.server.stores.service import StoreService
 
+_CACHE_CONTROL = "private, no-cache"  # a client may keep a listing, and must ask before reusing it
+
 
 def _validators(etag: str) -> dict[str, str]:
-    return {"etag": etag, "cache-control": "private, no-cache"}
+    return {"etag": etag, "cache-control": _CACHE_CONTROL}
 
 
 def listing_response(body: dict[str, Any] | None, etag: str) -> Response:
@@ -27,7 +29,7 @@ def listing_response(body: dict[str, Any] | None, etag: str) -> Response:
 
 async def send_not_modified(send: Callable[[dict[str, Any]], Awaitable[None]], etag: str) -> None:
     """The 304 of ``listing_response``, sent as the two ASGI messages themselves (the probe's fast path)."""
-    headers = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in _validators(etag).items()]
+    headers = [(b"etag", etag.encode("latin-1")), (b"cache-control", _CACHE_CONTROL.encode("latin-1"))]
     await send({"type": "http.response.start", "status": 304, "headers": headers})
     await send({"type": "http.response.body", "body": b""})
 

@@ -77,6 +77,25 @@ class Probe(NamedTuple):
     authorization: str | None
 
 
+def query_params(raw: bytes) -> dict[str, str] | None:
+    """The query string's parameters as ``parse_qsl(..., keep_blank_values=True)`` reads them; None when a
+    name is given twice. The probe's query has nothing to decode (``view=basic&limit=1&beta=true``): it is
+    split as it is, at a fraction of ``parse_qsl``'s cost; one with an escape (``%``, ``+``) is read by
+    ``parse_qsl`` itself."""
+    text = raw.decode("latin-1")
+    pairs = (
+        parse_qsl(text, keep_blank_values=True)
+        if "%" in text or "+" in text
+        else [part.partition("=")[::2] for part in text.split("&") if part]
+    )
+    given: dict[str, str] = {}
+    for name, value in pairs:
+        if name in given:
+            return None
+        given[name] = value
+    return given
+
+
 def probe_request(scope: Scope) -> Probe | None:
     """The plain conditional probe's parts, or None for any other request."""
     if scope.get("method") != "GET":
@@ -84,19 +103,16 @@ def probe_request(scope: Scope) -> Probe | None:
     match = _PATH.fullmatch(scope.get("path", ""))
     if match is None or "%" in match.group(1):
         return None
-    headers: dict[bytes, bytes] = {}
-    for name, value in scope.get("headers", []):
-        if name in headers:
-            return None  # a repeated header: let the framework decide what it means
-        headers[name] = value
+    listed = scope.get("headers", [])
+    headers: dict[bytes, bytes] = dict(listed)
+    if len(headers) != len(listed):
+        return None  # a repeated header: let the framework decide what it means
     if_none_match = headers.get(b"if-none-match")
     if not if_none_match:
         return None
-    params = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-    names = [name for name, _ in params]
-    if len(set(names)) != len(names) or not set(names) <= _ALLOWED_PARAMS:
+    given = query_params(scope.get("query_string", b""))
+    if given is None or not given.keys() <= _ALLOWED_PARAMS:
         return None
-    given = dict(params)
     limit_text, view = given.get("limit"), given.get("view")
     if limit_text is not None and not (limit_text.isascii() and limit_text.isdigit() and len(limit_text) < 6):
         return None
