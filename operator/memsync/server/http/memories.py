@@ -14,6 +14,7 @@ from memsync.server.http.envelope import JSONResponse
 from memsync.server.stores.service import StoreService
 
 _CACHE_CONTROL = "private, no-cache"  # a client may keep a listing, and must ask before reusing it
+_CACHE_CONTROL_HEADER = (b"cache-control", _CACHE_CONTROL.encode("latin-1"))  # as the 304 sends it
 
 
 def _validators(etag: str) -> dict[str, str]:
@@ -29,7 +30,7 @@ def listing_response(body: dict[str, Any] | None, etag: str) -> Response:
 
 async def send_not_modified(send: Callable[[dict[str, Any]], Awaitable[None]], etag: str) -> None:
     """The 304 of ``listing_response``, sent as the two ASGI messages themselves (the probe's fast path)."""
-    headers = [(b"etag", etag.encode("latin-1")), (b"cache-control", _CACHE_CONTROL.encode("latin-1"))]
+    headers = [(b"etag", etag.encode("latin-1")), _CACHE_CONTROL_HEADER]
     await send({"type": "http.response.start", "status": 304, "headers": headers})
     await send({"type": "http.response.body", "body": b""})
 
