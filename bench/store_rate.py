@@ -9,10 +9,13 @@ microseconds per request, so the load generator takes little of the two cores it
   sidecar's conditional probe (``view=basic&limit=1`` + ``If-None-Match``, answered 304), and the probe's
   rate as a fraction of the floor;
 - **overload** (``--overload``): the probe offered open loop at twice the probe's measured saturating rate,
-  every request sent on its schedule whatever came back. Reported: the admitted (304) requests' p50/p99 from
-  their scheduled send time, how many were shed (503/429) and how fast that answer came, every other
-  outcome (which must be 0), and how late the generator itself sent (p99: its own share of the latencies,
-  when it runs short of CPU on the cores it shares with the server).
+  every request sent on its schedule whatever came back, by ``bench/loadgen`` (Go, built here, one core;
+  ``--connections`` keep-alive connections) or, without a Go toolchain or with ``--generator python``, by
+  the asyncio client over 400 (which falls behind beyond a few thousand requests a second). Reported: the
+  admitted (304) requests' p50/p99 from their scheduled send time, how many were shed (503/429) and how
+  fast that answer came, every other outcome (which must be 0), how many found every connection busy (not
+  sent), and how late the generator itself sent (p99: its own share of the latencies, when it runs short of
+  CPU on the cores it shares with the server).
 
 Run with the server's defaults (``--max-in-flight 32``, ``--max-loop-lag 0.05``) unless given.
 """
@@ -21,8 +24,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
+import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -42,7 +48,8 @@ from support.server_process import spawn_store_server, stop_process, wait_until_
 API = {"anthropic-version": "2023-06-01", "anthropic-beta": "agent-memory-2026-07-22"}
 CONNECTIONS = 32
 TOKENS = 8  # distinct sessions tokens the probes are spread over (one credential holds half the slots)
-OPEN_LOOP_CONNECTIONS = 400
+OPEN_LOOP_CONNECTIONS = 400  # the Python generator's pool (what one asyncio process keeps up with)
+COMPILED_OPEN_LOOP_CONNECTIONS = 1000  # bench/loadgen's default (--connections): about one per session
 
 
 # --- a minimal HTTP/1.1 keep-alive client ---
@@ -169,6 +176,7 @@ async def closed_loop(port: int, requests: list[bytes], seconds: float, ok: int)
 @dataclass
 class Overload:
     offered: float
+    connections: int
     sent: int = 0
     admitted_ms: list[float] = field(default_factory=list)
     shed_ms: list[float] = field(default_factory=list)
@@ -177,12 +185,22 @@ class Overload:
     unsent: int = 0  # the load generator's own limit (every connection busy): not sent, not the server's
     send_lag_ms: list[float] = field(default_factory=list)  # the generator's own delay: sent after schedule
 
+    def answered(self, status: int, ms: float) -> None:
+        """Count an answer that came ``ms`` after its request's scheduled send."""
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        if status == 304:
+            self.admitted_ms.append(ms)
+        elif status in (429, 503):
+            self.shed_ms.append(ms)
+        else:
+            self.failures += 1
+
 
 async def open_loop(port: int, requests: list[bytes], rate: float, seconds: float) -> Overload:
     """``rate`` requests per second for ``seconds``, each on an idle keep-alive connection of a pool opened
     beforehand (as a fleet of sidecars holds its connections): connecting is not part of what is timed, and a
     request that finds every connection busy is not sent but counted (the generator's own limit)."""
-    result = Overload(rate)
+    result = Overload(rate, OPEN_LOOP_CONNECTIONS)
     idle: list[Connection] = [await Connection.open(port) for _ in range(OPEN_LOOP_CONNECTIONS)]
     tasks: set[asyncio.Task[None]] = set()
 
@@ -206,14 +224,7 @@ async def open_loop(port: int, requests: list[bytes], rate: float, seconds: floa
             conn.close()
             idle.append(await Connection.open(port))
             return
-        ms = (time.monotonic() - scheduled) * 1000
-        result.statuses[status] = result.statuses.get(status, 0) + 1
-        if status == 304:
-            result.admitted_ms.append(ms)
-        elif status in (429, 503):
-            result.shed_ms.append(ms)
-        else:
-            result.failures += 1
+        result.answered(status, (time.monotonic() - scheduled) * 1000)
         idle.append(conn)
 
     start = time.monotonic()
@@ -234,6 +245,60 @@ async def open_loop(port: int, requests: list[bytes], rate: float, seconds: floa
     return result
 
 
+# --- open loop from a compiled generator ---
+
+
+def build_loadgen(work: Path) -> Path | None:
+    """``bench/loadgen`` (Go, standard library only) built into ``work``; None without a Go toolchain."""
+    go = shutil.which("go")
+    if go is None:
+        return None
+    binary = work / "loadgen"
+    source = Path(__file__).resolve().parent / "loadgen"
+    subprocess.run([go, "build", "-o", str(binary), "."], cwd=source, check=True, timeout=600)
+    return binary
+
+
+def open_loop_compiled(
+    binary: Path, port: int, requests: list[bytes], rate: float, seconds: float, *, connections: int
+) -> Overload:
+    """``open_loop``'s measurement by ``bench/loadgen``: the same pool, schedule and outcomes, at a few
+    microseconds of CPU per request, so it can offer what one Python process on a shared core cannot."""
+    config = {
+        "addr": f"127.0.0.1:{port}",
+        "rate": rate,
+        "seconds": seconds,
+        "connections": connections,
+        "requests": [raw.decode() for raw in requests],
+    }
+    env = {**os.environ, "GOMAXPROCS": os.environ.get("GOMAXPROCS", "1")}  # one core, as the Python one
+    done = subprocess.run(
+        [str(binary)],
+        input=json.dumps(config),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=300,
+    )
+    out = json.loads(done.stdout)
+    result = Overload(
+        rate,
+        connections,
+        sent=out["sent"],
+        unsent=out["unsent"],
+        send_lag_ms=out["send_lag_ms"],
+    )
+    for error in out["errors"]:
+        print(f"  no answer: {error}", file=sys.stderr)
+    result.failures = out["failures"]
+    if result.failures:
+        result.statuses[0] = result.failures  # 0: no answer
+    for status, ms in zip(out["statuses"], out["millis"], strict=True):
+        result.answered(status, ms)
+    return result
+
+
 # --- the cells ---
 
 
@@ -245,8 +310,10 @@ class Row:
     overload: Overload | None = None
 
 
-def run(cells: list[tuple[str, str, int]], admin_key: str, work: Path, args: Any) -> list[Row]:
-    """``cells``: (name, database, workers)."""
+def run(
+    cells: list[tuple[str, str, int]], admin_key: str, work: Path, args: Any, loadgen: Path | None
+) -> list[Row]:
+    """``cells``: (name, database, workers); the overload offered by ``loadgen`` if built, else in Python."""
     rows = []
     extra = ("--max-in-flight", str(args.max_in_flight)) if args.max_in_flight is not None else ()
     if args.max_loop_lag is not None:
@@ -260,7 +327,17 @@ def run(cells: list[tuple[str, str, int]], admin_key: str, work: Path, args: Any
             probe = asyncio.run(closed_loop(port, target.probes, args.rate_seconds, 304))
             row = Row(name, floor, probe)
             if args.overload:
-                row.overload = asyncio.run(open_loop(port, target.probes, 2 * probe, args.rate_seconds))
+                if loadgen is not None:
+                    row.overload = open_loop_compiled(
+                        loadgen,
+                        port,
+                        target.probes,
+                        2 * probe,
+                        args.rate_seconds,
+                        connections=args.connections,
+                    )
+                else:
+                    row.overload = asyncio.run(open_loop(port, target.probes, 2 * probe, args.rate_seconds))
                 print(f"  {name} overload: statuses {row.overload.statuses}", file=sys.stderr)
             rows.append(row)
     return rows
@@ -289,6 +366,7 @@ def print_tables(rows: list[Row]) -> None:
             [
                 r.cell,
                 f"{o.offered:.0f}",
+                o.connections,
                 o.sent,
                 len(admitted),
                 f"{percentile(admitted, 50):.1f}" if admitted else "-",
@@ -306,6 +384,7 @@ def print_tables(rows: list[Row]) -> None:
             [
                 "server",
                 "offered req/s (2 x probe)",
+                "connections",
                 "sent",
                 "admitted (304)",
                 "admitted p50 ms",
@@ -314,7 +393,7 @@ def print_tables(rows: list[Row]) -> None:
                 "shed p50 ms",
                 "shed p99 ms",
                 "other failures",
-                f"not sent (all {OPEN_LOOP_CONNECTIONS} connections busy)",
+                "not sent (every connection busy)",
                 "generator's send lag p99 ms",
             ],
             table,
@@ -329,6 +408,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-in-flight", type=int, default=None, help="--floor/--overload: the bound")
     parser.add_argument(
         "--max-loop-lag", type=float, default=None, help="--floor/--overload: the lag bound (seconds)"
+    )
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=COMPILED_OPEN_LOOP_CONNECTIONS,
+        help="--overload with bench/loadgen: keep-alive connections the requests are offered on",
+    )
+    parser.add_argument(
+        "--generator",
+        choices=("go", "python"),
+        default="go",
+        help="--overload: who offers it (go: bench/loadgen, built here; python without a Go toolchain)",
     )
     parser.add_argument(
         "--servers", default=None, help="--floor/--overload: only these, comma-separated (sqlite-1,pg-2w)"
@@ -350,19 +441,27 @@ def main(args: Any, admin_key: str, work: Path) -> None:
         cells += [("pg-1", pg.new_database("rate1"), 1), ("pg-2w", pg.new_database("rate2w"), 2)]
     if args.servers:
         cells = [cell for cell in cells if cell[0] in args.servers.split(",")]
+    loadgen = None
+    if args.overload and args.generator == "go":
+        loadgen = build_loadgen(work)
+        if loadgen is None:
+            print("no Go toolchain: the overload is offered by the Python generator", file=sys.stderr)
     started, load_before = time.monotonic(), f"{os.getloadavg()[0]:.2f}"
     try:
-        rows = run(cells, admin_key, work, args)
+        rows = run(cells, admin_key, work, args, loadgen)
     finally:
         if pg is not None:
             pg.stop()
     bound = args.max_in_flight if args.max_in_flight is not None else "default (32)"
+    generator = ""
+    if args.overload:
+        generator = "overload offered by " + ("bench/loadgen (Go, one core), " if loadgen else "Python, ")
     lag = f"{args.max_loop_lag:g} s" if args.max_loop_lag is not None else "default (0.05 s)"
     print(
         f"memsync store server rate against its floor — {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, CPython "
         f"{platform.python_version()}, {os.cpu_count()} CPUs (load generator on the same machine), "
         f"{CONNECTIONS} connections, {args.rate_seconds:g} s per measurement, --max-in-flight {bound}, "
-        f"--max-loop-lag {lag}, "
+        f"--max-loop-lag {lag}, {generator}"
         f"{time.monotonic() - started:.0f} s in all; load average before/after: {load_before} / "
         f"{os.getloadavg()[0]:.2f}\n"
     )

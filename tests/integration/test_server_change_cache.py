@@ -13,7 +13,6 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from memsync.server.access import Principal
 from memsync.server.storage.change_cache import ChangeCache
 from memsync.server.storage.database import WouldWait
 from memsync.server.storage.migrations import POSTGRES, SQLITE, latest
@@ -22,9 +21,9 @@ from memsync.server.storage.postgres import PgDatabase
 from memsync.server.storage.sqlite import SqliteDatabase
 from memsync.server.stores.service import StoreService
 from support.postgres import PostgresServer
+from support.store_service import ADMIN, new_store, write_memory
 
 WAIT_S = 10.0
-ADMIN = Principal("api_actor", "key_test")
 
 
 def eventually(condition: Callable[[], bool], what: str) -> None:
@@ -46,15 +45,6 @@ def replicas(postgres: PostgresServer) -> Iterator[tuple[PgDatabase, PgDatabase]
     finally:
         here.close()
         there.close()
-
-
-def new_store(db: PgDatabase) -> str:
-    store_id: str = StoreService(db).create_store(ADMIN, b'{"name": "Notes"}')["id"]
-    return store_id
-
-
-def write_memory(db: PgDatabase, store_id: str, path: str) -> None:
-    StoreService(db).create_memory(ADMIN, store_id, f'{{"path": "{path}", "content": "x"}}'.encode(), None)
 
 
 def remembered(db: PgDatabase, store_id: str) -> tuple[str, int] | None:

@@ -11,12 +11,13 @@ stale), authenticating the caller in the same threadpool hop when its credential
 else, or any doubt, goes the ordinary way.
 
 Where the database can read without waiting (``Database.read_now``), the unchanged case is decided on the
-event loop itself: on SQLite in WAL mode the credential, when not cached, and the store's change marker are
-indexed statements of tens of microseconds; on PostgreSQL the marker comes from the process's memory
-(``storage.change_cache``) when it is there, and the credential from its cache. Under load the threadpool
-hop, not the work, was most of a probe's cost on SQLite (every worker thread must win the GIL back from the
-busy event loop after its statement), and the round trip most of it on PostgreSQL. A changed listing, a busy
-database or anything not at hand takes the threadpool as before.
+event loop itself: on SQLite in WAL mode the credential, when not cached, is an indexed statement of tens of
+microseconds, and the store's change marker too unless nothing was committed since this process last read
+it (``storage.sqlite_changes``: then it comes from memory); on PostgreSQL the marker comes from the
+process's memory (``storage.change_cache``) when it is there, and the credential from its cache. Under load
+the threadpool hop, not the work, was most of a probe's cost on SQLite (every worker thread must win the GIL
+back from the busy event loop after its statement), and the round trip most of it on PostgreSQL. A changed
+listing, a busy database or anything not at hand takes the threadpool as before.
 
 A credential that is not cached (its cache entry expired) is looked up once per process however many probes
 carrying it arrive meanwhile: the first takes the threadpool to read it, the others wait for that answer on

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from memsync.server.storage import migrations
+from memsync.server.storage.change_cache import Marker
 from memsync.server.storage.database import (
     Database,
     DuplicateKeyError,
@@ -32,6 +33,7 @@ from memsync.server.storage.database import (
     apply_migrations,
     ensure_secret,
 )
+from memsync.server.storage.sqlite_changes import MarkerMemory, WalIndex
 
 logger = logging.getLogger("memsync.server")
 
@@ -81,6 +83,29 @@ class SqliteTx(Tx):
         """All writers already hold the one write lock (BEGIN IMMEDIATE)."""
 
 
+class RememberingTx(SqliteTx):
+    """``read_now``'s statements, with the stores' change markers remembered between commits
+    (``sqlite_changes``): each statement is its own transaction, so a marker read is as good as the database's
+    state when it began."""
+
+    def __init__(self, conn: sqlite3.Connection, index: WalIndex, memory: MarkerMemory) -> None:
+        super().__init__(conn)
+        self.index = index
+        self.memory = memory
+
+    def store_change(self, store_id: str) -> Marker | None:
+        state = self.index.state()  # before the statement: see MarkerMemory.put
+        if state is None:
+            return super().store_change(store_id)
+        known = self.memory.get(store_id, state)
+        if known is not None:
+            return known
+        marker = super().store_change(store_id)
+        if marker is not None:
+            self.memory.put(store_id, marker, state)
+        return marker
+
+
 class SqliteDatabase(Database):
     """Thread-safe access to one SQLite file (a connection per thread, one writer at a time)."""
 
@@ -94,6 +119,11 @@ class SqliteDatabase(Database):
         self._all: list[sqlite3.Connection] = []
         self._all_lock = threading.Lock()
         self._closed = False
+        # the change markers ``read_now`` remembers, and the WAL-index that says when they hold (opened after
+        # this process's first connection, closed before its connections: see ``sqlite_changes``)
+        self._index: WalIndex | None = None
+        self._index_tried = False
+        self.markers = MarkerMemory()
         if self.path != ":memory:" and not self.path.startswith("file:"):
             make_private(self.path)
         with self.write() as tx:
@@ -132,6 +162,9 @@ class SqliteDatabase(Database):
     def close(self) -> None:
         self._closed = True
         with self._all_lock:
+            index, self._index = self._index, None
+            if index is not None:
+                index.close()
             conns, self._all = self._all, []
         for conn in conns:
             try:
@@ -174,6 +207,17 @@ class SqliteDatabase(Database):
     reads_without_waiting = True
     read_now_runs_statements = True
 
+    def _open_index(self) -> WalIndex | None:
+        """The database's WAL-index, opened once (while this process holds connections to it); None when it
+        has none (not a file in WAL mode): ``read_now`` then asks SQLite every time."""
+        with self._all_lock:
+            if not self._index_tried and not self._closed:
+                self._index_tried = True
+                self._index = WalIndex.open(self.path) if self._all else None
+                if self._index is None:
+                    logger.info("store change markers are read from SQLite on every probe (no WAL index)")
+            return self._index
+
     @contextmanager
     def read_now(self) -> Iterator[Tx]:
         """Statements on this thread's second connection, whose busy timeout is 0: in WAL mode a
@@ -183,7 +227,8 @@ class SqliteDatabase(Database):
             conn: sqlite3.Connection | None = getattr(self._local, "now", None)
             if conn is None:  # made here, so that BUSY while setting it up is WouldWait too
                 conn = self._local.now = self._connect(0)
-            yield SqliteTx(conn)
+            index = self._index if self._index_tried else self._open_index()
+            yield SqliteTx(conn) if index is None else RememberingTx(conn, index, self.markers)
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 raise WouldWait(str(exc)) from None

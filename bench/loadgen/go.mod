@@ -1,0 +1,3 @@
+module memsync.dev/bench/loadgen
+
+go 1.22

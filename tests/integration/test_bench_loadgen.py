@@ -1,0 +1,69 @@
+"""bench/loadgen, the compiled open-loop generator behind ``store_load.py --overload``: every request it is
+given is sent on schedule and every answer is read whole and counted by its status, including answers with
+a body and answers that close their connection (a new connection takes its place in the pool)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import store_rate  # noqa: E402
+
+pytestmark = pytest.mark.skipif(shutil.which("go") is None, reason="bench/loadgen needs a Go toolchain")
+
+ANSWERS = {
+    b"/unchanged": b'HTTP/1.1 304 Not Modified\r\netag: "x"\r\n\r\n',
+    b"/busy": (
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 17\r\nretry-after: 1\r\n"
+        b"connection: close\r\n\r\n"
+        b'{"type": "error"}'
+    ),
+    b"/page": b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello",
+}
+
+
+async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, opened: list[int]) -> None:
+    opened.append(1)
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            answer = ANSWERS[head.split(b" ", 2)[1]]
+            writer.write(answer)
+            await writer.drain()
+            if b"connection: close" in answer:
+                break
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+async def test_every_answer_is_read_and_counted_by_status(tmp_path: Path) -> None:
+    binary = await asyncio.to_thread(store_rate.build_loadgen, tmp_path)
+    assert binary is not None
+    opened: list[int] = []
+    server = await asyncio.start_server(lambda r, w: serve(r, w, opened), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    requests = [store_rate.raw_get(port, path.decode(), {"x-probe": "1"}) for path in ANSWERS]
+    async with server:
+        result = await asyncio.to_thread(
+            store_rate.open_loop_compiled, binary, port, requests, 300.0, 1.0, connections=10
+        )
+        for _ in range(500):  # the last new connections may be accepted just after the generator ends
+            if len(opened) >= 10 + 100:
+                break
+            await asyncio.sleep(0.01)
+    assert (result.sent, result.unsent) == (300, 0)
+    assert result.statuses == {304: 100, 503: 100, 200: 100}
+    assert len(result.admitted_ms) == 100 and len(result.shed_ms) == 100
+    assert result.failures == 100  # a 200 is neither admitted (304) nor shed (429/503)
+    assert len(result.send_lag_ms) == 300
+    assert all(ms > 0 for ms in result.admitted_ms + result.shed_ms)
+    assert len(opened) == 10 + 100  # the pool, then a new connection for each one the server closed
