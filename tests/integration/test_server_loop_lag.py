@@ -23,7 +23,7 @@ import uvicorn
 from prometheus_client import REGISTRY
 
 from conftest import API_HEADERS
-from memsync.server import create_app
+from memsync.server import create_app, protocol
 from memsync.server.http import loop_lag
 from memsync.server.http.loop_lag import LoopLag
 from memsync.server.listen import bind
@@ -284,3 +284,51 @@ def test_only_the_requests_started_in_this_turn_of_the_loop_are_ahead() -> None:
     now, ahead, later, ahead_later = asyncio.run(queued())
     assert (now, later, ahead_later) == (4, 0, 0.0)
     assert ahead == pytest.approx(0.004)
+
+
+def test_a_held_connection_is_resumed_at_the_next_tick_and_not_before() -> None:
+    async def resumed() -> tuple[list[str], list[str]]:
+        lag = LoopLag(asyncio.get_running_loop(), MAX_LAG_S)
+        calls: list[str] = []
+        lag.hold(lambda: calls.append("resumed"))
+        await asyncio.sleep(0)  # other turns of the loop: still held
+        before = list(calls)
+        await asyncio.sleep(3 * lag.tick_s)
+        return before, calls
+
+    before, after = asyncio.run(resumed())
+    assert before == []
+    assert after == ["resumed"]  # once
+
+
+def test_a_bare_get_read_late_is_refused_unparsed_and_its_connection_stays_in_step(
+    server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refused_unparsed: list[str] = []
+
+    def spy(data: bytes) -> str | None:
+        path = loop_lag.unparsed_path(data)
+        if path is not None:
+            refused_unparsed.append(path)
+        return path
+
+    monkeypatch.setattr(protocol, "unparsed_path", spy)
+    port = int(server_url.rsplit(":", 1)[1])
+    headers = "".join(f"{k}: {v}\r\n" for k, v in HEADERS.items())
+    listing = f"GET /v1/memory_stores?beta=true HTTP/1.1\r\nhost: x\r\n{headers}\r\n".encode()
+    shed_before = shed_by_lag()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock, ThreadPoolExecutor(1) as pool:
+        buffer = bytearray()
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert read_answer(sock, buffer)[0] == 200
+        held = hold_loop(server_url, "/test/spin", pool)
+        sock.sendall(listing)  # one whole bare GET, read once the loop is free: late
+        assert held.result().status_code == 204
+        status, body = read_answer(sock, buffer)
+        assert status == 503 and json.loads(body)["error"]["type"] == "overloaded_error"
+        assert refused_unparsed == ["/v1/memory_stores"]
+        assert shed_by_lag() == shed_before + 1
+        time.sleep(0.3)  # the loop on time again
+        sock.sendall(listing)  # the same connection, answered as ever
+        status, body = read_answer(sock, buffer)
+        assert status == 200 and json.loads(body)["data"] == []

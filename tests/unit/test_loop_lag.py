@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from memsync.server.http.loop_lag import refusal, refuses
+from memsync.server.http.loop_lag import refusal, refuses, unparsed_path
 
 
 @pytest.mark.parametrize(
@@ -44,3 +44,31 @@ def test_refusal_is_a_whole_503_in_the_envelope(keep_alive: bool) -> None:
     assert envelope["error"]["type"] == "overloaded_error"
     assert envelope["request_id"] == headers["request-id"]
     assert refusal([], keep_alive=True) != refusal([], keep_alive=True)  # a request id of its own each time
+
+
+PROBE = b"GET /v1/memory_stores/s/memories?beta=true&view=basic&limit=1 HTTP/1.1\r\nhost: a\r\n"
+
+
+@pytest.mark.parametrize(
+    ("data", "path"),
+    [
+        (PROBE + b"\r\n", "/v1/memory_stores/s/memories"),
+        (PROBE + b'Connection: keep-alive\r\nif-none-match: "e"\r\n\r\n', "/v1/memory_stores/s/memories"),
+        (b"GET /healthz HTTP/1.1\r\n\r\n", "/healthz"),  # a path; whether it is refused is refuses()'s call
+        (PROBE, None),  # not whole yet
+        (PROBE + b"\r\nGET / HTTP/1.1\r\n\r\n", None),  # pipelined: parsed and judged one by one
+        (PROBE + b"\r\nx", None),
+        (PROBE + b"connection: close\r\n\r\n", None),
+        (PROBE + b"Connection: Upgrade\r\nupgrade: websocket\r\n\r\n", None),
+        (PROBE + b"content-length: 0\r\n\r\n", None),
+        (PROBE + b"Transfer-Encoding: chunked\r\n\r\n", None),
+        (PROBE + b"expect: 100-continue\r\n\r\n", None),
+        (PROBE.replace(b"GET ", b"HEAD ") + b"\r\n", None),
+        (PROBE.replace(b"GET ", b"POST ") + b"\r\n", None),
+        (PROBE.replace(b"HTTP/1.1", b"HTTP/1.0") + b"\r\n", None),
+        (b"GET /v1/memory_stores/%2E%2E HTTP/1.1\r\n\r\n", None),  # escapes: parsed the ordinary way
+        (b"GET http://a/v1/memory_stores HTTP/1.1\r\n\r\n", None),  # absolute form
+    ],
+)
+def test_only_one_whole_bare_get_is_refused_unparsed(data: bytes, path: str | None) -> None:
+    assert unparsed_path(data) == path

@@ -11,8 +11,10 @@ arrived is not counted.
 On httptools, a request whose headers are read when the event loop, busy for a while, would start it more
 than ``max_loop_lag_s`` late (its lateness now plus the requests started ahead of it in the same turn of the
 loop; ``http.loop_lag``) is answered 503 right here, instead of starting its ASGI task: the cheapest answer
-the process can give, which is what lets it refuse a crowd faster than the crowd arrives. The pure-Python h11
-protocol (``--http h11``, a fallback) does not refuse by lag.
+the process can give, which is what lets it refuse a crowd faster than the crowd arrives. A whole bodiless
+GET arriving in one read on a connection at rest (the sidecars' probe) is judged even earlier, before it is
+parsed, and its connection is then not read again until the loop's next tick (``LoopLag.hold``). The
+pure-Python h11 protocol (``--http h11``, a fallback) does not refuse by lag.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from memsync.api.constants import SERVER_IDLE_KEEPALIVE_S
-from memsync.server.http.loop_lag import DEFAULT_MAX_LAG_S, LoopLag, refusal, refuses
+from memsync.server.http.loop_lag import DEFAULT_MAX_LAG_S, LoopLag, refusal, refuses, unparsed_path
 
 logger = logging.getLogger("memsync.server")
 
@@ -116,12 +118,61 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
 
     _incomplete = True
     _headers_done = False
+    _in_message = False  # bytes of a request have been parsed and its end has not
     _lag: LoopLag | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         if self.max_loop_lag_s > 0:
             self._lag = LoopLag.of(self.loop, self.max_loop_lag_s)
+
+    def data_received(self, data: bytes) -> None:
+        """While the loop is too late, a whole bodiless GET arriving on a connection at rest (the sidecars'
+        probe) is refused before it is parsed: parsing it and building its request cost more than the
+        refusal, and under a crowd the refusals are most of the process's work."""
+        lag = self._lag
+        if lag is not None and not self._in_message:
+            behind = lag.judge()
+            if behind > self.max_loop_lag_s and self._at_rest():
+                began = time.perf_counter()
+                path = unparsed_path(data)
+                if path is not None and refuses(path, behind, lag.busy_share(), self.max_loop_lag_s):
+                    self._refuse_unparsed()
+                    # its client's next request waits unread until the loop's next tick: a client that
+                    # does not wait its Retry-After cannot keep the loop reading and refusing, which would
+                    # starve the requests it admitted and its timer (uvloop reads again at once while more
+                    # than 1,024 connections have something to read)
+                    self.flow.pause_reading()
+                    lag.hold(self._resume_held)
+                    lag.refused(behind, time.perf_counter() - began)
+                    return
+        super().data_received(data)
+
+    def _at_rest(self) -> bool:
+        """No request of this connection is being answered or waits to be, and its client reads answers."""
+        cycle = self.cycle
+        return (
+            (cycle is None or cycle.response_complete)
+            and not self.pipeline
+            and not self.flow.write_paused
+            and not self.transport.is_closing()
+        )
+
+    def _refuse_unparsed(self) -> None:
+        # what uvicorn does for a request and its answer, without the request: the idle timer stops while it
+        # is answered and starts again after, and the read deadline stops (a whole request arrived)
+        self._unset_keepalive_if_required()
+        self.transport.write(refusal(self.server_state.default_headers, keep_alive=True))
+        self.server_state.total_requests += 1
+        self._incomplete = False
+        self._disarm()
+        self.timeout_keep_alive_task = self.loop.call_later(
+            self.timeout_keep_alive, self.timeout_keep_alive_handler
+        )
+
+    def _resume_held(self) -> None:
+        if not self.transport.is_closing():
+            self.flow.resume_reading()
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         """uvicorn starts each request's ASGI task here, when its headers are in (a pipelined one later):
@@ -130,7 +181,7 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
         if lag is not None:
             # how late the loop is, and how much later it will be once the requests started before this one
             # in the same turn have run
-            behind = max(0.0, lag.behind()) + lag.ahead_s()
+            behind = lag.judge()
             if behind > self.max_loop_lag_s and refuses(
                 cycle.scope["path"], behind, lag.busy_share(), self.max_loop_lag_s
             ):
@@ -158,7 +209,7 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
         cycle.on_response()  # as uvicorn does after a response: keep-alive timer, pipelined requests
 
     def on_message_begin(self) -> None:
-        self._incomplete, self._headers_done = True, False
+        self._incomplete, self._headers_done, self._in_message = True, False, True
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
@@ -166,7 +217,7 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
-        self._incomplete = False
+        self._incomplete = self._in_message = False
         super().on_message_complete()
 
     def _reading(self) -> bool:
