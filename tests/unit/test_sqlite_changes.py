@@ -150,6 +150,12 @@ def test_a_header_whose_copies_differ_or_not_set_up_has_no_state(tmp_path: Path)
     assert index is not None and index.state() == bytes(header)
     index.close()
     assert index.state() is None  # closed: nothing to read
+    racing = WalIndex.open(str(tmp_path / "a.db"))
+    assert racing is not None
+    mapped = racing._map
+    assert mapped is not None
+    mapped.close()  # closed under a reader that already holds the mapping
+    assert racing.state() is None
     torn = bytearray(header)
     torn[16] = 7  # the first copy rewritten, the second not yet
     (tmp_path / "b.db-shm").write_bytes(bytes(torn) + bytes(header))

@@ -213,7 +213,8 @@ class SqliteDatabase(Database):
         with self._all_lock:
             if not self._index_tried and not self._closed:
                 self._index_tried = True
-                self._index = WalIndex.open(self.path) if self._all else None
+                on_disk = self.path != ":memory:" and not self.path.startswith("file:")
+                self._index = WalIndex.open(self.path) if on_disk and self._all else None
                 if self._index is None:
                     logger.info("store change markers are read from SQLite on every probe (no WAL index)")
             return self._index

@@ -72,7 +72,10 @@ class WalIndex:
         mapped = self._map
         if mapped is None:
             return None
-        both = mapped[:MIN_SHM_BYTES]
+        try:
+            both = mapped[:MIN_SHM_BYTES]
+        except ValueError:  # closed by another thread meanwhile (the database is closing)
+            return None
         first = both[:HEADER_BYTES]
         if first != both[HEADER_BYTES:] or not first[IS_INIT_OFFSET]:
             return None
