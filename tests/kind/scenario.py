@@ -7,11 +7,13 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
 from memsync.api.secret import decode_work_secret, encode_work_secret
 from memsync.controller.sessionmemory.pod import pod_name_for
+from memsync.devtools.scripted_agent import REPORT_PREFIX
 from support import k8s_scenarios as k8s
 from support.k8s_scenarios import report_from_logs, secret_object, session_id, smem_object
 
@@ -171,37 +173,67 @@ def condition(pod_status: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 
 class LogFollower:
-    """``kubectl logs -f`` of one container, read to the end: the report of an agent whose Pod goes away."""
+    """``kubectl logs -f`` of one container, read to the end: the report of an agent whose Pod goes away.
+
+    Following starts (on a thread) once the container has started: ``kubectl logs -f`` on a container still
+    waiting to start ends at once with nothing. If what was followed holds no report and the Pod is still
+    there (a Pod ended by its deadline stays), the container's whole log is read once more."""
 
     def __init__(self, namespace: str, pod_name: str, container_name: str = "sandbox") -> None:
+        self.namespace, self.pod_name, self.container_name = namespace, pod_name, container_name
+        self.proc: subprocess.Popen[str] | None = None
+        self._stopped = threading.Event()
+        self._out: list[str] = []
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+        self._thread.start()
+
+    def _started(self) -> bool:
+        """The container is running or has ended (or the Pod is gone: nothing more will come)."""
+        found = pod(self.namespace, self.pod_name)
+        if found is None:
+            return False
+        status = found.get("status") or {}
+        try:
+            state = k8s.container(status, self.container_name).get("state") or {}
+        except KeyError:
+            return False
+        return "running" in state or "terminated" in state
+
+    def _follow(self) -> None:
+        deadline = time.monotonic() + 300
+        while not self._stopped.is_set() and time.monotonic() < deadline and not self._started():
+            self._stopped.wait(0.3)
+        if self._stopped.is_set():
+            return
         self.proc = subprocess.Popen(
             [
-                "kubectl",
-                "--context",
-                f"kind-{CLUSTER}",
-                "-n",
-                namespace,
-                "logs",
-                "-f",
-                pod_name,
-                "-c",
-                container_name,
+                "kubectl", "--context", f"kind-{CLUSTER}", "-n", self.namespace,
+                "logs", "-f", self.pod_name, "-c", self.container_name,
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-        )
+        )  # fmt: skip
+        out, _ = self.proc.communicate()
+        self._out.append(out)
 
     def text(self, timeout: float = 240) -> str:
         """Everything the container wrote, once it has ended."""
-        try:
-            out, _ = self.proc.communicate(timeout=timeout)
-        finally:
-            self.proc.kill()
+        self._thread.join(timeout)
+        self.stop()
+        self._thread.join(5)
+        out = "".join(self._out)
+        if REPORT_PREFIX not in out and pod(self.namespace, self.pod_name) is not None:
+            again = kubectl(
+                "-n", self.namespace, "logs", self.pod_name, "-c", self.container_name, check=False
+            )  # fmt: skip
+            out = f"{out}\n{again}" if out else again
         return out
 
     def report(self, timeout: float = 240) -> dict[str, Any]:
         return report_from_logs(self.text(timeout))
 
     def stop(self) -> None:
-        self.proc.kill()
+        self._stopped.set()
+        if self.proc is not None:
+            self.proc.kill()

@@ -130,7 +130,7 @@ class LoopLag:
     def judge(self) -> float:
         """How late a request read now would start: the loop's lateness, and the requests queued ahead of it
         in this turn."""
-        return max(0.0, self.behind()) + self.queued * self.cost_s
+        return max(0.0, self.behind()) + self.ahead_s()
 
     def hold(self, resume: Callable[[], None]) -> None:
         """Call ``resume`` at the next tick: a connection just refused is not read again until then."""

@@ -24,14 +24,23 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Final
+from typing import Final, TypeVar
 
 Marker = tuple[str, int]
+Entry = TypeVar("Entry")
 
 #: Far more stores than a process serves probes for (a marker is about 200 bytes); the oldest go first.
 MAX_MARKERS: Final = 100_000
 #: How long a heartbeat heard back is good for (the listener sends one every second).
 LIVENESS_S: Final = 3.0
+
+
+def remember_bounded(markers: dict[str, Entry], store_id: str, entry: Entry, max_markers: int) -> None:
+    """Remember ``entry`` for ``store_id``, forgetting the oldest remembered beyond ``max_markers`` (the
+    caller holds its lock)."""
+    markers[store_id] = entry
+    if len(markers) > max_markers:
+        del markers[next(iter(markers))]
 
 
 class ChangeCache:
@@ -73,9 +82,7 @@ class ChangeCache:
         with self._lock:
             if generation != self._generation or self._heard_until is None:
                 return
-            self._markers[store_id] = marker
-            if len(self._markers) > self.max_markers:
-                del self._markers[next(iter(self._markers))]  # the oldest remembered
+            remember_bounded(self._markers, store_id, marker, self.max_markers)
 
     def forget(self, store_ids: Iterable[str]) -> None:
         """These stores changed (a notification, or this process's own committed write)."""

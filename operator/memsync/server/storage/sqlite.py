@@ -124,11 +124,16 @@ class SqliteDatabase(Database):
         self._index: WalIndex | None = None
         self._index_tried = False
         self.markers = MarkerMemory()
-        if self.path != ":memory:" and not self.path.startswith("file:"):
+        if self._on_disk:
             make_private(self.path)
         with self.write() as tx:
             self.schema_version = apply_migrations(tx, migrations.SQLITE)
             self.cursor_key = ensure_secret(tx, "cursor_key")
+
+    @property
+    def _on_disk(self) -> bool:
+        """A database file named by its path (not in memory, not a ``file:`` URI)."""
+        return self.path != ":memory:" and not self.path.startswith("file:")
 
     def describe(self) -> str:
         return f"sqlite:{self.path}"
@@ -213,8 +218,7 @@ class SqliteDatabase(Database):
         with self._all_lock:
             if not self._index_tried and not self._closed:
                 self._index_tried = True
-                on_disk = self.path != ":memory:" and not self.path.startswith("file:")
-                self._index = WalIndex.open(self.path) if on_disk and self._all else None
+                self._index = WalIndex.open(self.path) if self._on_disk and self._all else None
                 if self._index is None:
                     logger.info("store change markers are read from SQLite on every probe (no WAL index)")
             return self._index

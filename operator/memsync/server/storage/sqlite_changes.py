@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 from typing import Final
 
-from memsync.server.storage.change_cache import MAX_MARKERS, Marker
+from memsync.server.storage.change_cache import MAX_MARKERS, Marker, remember_bounded
 
 #: The WAL-index header: two copies of 48 bytes at the start of the ``-shm`` file.
 HEADER_BYTES: Final = 48
@@ -92,6 +93,7 @@ class MarkerMemory:
 
     def __init__(self, *, max_markers: int = MAX_MARKERS) -> None:
         self.max_markers = max_markers
+        self._lock = threading.Lock()
         self._markers: dict[str, tuple[bytes, Marker]] = {}
 
     def get(self, store_id: str, state: bytes) -> Marker | None:
@@ -102,9 +104,5 @@ class MarkerMemory:
 
     def put(self, store_id: str, marker: Marker, state: bytes) -> None:
         """Remember ``marker``, read by a statement that began after the header showed ``state``."""
-        self._markers[store_id] = (state, marker)
-        if len(self._markers) > self.max_markers:
-            try:
-                del self._markers[next(iter(self._markers))]  # the oldest remembered
-            except (StopIteration, KeyError, RuntimeError):
-                pass  # another thread changed the dict meanwhile: the next put trims it
+        with self._lock:  # gets need none: an entry is only answered under the state it was read under
+            remember_bounded(self._markers, store_id, (state, marker), self.max_markers)
