@@ -260,16 +260,26 @@ def build_loadgen(work: Path) -> Path | None:
 
 
 def open_loop_compiled(
-    binary: Path, port: int, requests: list[bytes], rate: float, seconds: float, *, connections: int
+    binary: Path,
+    port: int,
+    requests: list[bytes],
+    rate: float,
+    seconds: float,
+    *,
+    connections: int,
+    warmup: bytes,
 ) -> Overload:
     """``open_loop``'s measurement by ``bench/loadgen``: the same pool, schedule and outcomes, at a few
-    microseconds of CPU per request, so it can offer what one Python process on a shared core cannot."""
+    microseconds of CPU per request, so it can offer what one Python process on a shared core cannot.
+    Each connection first sends ``warmup`` and reads its answer before the schedule starts, so every
+    connection has been accepted by the server when the load begins."""
     config = {
         "addr": f"127.0.0.1:{port}",
         "rate": rate,
         "seconds": seconds,
         "connections": connections,
         "requests": [raw.decode() for raw in requests],
+        "warmup": warmup.decode(),
     }
     env = {**os.environ, "GOMAXPROCS": os.environ.get("GOMAXPROCS", "1")}  # one core, as the Python one
     done = subprocess.run(
@@ -335,6 +345,7 @@ def run(
                         2 * probe,
                         args.rate_seconds,
                         connections=args.connections,
+                        warmup=target.floor,
                     )
                 else:
                     row.overload = asyncio.run(open_loop(port, target.probes, 2 * probe, args.rate_seconds))

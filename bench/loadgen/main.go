@@ -8,7 +8,10 @@
 // body of Content-Length bytes), and timing must start at each request's scheduled send, which general
 // load tools do not all do.
 //
-// Input (stdin, JSON): {"addr", "rate", "seconds", "connections", "requests": [raw request, ...]}.
+// Input (stdin, JSON): {"addr", "rate", "seconds", "connections", "requests": [raw request, ...], "warmup"}.
+// Every connection first sends "warmup" (when given) and reads its answer, all before the schedule starts:
+// a connection the server has not yet accepted when the load begins would otherwise time its first
+// request from the schedule while it waits in the kernel's accept queue.
 // Output (stdout, JSON): sent, unsent (every connection busy at the request's time), failures (no answer),
 // and per answered request its status and milliseconds from its scheduled send; per sent request how late
 // it was sent.
@@ -34,6 +37,7 @@ type config struct {
 	Seconds     float64  `json:"seconds"`
 	Connections int      `json:"connections"`
 	Requests    []string `json:"requests"`
+	Warmup      string   `json:"warmup"`
 }
 
 type result struct {
@@ -109,6 +113,32 @@ func (k *conn) request(raw []byte) (int, bool, error) {
 	return status, closing, nil
 }
 
+// warm sends raw once on each of the n connections in pool, all at once, and waits for every answer.
+func warm(pool chan *conn, n int, raw []byte) error {
+	errs := make(chan error, n)
+	conns := make([]*conn, n)
+	for i := range conns {
+		conns[i] = <-pool
+		go func(k *conn) {
+			_, closing, err := k.request(raw)
+			if err == nil && closing {
+				err = errors.New("the server closed a connection in the warm-up")
+			}
+			errs <- err
+		}(conns[i])
+	}
+	var first error
+	for range conns {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	for _, k := range conns {
+		pool <- k
+	}
+	return first
+}
+
 func main() {
 	var cfg config
 	if err := json.NewDecoder(os.Stdin).Decode(&cfg); err != nil {
@@ -131,6 +161,12 @@ func main() {
 			os.Exit(1)
 		}
 		idle <- k
+	}
+	if cfg.Warmup != "" {
+		if err := warm(idle, cfg.Connections, []byte(cfg.Warmup)); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen: warm-up:", err)
+			os.Exit(1)
+		}
 	}
 
 	var mu sync.Mutex

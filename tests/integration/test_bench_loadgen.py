@@ -27,14 +27,20 @@ ANSWERS = {
     ),
     b"/page": b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello",
 }
+WARMUP = b"/healthz"  # answered before the schedule, and not counted
 
 
-async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, opened: list[int]) -> None:
+async def serve(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, opened: list[int], warmed: list[int]
+) -> None:
     opened.append(1)
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
-            answer = ANSWERS[head.split(b" ", 2)[1]]
+            path = head.split(b" ", 2)[1]
+            if path == WARMUP:
+                warmed.append(1)
+            answer = ANSWERS.get(path, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
             writer.write(answer)
             await writer.drain()
             if b"connection: close" in answer:
@@ -49,12 +55,14 @@ async def test_every_answer_is_read_and_counted_by_status(tmp_path: Path) -> Non
     binary = await asyncio.to_thread(store_rate.build_loadgen, tmp_path)
     assert binary is not None
     opened: list[int] = []
-    server = await asyncio.start_server(lambda r, w: serve(r, w, opened), "127.0.0.1", 0)
+    warmed: list[int] = []
+    server = await asyncio.start_server(lambda r, w: serve(r, w, opened, warmed), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     requests = [store_rate.raw_get(port, path.decode(), {"x-probe": "1"}) for path in ANSWERS]
+    warmup = store_rate.raw_get(port, WARMUP.decode(), {})
     async with server:
         result = await asyncio.to_thread(
-            store_rate.open_loop_compiled, binary, port, requests, 300.0, 1.0, connections=10
+            store_rate.open_loop_compiled, binary, port, requests, 300.0, 1.0, connections=10, warmup=warmup
         )
         for _ in range(500):  # the last new connections may be accepted just after the generator ends
             if len(opened) >= 10 + 100:
@@ -67,3 +75,4 @@ async def test_every_answer_is_read_and_counted_by_status(tmp_path: Path) -> Non
     assert len(result.send_lag_ms) == 300
     assert all(ms > 0 for ms in result.admitted_ms + result.shed_ms)
     assert len(opened) == 10 + 100  # the pool, then a new connection for each one the server closed
+    assert len(warmed) == 10  # once on each connection of the pool, before the schedule, never counted

@@ -182,16 +182,18 @@ class LogFollower:
     def __init__(self, namespace: str, pod_name: str, container_name: str = "sandbox") -> None:
         self.namespace, self.pod_name, self.container_name = namespace, pod_name, container_name
         self.proc: subprocess.Popen[str] | None = None
+        self._seen = False
         self._stopped = threading.Event()
         self._out: list[str] = []
         self._thread = threading.Thread(target=self._follow, daemon=True)
         self._thread.start()
 
     def _started(self) -> bool:
-        """The container is running or has ended (or the Pod is gone: nothing more will come)."""
+        """The container is running or has ended, or the Pod, once seen, is gone (following says why)."""
         found = pod(self.namespace, self.pod_name)
         if found is None:
-            return False
+            return self._seen  # not created yet (the operator creates it after its first reconcile)
+        self._seen = True
         status = found.get("status") or {}
         try:
             state = k8s.container(status, self.container_name).get("state") or {}
@@ -214,6 +216,8 @@ class LogFollower:
             stderr=subprocess.STDOUT,
             text=True,
         )  # fmt: skip
+        if self._stopped.is_set():  # stopped while it started
+            self.proc.kill()
         out, _ = self.proc.communicate()
         self._out.append(out)
 
