@@ -31,6 +31,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from memsync.api.constants import SERVER_IDLE_KEEPALIVE_S
+from memsync.server.accept import LOOP_FACTORY
 from memsync.server.http.loop_lag import DEFAULT_MAX_LAG_S, LoopLag, refusal, refuses, unparsed_path
 
 logger = logging.getLogger("memsync.server")
@@ -266,14 +267,14 @@ def uvicorn_config(
     port: int,
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     http: str = "httptools",
-    loop: str = "uvloop",
+    loop: str = LOOP_FACTORY,
     max_loop_lag_s: float = DEFAULT_MAX_LAG_S,
     **more: Any,
 ) -> uvicorn.Config:
     """How every memsync command serves the store app: our logging (no uvicorn config, no access log),
     ``http`` (httptools' C parser, or h11) with the request-read deadline and the lag bound, on ``loop``
-    (uvloop or asyncio), idle connections kept past the store client's own keep-alive
-    (``SERVER_IDLE_KEEPALIVE_S``)."""
+    (uvloop accepting every waiting connection at once, ``accept``; or one of uvicorn's names), idle
+    connections kept past the store client's own keep-alive (``SERVER_IDLE_KEEPALIVE_S``)."""
     return uvicorn.Config(
         app,
         host=host,

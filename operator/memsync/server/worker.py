@@ -19,6 +19,7 @@ from fastapi import FastAPI
 
 from memsync.api.constants import SERVER_IDLE_KEEPALIVE_S
 from memsync.logs import configure_logging
+from memsync.server.accept import LOOP_FACTORY
 from memsync.server.app import create_app
 from memsync.server.environments.rules import DEFAULT_FIRST_HEARTBEAT_S
 from memsync.server.environments.work import DEFAULT_LEASE_TTL_S
@@ -112,7 +113,7 @@ def worker_run_kwargs(settings: ServeSettings, workers: int) -> dict[str, Any]:
         "factory": True,
         "workers": workers,
         "http": protocol_import_path(settings.http),
-        "loop": "uvloop",
+        "loop": LOOP_FACTORY,  # uvloop, accepting every waiting connection at once (``accept``)
         "log_config": None,
         "access_log": False,
         "log_level": "warning",
