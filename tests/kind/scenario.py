@@ -184,7 +184,7 @@ class LogFollower:
         self.proc: subprocess.Popen[str] | None = None
         self._seen = False
         self._stopped = threading.Event()
-        self._out: list[str] = []
+        self._out = ""  # what the follow read, set by its thread when kubectl ends
         self._thread = threading.Thread(target=self._follow, daemon=True)
         self._thread.start()
 
@@ -218,15 +218,14 @@ class LogFollower:
         )  # fmt: skip
         if self._stopped.is_set():  # stopped while it started
             self.proc.kill()
-        out, _ = self.proc.communicate()
-        self._out.append(out)
+        self._out, _ = self.proc.communicate()
 
     def text(self, timeout: float = 240) -> str:
         """Everything the container wrote, once it has ended."""
         self._thread.join(timeout)
         self.stop()
         self._thread.join(5)
-        out = "".join(self._out)
+        out = self._out
         if REPORT_PREFIX not in out and pod(self.namespace, self.pod_name) is not None:
             again = kubectl(
                 "-n", self.namespace, "logs", self.pod_name, "-c", self.container_name, check=False

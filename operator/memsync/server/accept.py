@@ -81,10 +81,7 @@ class EagerAcceptor:
         try:
             conn.setblocking(False)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as uvloop sets on its own
-            if self.tls is None:
-                await self.loop.connect_accepted_socket(self.protocol_factory, conn)
-            else:
-                await self.loop.connect_accepted_socket(self.protocol_factory, conn, ssl=self.tls)
+            await self.loop.connect_accepted_socket(self.protocol_factory, conn, ssl=self.tls)
         except (OSError, ssl.SSLError):
             conn.close()  # the client left, or its TLS handshake failed: as for libuv's own accepts
         except Exception as exc:  # the loop closing, or the protocol failing to start: this one is dropped
