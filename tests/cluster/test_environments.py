@@ -52,10 +52,11 @@ def environments(deployed: Cluster) -> Cluster:
 
 
 def serve_one_session(
-    cluster: Cluster, store: RunningStoreServer, namespace: str, content: str
+    cluster: Cluster, store: RunningStoreServer, namespace: str, content: str, *, runner_delay_s: int = 0
 ) -> tuple[httpx.Client, ScriptedSession, str, dict[str, Any]]:
     """An AgentEnvironment against ``store`` serving one scripted session to its end; the admin client, the
-    session, the SessionMemory's name and its sandbox container's terminated state."""
+    session, the SessionMemory's name and its sandbox container's terminated state. The sandbox's runner
+    starts ``runner_delay_s`` after its container (a Pod slow to start: a large image, many stores)."""
     admin = httpx.Client(base_url=store.url, headers={"x-api-key": store.admin_key}, timeout=30)
     scripted = scripted_session(admin, "/mnt/memory/{slug}/hello.md", content)
     cluster.apply(
@@ -67,6 +68,8 @@ def serve_one_session(
         }
     )
     runner = ["memsync", "session", "run", "--max-idle", "5", "--final-timeout", "60"]
+    if runner_delay_s:
+        runner = ["sh", "-c", f"sleep {runner_delay_s} && exec {' '.join(runner)}"]
     body: dict[str, Any] = {
         "apiVersion": a.API_VERSION,
         "kind": a.KIND,
@@ -138,21 +141,26 @@ def test_the_operator_serves_a_session_from_claim_to_stop(
 
 
 FIRST_HEARTBEAT_S = 1
+RUNNER_DELAY_S = 3
 
 
 def test_a_first_heartbeat_window_shorter_than_the_pod_start_still_serves_the_session(
     environments: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     """The store server re-queues an acknowledged item that is not heartbeated within 1 s: far less than a
-    sandbox Pod needs to be scheduled, mount its stores and start its runner. The operator heartbeats the
-    item from its acknowledgement until the runner takes the lease over, so the session is served."""
+    sandbox Pod needs to be scheduled, mount its stores and start its runner (here the runner waits 3 s after
+    its container starts, since the tier's process kubelet starts a Pod in under 2 s). The operator heartbeats
+    the item from its acknowledgement until the runner takes the lease over, so the session is served."""
     cluster = environments
     window = ("--first-heartbeat-window", str(FIRST_HEARTBEAT_S))
     with store_on_bridge(cluster, tmp_path, window) as store:
-        admin, scripted, _, sandbox = serve_one_session(cluster, store, namespace, "held through the start\n")
+        admin, scripted, _, sandbox = serve_one_session(
+            cluster, store, namespace, "held through the start\n", runner_delay_s=RUNNER_DELAY_S
+        )
         item = work_item(admin, scripted)
         acked = timestamp(item["acknowledged_at"])
-        runner_started = timestamp(sandbox["startedAt"])
+        container_started = timestamp(sandbox["startedAt"])  # whole seconds
         # the runner started well after the window had closed: only the operator's hold kept the item
-        assert (runner_started - acked).total_seconds() > FIRST_HEARTBEAT_S + 1, (item, sandbox)
+        runner_started_s = (container_started - acked).total_seconds() + RUNNER_DELAY_S
+        assert runner_started_s > FIRST_HEARTBEAT_S + 1, (item, sandbox)
         admin.close()

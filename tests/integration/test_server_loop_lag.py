@@ -32,6 +32,7 @@ from memsync.server.protocol import uvicorn_config
 ADMIN_KEY = "sk-ant-admin-test-loop-lag-0123456789"
 MAX_LAG_S = 0.05
 BLOCK_S = 1.0  # the loop is held this long; requests sent meanwhile are read up to BLOCK_S late
+SHORT_BLOCK_S = 0.04  # past a tenth of MAX_LAG_S, within it
 HEADERS = {**API_HEADERS, "x-api-key": ADMIN_KEY}
 
 Scope = MutableMapping[str, Any]
@@ -48,13 +49,17 @@ def spin(seconds: float) -> None:
 
 def with_blockers(app: ASGIApp) -> ASGIApp:
     """``POST /test/spin`` holds the loop busy (CPU), ``POST /test/sleep`` holds it idle (a blocking sleep:
-    late, but the process uses no CPU); every other request goes to the real app."""
+    late, but the process uses no CPU), ``POST /test/spin-short`` holds it busy ``SHORT_BLOCK_S``; every
+    other request goes to the real app."""
 
     async def wrapped(scope: Scope, receive: Any, send: Any) -> None:
         path = scope.get("path")
-        if scope["type"] == "http" and path in ("/test/spin", "/test/sleep"):
+        if scope["type"] == "http" and path in ("/test/spin", "/test/sleep", "/test/spin-short"):
             HOLDING.set()
-            (spin if path == "/test/spin" else time.sleep)(BLOCK_S)
+            if path == "/test/spin-short":
+                spin(SHORT_BLOCK_S)
+            else:
+                (spin if path == "/test/spin" else time.sleep)(BLOCK_S)
             HOLDING.clear()
             await send({"type": "http.response.start", "status": 204, "headers": []})
             await send({"type": "http.response.body", "body": b""})
@@ -145,6 +150,22 @@ def test_requests_read_while_the_loop_is_busy_and_late_are_refused_at_once(
     with httpx.Client(base_url=server_url, headers=HEADERS, timeout=30) as client:
         again = client.get("/v1/memory_stores")  # the same kind of request, the loop on time again
     assert again.status_code == 200, again.text
+
+
+@pytest.mark.parametrize("stands", [False, True])
+def test_while_an_overload_stands_a_request_is_refused_past_a_tenth_of_the_bound(
+    server_url: str, monkeypatch: pytest.MonkeyPatch, stands: bool
+) -> None:
+    """A request read about 20-40 ms late is served within the bound (50 ms), and refused at once while an
+    overload stands (its bound then 5 ms). Whether one stands is ``Standing``'s call (unit-tested); here
+    the protocol is shown to judge by it."""
+    monkeypatch.setattr(loop_lag, "SUSTAINED_SHARE", 0.0)  # a 40 ms hold is not a busy second
+    if stands:
+        monkeypatch.setattr(loop_lag.Standing, "on", property(lambda _: True, lambda *_: None), raising=False)
+    before = shed_by_lag()
+    (listing,) = while_blocked(server_url, "/test/spin-short", ["/v1/memory_stores"])
+    assert listing.status_code == (503 if stands else 200), listing.text
+    assert shed_by_lag() == before + (1 if stands else 0)
 
 
 def test_a_loop_late_because_the_process_was_not_running_refuses_nothing(server_url: str) -> None:
@@ -241,6 +262,36 @@ def test_one_long_moment_after_a_quiet_second_is_not_a_sustained_load() -> None:
     assert short < 0.3
     assert busy > 0.8 * given  # about 1 on a quiet machine, less on a loaded one that runs the thread less
     assert busy > 2 * short
+
+
+def test_the_loop_threads_cpu_clock_is_read_at_most_once_a_millisecond(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading a thread's CPU clock is a system call: judged once per request under a crowd, it was a sixth of
+    the process's time. Every judgement still sees the loop's CPU to within a millisecond."""
+    reads, here = 0, threading.get_ident()
+    real = time.thread_time
+
+    def counted() -> float:
+        nonlocal reads
+        reads += threading.get_ident() == here  # the loop's own reads, not another thread's
+        return real()
+
+    async def judge_often() -> tuple[int, float, float]:
+        nonlocal reads
+        lag = LoopLag(asyncio.get_running_loop(), MAX_LAG_S)
+        await asyncio.sleep(1.1)  # a second of ticks: the busy share has a window
+        spin(0.3)  # late, and busy: behind() and busy_share() read the loop's CPU
+        reads, began = 0, time.monotonic()
+        for _ in range(2000):
+            lag.behind()
+            lag.busy_share()
+        return reads, time.monotonic() - began, lag.behind()
+
+    monkeypatch.setattr(time, "thread_time", counted)
+    count, elapsed, behind = asyncio.run(judge_often())
+    assert 1 <= count <= elapsed / loop_lag.CPU_READ_S + 1
+    assert behind > MAX_LAG_S  # still judged late, from the clock as read
 
 
 def test_the_loop_time_per_request_is_measured_between_ticks() -> None:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from memsync.server.http.loop_lag import refusal, refuses, unparsed_path
+from memsync.server.http.loop_lag import STANDING_S, TICK_S, Standing, refusal, refuses, unparsed_path
 
 
 @pytest.mark.parametrize(
@@ -46,6 +46,17 @@ def test_refusal_is_a_whole_503_in_the_envelope(keep_alive: bool) -> None:
     assert refusal([], keep_alive=True) != refusal([], keep_alive=True)  # a request id of its own each time
 
 
+def test_the_refusal_follows_the_servers_default_headers() -> None:
+    """The answer is kept between refusals, but built again for a new list of default headers (uvicorn makes
+    one each second, for its date)."""
+    before = refusal([(b"date", b"Sun, 06 Dec 2026 18:00:00 GMT")], keep_alive=True)
+    after = refusal([(b"date", b"Sun, 06 Dec 2026 18:00:01 GMT")], keep_alive=True)
+    assert b"\r\ndate: Sun, 06 Dec 2026 18:00:00 GMT\r\n" in before
+    assert b"\r\ndate: Sun, 06 Dec 2026 18:00:01 GMT\r\n" in after
+    assert b"connection: close" in refusal([], keep_alive=False)
+    assert b"connection: close" not in refusal([], keep_alive=True)
+
+
 PROBE = b"GET /v1/memory_stores/s/memories?beta=true&view=basic&limit=1 HTTP/1.1\r\nhost: a\r\n"
 
 
@@ -72,3 +83,53 @@ PROBE = b"GET /v1/memory_stores/s/memories?beta=true&view=basic&limit=1 HTTP/1.1
 )
 def test_only_one_whole_bare_get_is_refused_unparsed(data: bytes, path: str | None) -> None:
     assert unparsed_path(data) == path
+
+
+class Ticks:
+    """A loop's ticks, each due ``TICK_S`` after the last ran and run ``late_s`` past that."""
+
+    def __init__(self, standing: Standing) -> None:
+        self.standing, self.now = standing, 0.0
+
+    def run(self, late_s: float, seconds: float) -> bool:
+        end = self.now + seconds
+        while self.now < end:
+            self.now += TICK_S + max(0.0, late_s)
+            self.standing.tick(self.now, late_s)
+        return self.standing.on
+
+
+def test_a_loop_late_for_an_interval_is_a_standing_overload_and_its_bound_a_tenth() -> None:
+    standing = Standing(0.05)
+    ticks = Ticks(standing)
+    assert not ticks.run(0.0, 1.0) and standing.bound == 0.05
+    assert not ticks.run(0.03, STANDING_S / 2)  # late, not yet for long
+    assert ticks.run(0.03, STANDING_S)
+    assert standing.bound == pytest.approx(0.005)
+
+
+def test_lateness_within_half_the_bound_is_ordinary_concurrency_however_long_it_lasts() -> None:
+    ticks = Ticks(Standing(0.05))
+    assert not ticks.run(0.02, 5.0)  # a loop with 20 ms of work a turn: every request served in time
+    assert not ticks.run(0.03, STANDING_S / 2)
+    assert not ticks.run(0.0, 0.0001)  # one tick on time: the count starts again
+    assert not ticks.run(0.03, STANDING_S / 2)
+
+
+def test_one_long_moment_is_no_standing_overload() -> None:
+    ticks = Ticks(Standing(0.05))
+    assert not ticks.run(3 * STANDING_S, 0.0001)  # a collection, a stall: one tick very late
+    assert not ticks.run(0.0, 1.0)
+    assert ticks.run(3 * STANDING_S, 3 * (TICK_S + 3 * STANDING_S))  # every tick that late: it stands
+
+
+def test_an_overload_ends_only_when_the_ticks_are_on_time_for_an_interval() -> None:
+    standing = Standing(0.05)
+    ticks = Ticks(standing)
+    assert ticks.run(0.06, 2 * STANDING_S)
+    assert ticks.run(0.01, 5.0)  # the tighter bound keeps the turns short, not yet on time
+    assert ticks.run(0.0, STANDING_S / 2)
+    assert ticks.run(0.01, 0.0001)  # late again: the count starts again
+    assert ticks.run(0.004, STANDING_S / 2)
+    assert not ticks.run(0.004, STANDING_S)  # within the tighter bound for an interval: it ended
+    assert standing.bound == 0.05

@@ -9,12 +9,13 @@ connection is closed and one INFO line says so. Time the application spends on a
 arrived is not counted.
 
 On httptools, a request whose headers are read when the event loop, busy for a while, would start it more
-than ``max_loop_lag_s`` late (its lateness now plus the requests started ahead of it in the same turn of the
-loop; ``http.loop_lag``) is answered 503 right here, instead of starting its ASGI task: the cheapest answer
-the process can give, which is what lets it refuse a crowd faster than the crowd arrives. A whole bodiless
-GET arriving in one read on a connection at rest (the sidecars' probe) is judged even earlier, before it is
-parsed, and its connection is then not read again until the loop's next tick (``LoopLag.hold``). The
-pure-Python h11 protocol (``--http h11``, a fallback) does not refuse by lag.
+than ``max_loop_lag_s`` late (a tenth of that while an overload stands), counting its lateness now and the
+requests started ahead of it in the same turn of the loop (``http.loop_lag``), is answered 503 right here,
+instead of starting its ASGI task: the cheapest answer the process can give, which is what lets it refuse a
+crowd faster than the crowd arrives. A whole bodiless GET arriving in one read on a connection at rest (the
+sidecars' probe) is judged even earlier, before it is parsed, and its connection is then not read again
+until the loop's next tick (``LoopLag.hold``). The pure-Python h11 protocol (``--http h11``, a fallback)
+does not refuse by lag.
 """
 
 from __future__ import annotations
@@ -133,11 +134,11 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
         refusal, and under a crowd the refusals are most of the process's work."""
         lag = self._lag
         if lag is not None and not self._in_message:
-            behind = lag.judge()
-            if behind > self.max_loop_lag_s and self._at_rest():
+            behind, bound = lag.judge(), lag.bound()
+            if behind > bound and self._at_rest():
                 began = time.perf_counter()
                 path = unparsed_path(data)
-                if path is not None and refuses(path, behind, lag.busy_share(), self.max_loop_lag_s):
+                if path is not None and refuses(path, behind, lag.busy_share(), bound):
                     self._refuse_unparsed()
                     # its client's next request waits unread until the loop's next tick: a client that
                     # does not wait its Retry-After cannot keep the loop reading and refusing, which would
@@ -182,10 +183,8 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
         if lag is not None:
             # how late the loop is, and how much later it will be once the requests started before this one
             # in the same turn have run
-            behind = lag.judge()
-            if behind > self.max_loop_lag_s and refuses(
-                cycle.scope["path"], behind, lag.busy_share(), self.max_loop_lag_s
-            ):
+            behind, bound = lag.judge(), lag.bound()
+            if behind > bound and refuses(cycle.scope["path"], behind, lag.busy_share(), bound):
                 began = time.perf_counter()
                 self._refuse(cycle)
                 lag.refused(behind, time.perf_counter() - began)

@@ -33,6 +33,10 @@ about twice the bare minimum of an ASGI request. ``/healthz``, ``/readyz`` and `
 Cheaper still: a whole bodiless ``GET`` (the probe, as it arrives) on a connection with nothing else in
 progress is judged before it is parsed (``unparsed_path``), and refused without ever becoming a request.
 
+While an overload stands (``Standing``: every tick late for a while, not one long moment), requests are
+judged against a tenth of ``max_lag_s``: a request waits to be read about as long as the loop runs behind,
+refused or not, so the bound on a crowd that never drains is what its refusals take.
+
 A connection refused that way is not read again until the next tick (``hold``). A client that ignores
 ``Retry-After`` and sends again at once would otherwise keep the loop reading and refusing: uvloop polls
 again without running timers or tasks while a poll returns its limit of 1,024 ready connections, so with
@@ -44,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import weakref
 from collections import deque
@@ -64,8 +69,14 @@ LAG_REASON: Final = "lag"  # the label of memsync_store_requests_shed_total
 #: Refusals need the loop's thread busy for at least this share of the last ``SUSTAINED_S`` seconds.
 SUSTAINED_S: Final = 1.0
 SUSTAINED_SHARE: Final = 0.5
+#: How stale the loop thread's CPU time may be when a request is judged (a few per cent of a tick).
+CPU_READ_S: Final = 0.001
 #: Requests started between two ticks before their cost is taken as a sample.
 MIN_SAMPLE: Final = 5
+#: A standing overload: every tick for this long later than half the bound (``Standing``).
+STANDING_S: Final = 0.1
+#: The bound while an overload stands, as a share of ``max_lag_s``.
+STANDING_BOUND_SHARE: Final = 0.1
 #: While refusals go on, one WARNING line this often (with how many were refused since the last).
 REPORT_EVERY_S: Final = 10.0
 _LIMITS: Final = AdmissionLimits()  # the admission gate's defaults: its Retry-After
@@ -75,6 +86,11 @@ logger = logging.getLogger("memsync.server")
 LAG = Gauge(
     "memsync_store_event_loop_lag_seconds",
     "How late the server process's event loop ran its last timer (the largest over the processes)",
+    multiprocess_mode="livemax",
+)
+STANDING = Gauge(
+    "memsync_store_overload_standing",
+    "1 while an overload stands in a server process (requests refused past a tenth of the lag bound), else 0",
     multiprocess_mode="livemax",
 )
 
@@ -94,13 +110,16 @@ class LoopLag:
         now = time.monotonic()
         self._due = now + tick_s
         # (time, the loop thread's CPU time) at each tick, the last one first read here, on the loop's thread
-        self._window: deque[tuple[float, float]] = deque([(now, time.thread_time())])
+        self._cpu_at, self._cpu = now, time.thread_time()  # the thread's CPU clock, last read at _cpu_at
+        self._window: deque[tuple[float, float]] = deque([(now, self._cpu)])
+        self._shed = SHED.labels(LAG_REASON)  # here, not at import: a worker's metrics go to its own files
         self.started = 0  # requests started since the last tick
         self.queued = 0  # requests started in this turn of the loop, none run yet
         self._turn_marked = False
         self._refusing_s = 0.0  # time spent writing refusals since the last tick
         self.cost_s = 0.0  # the loop's CPU per request started, smoothed over ticks
         self._held: list[Callable[[], None]] = []  # connections refused since the last tick, not read since
+        self.standing = Standing(max_lag_s)
         loop.call_later(tick_s, self._tick)
 
     @classmethod
@@ -141,7 +160,11 @@ class LoopLag:
         for resume in held:
             resume()
         now, cpu = time.monotonic(), time.thread_time()
-        LAG.set(max(0.0, now - self._due))
+        self._cpu_at, self._cpu = now, cpu
+        late = now - self._due
+        LAG.set(max(0.0, late))
+        if self.standing.tick(now, late):
+            STANDING.set(1 if self.standing.on else 0)
         if self.started >= MIN_SAMPLE:
             sample = max(0.0, cpu - self._window[-1][1] - self._refusing_s) / self.started
             self.cost_s = sample if self.cost_s == 0.0 else 0.8 * self.cost_s + 0.2 * sample
@@ -152,11 +175,16 @@ class LoopLag:
         self._due = now + self.tick_s
         self.loop.call_later(self.tick_s, self._tick)
 
+    def bound(self) -> float:
+        """The lateness past which a request is refused now: ``max_lag_s``, a tenth of it while an overload
+        stands."""
+        return self.standing.bound
+
     def refused(self, behind_s: float, spent_s: float) -> None:
         """Count a refusal that took the loop ``spent_s``; say so in the log at most once per
         ``REPORT_EVERY_S`` while refusals go on."""
         self._refusing_s += spent_s
-        SHED.labels(LAG_REASON).inc()
+        self._shed.inc()
         self._refused += 1
         now = time.monotonic()
         if now - self._reported >= REPORT_EVERY_S:
@@ -166,19 +194,33 @@ class LoopLag:
                     "behind_s": round(behind_s, 3),
                     "refused": self._refused,
                     "max_loop_lag_s": self.max_lag_s,
+                    "bound_s": round(self.bound(), 4),  # a tenth of it while the overload stands
                 },
             )
             self._reported, self._refused = now, 0
+
+    def cpu(self, now: float) -> float:
+        """The loop thread's CPU time, read again only when the last reading is ``CPU_READ_S`` old: reading it
+        is a system call (the wall clock is not), and once per request under a crowd it was a sixth of the
+        process's time. Called on the loop's thread."""
+        if now - self._cpu_at >= CPU_READ_S:
+            self._cpu_at, self._cpu = now, time.thread_time()
+        return self._cpu
 
     def busy_share(self) -> float:
         """The share of the last ``SUSTAINED_S`` seconds (from the newest tick at least that old) the loop's
         thread spent on the CPU, 0 to 1; 0 while the loop has been watched for less than that (a process
         that has just started is busy setting up, which is no sustained load). Called on the loop's thread."""
         now = time.monotonic()
-        for at, used in reversed(self._window):
-            if at <= now - SUSTAINED_S:
-                return min(1.0, (time.thread_time() - used) / (now - at))
-        return 0.0
+        since: tuple[float, float] | None = None
+        for tick in self._window:  # oldest first: the trimmed window holds one or two ticks that old
+            if tick[0] > now - SUSTAINED_S:
+                break
+            since = tick
+        if since is None:
+            return 0.0
+        at, used = since
+        return min(1.0, (self.cpu(now) - used) / (now - at))
 
     def behind(self) -> float:
         """Seconds the loop is past its timer's due time now, in the proportion its thread was busy since
@@ -189,8 +231,44 @@ class LoopLag:
         if late <= 0:
             return late
         ticked, cpu = self._window[-1]
-        busy = (time.thread_time() - cpu) / (now - ticked)
+        busy = (self.cpu(now) - cpu) / (now - ticked)
         return late * min(1.0, busy)
+
+
+class Standing:
+    """Whether the loop's lateness is a burst or a standing overload, from the lateness of its ticks.
+
+    A burst (a crowd of sidecars restarted together, many connections sending at once) makes the loop late
+    for a moment and drains: its requests are served within ``max_lag_s``. An overload that stands (more
+    arriving, all the time, than the process can serve) keeps every tick late: then every request waits
+    about ``max_lag_s`` to be read, the refused as long as the served, since the loop reads them in turn. So
+    once every tick has run more than half of ``max_lag_s`` late for ``STANDING_S``, requests are judged
+    against a tenth of it (``bound``), which keeps the loop's turns, and so every answer's wait, short;
+    when every tick has run within that tenth for ``STANDING_S`` again, the bound is ``max_lag_s`` again.
+    (The queue that does not drain within an interval is the one to bound tightly: the idea of CoDel, the
+    queue discipline of Nichols and Jacobson.) A pure state over the ticks' times and lateness."""
+
+    def __init__(self, max_lag_s: float) -> None:
+        self.max_lag_s = max_lag_s
+        self.on = False
+        # since when every tick has run past the threshold that would change the state
+        self._since: float | None = None
+
+    @property
+    def bound(self) -> float:
+        return self.max_lag_s * STANDING_BOUND_SHARE if self.on else self.max_lag_s
+
+    def tick(self, now: float, late_s: float) -> bool:
+        """Follow one tick, run at ``now`` ``late_s`` past its due time; True when the state changed."""
+        crossed = late_s <= self.max_lag_s * STANDING_BOUND_SHARE if self.on else late_s > self.max_lag_s / 2
+        if not crossed:
+            self._since = None
+        elif self._since is None:  # counted from this tick: one long moment (a stall) is no overload
+            self._since = now
+        if self._since is None or now - self._since < STANDING_S:
+            return False
+        self.on, self._since = not self.on, None
+        return True
 
 
 def refuses(path: str, behind_s: float, busy_share: float, max_lag_s: float) -> bool:
@@ -210,7 +288,7 @@ def unparsed_path(data: bytes) -> str | None:
     if not line.endswith(b" HTTP/1.1"):
         return None
     fields = data[line_end:].lower()
-    if any(name in fields for name in _NOT_AT_ONCE):
+    if _NOT_AT_ONCE.search(fields):
         return None
     at = fields.find(b"\r\nconnection:")
     if at >= 0 and fields.find(b"keep-alive", at, fields.find(b"\r\n", at + 2)) < 0:
@@ -222,14 +300,30 @@ def unparsed_path(data: bytes) -> str | None:
 
 
 #: Header fields that make a request anything but a bare GET: a body, 100-continue, a protocol upgrade.
-_NOT_AT_ONCE: Final = (b"\r\ncontent-length:", b"\r\ntransfer-encoding:", b"\r\nexpect:", b"\r\nupgrade:")
+_NOT_AT_ONCE: Final = re.compile(rb"\r\n(?:content-length|transfer-encoding|expect|upgrade):")
 
 
 def refusal(default_headers: Iterable[tuple[bytes, bytes]], *, keep_alive: bool) -> bytes:
-    """The whole HTTP/1.1 503 answer, in the API's error envelope with a request id, as bytes to write."""
-    request_id = new_request_id()
+    """The whole HTTP/1.1 503 answer, in the API's error envelope with a request id of its own, as bytes to
+    write: the answer around its request id is built once per ``default_headers`` (uvicorn makes a new list
+    each second, for its date) and kept, so a refusal costs a request id and a join."""
+    kept = _REFUSALS.get(keep_alive)
+    if kept is None or kept[0] is not default_headers:
+        kept = _REFUSALS[keep_alive] = (
+            default_headers,
+            _refusal_parts(default_headers, keep_alive=keep_alive),
+        )
+    return new_request_id().encode("ascii").join(kept[1])
+
+
+#: keep_alive -> (the default headers it was built with, the answer's bytes split at its request id)
+_REFUSALS: dict[bool, tuple[Iterable[tuple[bytes, bytes]], list[bytes]]] = {}
+_PLACEHOLDER_ID: Final = "req_" + "_" * 24  # a request id's length, and no text an answer holds otherwise
+
+
+def _refusal_parts(default_headers: Iterable[tuple[bytes, bytes]], *, keep_alive: bool) -> list[bytes]:
     err = shed_error("overload", _LIMITS)
-    body = orjson.dumps(err.body(request_id))
+    body = orjson.dumps(err.body(_PLACEHOLDER_ID))
     head = [
         b"HTTP/1.1 503 Service Unavailable\r\n",
         *(name + b": " + value + b"\r\n" for name, value in default_headers),
@@ -239,8 +333,10 @@ def refusal(default_headers: Iterable[tuple[bytes, bytes]], *, keep_alive: bool)
             name.encode("ascii") + b": " + value.encode("ascii") + b"\r\n"
             for name, value in err.headers.items()
         ),
-        b"request-id: " + request_id.encode("ascii") + b"\r\n",
+        b"request-id: " + _PLACEHOLDER_ID.encode("ascii") + b"\r\n",
         b"" if keep_alive else b"connection: close\r\n",
         b"\r\n",
     ]
-    return b"".join(head) + body
+    parts = (b"".join(head) + body).split(_PLACEHOLDER_ID.encode("ascii"))
+    assert len(parts) == 3, "the request id is in the header and the body, once each"
+    return parts
