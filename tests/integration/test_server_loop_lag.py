@@ -6,7 +6,6 @@ loop that was late because the process was not running (no CPU used) refuses not
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import socket
@@ -19,15 +18,13 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from prometheus_client import REGISTRY
 
 from conftest import API_HEADERS
 from memsync.server import create_app, protocol
 from memsync.server.http import loop_lag
 from memsync.server.http.loop_lag import LoopLag
-from memsync.server.listen import bind
-from memsync.server.protocol import uvicorn_config
+from support.threaded_server import served_on_a_thread
 
 ADMIN_KEY = "sk-ant-admin-test-loop-lag-0123456789"
 MAX_LAG_S = 0.05
@@ -69,34 +66,14 @@ def with_blockers(app: ASGIApp) -> ASGIApp:
     return wrapped
 
 
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 @pytest.fixture
 def server_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     # a 2-core CI machine may give the blocking thread far less than a core: the sustained share asked of a
     # loop busy for a whole second is lowered here (the rule is the same; see the unit tests of refuses)
     monkeypatch.setattr(loop_lag, "SUSTAINED_SHARE", 0.3)
     app = create_app(tmp_path / "store.db", ADMIN_KEY, "http://store.test", access_logs=False)
-    sock = bind("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    server = _Server(
-        uvicorn_config(with_blockers(app), host="127.0.0.1", port=port, max_loop_lag_s=MAX_LAG_S)
-    )
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with served_on_a_thread(with_blockers(app), max_loop_lag_s=MAX_LAG_S) as url:
+        yield url
 
 
 def shed_by_lag() -> float:

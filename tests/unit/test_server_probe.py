@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from memsync.server.access import CredentialCache, Principal
 from memsync.server.errors import unauthenticated
-from memsync.server.http.probe import ProbeMiddleware, probe_request, query_params
+from memsync.server.http.probe import ProbeAnswers, ProbeMiddleware, probe_request, query_params
 from memsync.server.storage.database import WouldWait
 
 PATH = "/v1/memory_stores/memstore_1/memories"
@@ -110,11 +110,15 @@ class Unchanged:
         return 'W/"abc"'
 
 
+def answers_over(access: SlowAccess) -> ProbeAnswers:
+    return ProbeAnswers(
+        route=cast(Any, None), service=cast(Any, Unchanged()), access=cast(Any, access), access_logs=False
+    )
+
+
 def probe_all(access: SlowAccess, n: int) -> list[int]:
     """``n`` probes with one credential at once through the middleware; the status each got."""
-    app = ProbeMiddleware(
-        cast(Any, None), route=cast(Any, None), service=cast(Any, Unchanged()), access=cast(Any, access)
-    )
+    app = ProbeMiddleware(cast(Any, None), answers=answers_over(access))
 
     async def one() -> int:
         sent: list[dict[str, Any]] = []
@@ -188,18 +192,16 @@ def test_a_credential_due_again_is_read_once_in_the_background_while_its_probes_
 
 def test_a_probe_after_a_revocation_does_not_join_a_lookup_begun_before_it() -> None:
     access = SlowAccess()
-    app = ProbeMiddleware(
-        cast(Any, None), route=cast(Any, None), service=cast(Any, Unchanged()), access=cast(Any, access)
-    )
+    app = answers_over(access)
 
     async def run() -> None:
-        first = asyncio.ensure_future(app._authenticate_once(None, "Bearer tok"))
+        first = asyncio.ensure_future(app.authenticate_once(None, "Bearer tok"))
         await asyncio.sleep(0.1)
-        joined = asyncio.ensure_future(app._authenticate_once(None, "Bearer tok"))
+        joined = asyncio.ensure_future(app.authenticate_once(None, "Bearer tok"))
         await asyncio.sleep(0.1)
         assert access.lookups == 1  # the second joined the first
         access.cache.generation += 1  # a revocation committed here meanwhile
-        after = asyncio.ensure_future(app._authenticate_once(None, "Bearer tok"))
+        after = asyncio.ensure_future(app.authenticate_once(None, "Bearer tok"))
         await asyncio.sleep(0.1)
         assert access.lookups == 2  # its own lookup, begun after the revocation
         access.release.set()

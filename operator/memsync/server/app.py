@@ -7,6 +7,7 @@ the event loop. Request bodies are read by an async dependency that enforces the
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,7 +30,7 @@ from memsync.server.http import versions as version_routes
 from memsync.server.http import work as work_routes
 from memsync.server.http.admission import AdmissionLimits, AdmissionMiddleware
 from memsync.server.http.envelope import RequestIdMiddleware, install_error_handlers, scope_error_response
-from memsync.server.http.probe import ProbeMiddleware, listing_route
+from memsync.server.http.probe import ProbeAnswers, ProbeMiddleware, listing_route
 from memsync.server.storage.backends import open_database
 from memsync.server.stores.service import StoreService
 
@@ -84,13 +85,20 @@ def create_app(
         first_heartbeat_s=settings.get("first_heartbeat_s", DEFAULT_FIRST_HEARTBEAT_S),
     )
 
+    memories = memory_routes.router(service)
+    probes = ProbeAnswers(
+        route=listing_route(memories), service=service, access=access, access_logs=access_logs
+    )
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         logger.info(
             "store server ready",
             extra={"db": db.describe(), "schema_version": db.schema_version, "public_url": access.public_url},
         )
+        probes.serve_on(asyncio.get_running_loop())  # the HTTP protocol answers the probes it can at once
         yield
+        probes.serve_on(None)
         db.close()
         logger.info("store server stopped")
 
@@ -109,8 +117,7 @@ def create_app(
     app.state.access = access
     app.state.environments = extension.envs
     # innermost: the sidecars' conditional probe answered without the router (http/probe.py), yet gated
-    memories = memory_routes.router(service)
-    app.add_middleware(ProbeMiddleware, route=listing_route(memories), service=service, access=access)
+    app.add_middleware(ProbeMiddleware, answers=probes)
     # inside the next two: a shed request is still counted, timed and logged, and has its request id
     app.add_middleware(
         AdmissionMiddleware, limits=admission or AdmissionLimits.derived(), render=scope_error_response

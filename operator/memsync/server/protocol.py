@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import h11
 import uvicorn
@@ -34,6 +34,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from memsync.api.constants import SERVER_IDLE_KEEPALIVE_S
 from memsync.server.accept import LOOP_FACTORY
 from memsync.server.http.loop_lag import DEFAULT_MAX_LAG_S, LoopLag, refusal, refuses, unparsed_path
+from memsync.server.http.probe import ProbeAnswers, Scope, may_be_probe
 
 logger = logging.getLogger("memsync.server")
 
@@ -122,11 +123,13 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
     _headers_done = False
     _in_message = False  # bytes of a request have been parsed and its end has not
     _lag: LoopLag | None = None
+    _answers: ProbeAnswers | None = None  # the app's, once it serves on this loop
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         if self.max_loop_lag_s > 0:
             self._lag = LoopLag.of(self.loop, self.max_loop_lag_s)
+        self._answers = ProbeAnswers.on(self.loop)
 
     def data_received(self, data: bytes) -> None:
         """While the loop is too late, a whole bodiless GET arriving on a connection at rest (the sidecars'
@@ -189,9 +192,34 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
                 self._refuse(cycle)
                 lag.refused(behind, time.perf_counter() - began)
                 return
+        if self._answer_at_hand(cycle):
+            return
+        if lag is not None:
             lag.start()
         self._unset_keepalive_if_required()  # a refusal just before, in the same bytes, may have armed it
         super()._start_asgi_task(cycle, app)
+
+    def _answer_at_hand(self, cycle: RequestResponseCycle) -> bool:
+        """Answer a sidecar's probe whose answer is at hand (``ProbeAnswers.answer_now``: its credential
+        cached, its page unchanged) here, without an ASGI task, the middleware chain or the messages of an
+        ASGI answer, which cost a probe more than its own work. A request with a body, a connection that
+        closes after the answer, or one whose client is not reading its answers goes the ordinary way."""
+        answers, scope = self._answers, cycle.scope
+        if answers is None or scope["method"] != "GET" or not may_be_probe(scope["path"]):
+            return False  # every other request pays two comparisons
+        if not cycle.keep_alive or self.flow.write_paused or _has_body(scope["headers"]):
+            return False
+        began = time.perf_counter()
+        answer = answers.answer_now(cast(Scope, scope), self.server_state.default_headers)
+        if answer is None:
+            return False
+        self._unset_keepalive_if_required()
+        cycle.response_started = cycle.response_complete = True  # on_body / on_message_complete skip it
+        self.transport.write(answer)
+        cycle.on_response()  # as uvicorn does after a response: keep-alive timer, pipelined requests
+        if self._lag is not None:
+            self._lag.answered(time.perf_counter() - began)
+        return True
 
     def _refuse(self, cycle: RequestResponseCycle) -> None:
         # Kept alive only for a request without a body (a probe): a body not yet read (or one the client

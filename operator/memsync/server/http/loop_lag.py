@@ -116,7 +116,7 @@ class LoopLag:
         self.started = 0  # requests started since the last tick
         self.queued = 0  # requests started in this turn of the loop, none run yet
         self._turn_marked = False
-        self._refusing_s = 0.0  # time spent writing refusals since the last tick
+        self._at_once_s = 0.0  # time spent answering at once (refusals, answers at hand) since the last tick
         self.cost_s = 0.0  # the loop's CPU per request started, smoothed over ticks
         self._held: list[Callable[[], None]] = []  # connections refused since the last tick, not read since
         self.standing = Standing(max_lag_s)
@@ -166,9 +166,9 @@ class LoopLag:
         if self.standing.tick(now, late):
             STANDING.set(1 if self.standing.on else 0)
         if self.started >= MIN_SAMPLE:
-            sample = max(0.0, cpu - self._window[-1][1] - self._refusing_s) / self.started
+            sample = max(0.0, cpu - self._window[-1][1] - self._at_once_s) / self.started
             self.cost_s = sample if self.cost_s == 0.0 else 0.8 * self.cost_s + 0.2 * sample
-        self.started, self._refusing_s = 0, 0.0
+        self.started, self._at_once_s = 0, 0.0
         self._window.append((now, cpu))
         while len(self._window) > 2 and self._window[1][0] <= now - SUSTAINED_S:
             self._window.popleft()  # the oldest kept is the last one at least SUSTAINED_S old
@@ -180,10 +180,15 @@ class LoopLag:
         stands."""
         return self.standing.bound
 
+    def answered(self, spent_s: float) -> None:
+        """Count a request the HTTP protocol answered itself, in ``spent_s``: its time is not a started
+        request's (it ran at once), so, as a refusal's, it is left out of ``cost_s``."""
+        self._at_once_s += spent_s
+
     def refused(self, behind_s: float, spent_s: float) -> None:
         """Count a refusal that took the loop ``spent_s``; say so in the log at most once per
         ``REPORT_EVERY_S`` while refusals go on."""
-        self._refusing_s += spent_s
+        self.answered(spent_s)
         self._shed.inc()
         self._refused += 1
         now = time.monotonic()

@@ -35,6 +35,20 @@ async def send_not_modified(send: Callable[[dict[str, Any]], Awaitable[None]], e
     await send({"type": "http.response.body", "body": b""})
 
 
+def not_modified(default_headers: list[tuple[bytes, bytes]], etag: str, request_id: str) -> bytes:
+    """The same 304 as whole HTTP/1.1 bytes, as the server would write it (its default headers first, the
+    request id last), for the HTTP protocol to write itself."""
+    return b"".join(
+        [
+            b"HTTP/1.1 304 Not Modified\r\n",
+            *(name + b": " + value + b"\r\n" for name, value in default_headers),
+            b"etag: " + etag.encode("latin-1") + b"\r\n",
+            _CACHE_CONTROL_HEADER[0] + b": " + _CACHE_CONTROL_HEADER[1] + b"\r\n",
+            b"request-id: " + request_id.encode("ascii") + b"\r\n\r\n",
+        ]
+    )
+
+
 def router(service: StoreService) -> APIRouter:
     router = APIRouter()
 

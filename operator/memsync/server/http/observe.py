@@ -131,26 +131,31 @@ class ObserveMiddleware:
             else:
                 await self.app(scope, receive, send_status)
         finally:
-            elapsed = time.perf_counter() - started
-            route, method = route_of(scope), scope.get("method", "")
-            if route != "/metrics":
-                count, latency = _series(route, method, status or 500)
-                count.inc()
-                latency.observe(elapsed)
-            if self.access_logs:
-                client = scope.get("client")
-                access_log.info(
-                    "request",
-                    extra={
-                        "request_id": scope.get("state", {}).get("request_id"),
-                        "method": method,
-                        "route": route,
-                        "path": redact_path(str(scope.get("path", ""))),
-                        "status": status or None,
-                        "duration_ms": round(elapsed * 1000, 2),
-                        "client": f"{client[0]}:{client[1]}" if client else None,
-                    },
-                )
+            record(scope, status, time.perf_counter() - started, access_logs=self.access_logs)
+
+
+def record(scope: Scope, status: int, elapsed_s: float, *, access_logs: bool) -> None:
+    """Count an answered request, observe its latency and (``access_logs``) write its access-log line: for
+    every request, whether ``ObserveMiddleware`` saw it or the HTTP protocol answered it itself."""
+    route, method = route_of(scope), scope.get("method", "")
+    if route != "/metrics":
+        count, latency = _series(route, method, status or 500)
+        count.inc()
+        latency.observe(elapsed_s)
+    if access_logs:
+        client = scope.get("client")
+        access_log.info(
+            "request",
+            extra={
+                "request_id": scope.get("state", {}).get("request_id"),
+                "method": method,
+                "route": route,
+                "path": redact_path(str(scope.get("path", ""))),
+                "status": status or None,
+                "duration_ms": round(elapsed_s * 1000, 2),
+                "client": f"{client[0]}:{client[1]}" if client else None,
+            },
+        )
 
 
 def render_metrics(db: Database) -> tuple[bytes, str]:
