@@ -5,6 +5,7 @@ step; anything else (a first probe, a changed page, an unknown store, a proxy's 
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,3 +122,39 @@ def test_what_is_not_at_hand_goes_to_the_app(served: Served) -> None:
         "/v1/memory_stores/memstore_unknown/memories",
         f"/v1/memory_stores/{store}/memories",
     ]
+
+
+def read_statuses(sock: socket.socket, count: int) -> list[int]:
+    """The statuses of the next ``count`` answers on ``sock`` (each head, then its content-length body)."""
+    buffer, statuses = b"", []
+    while len(statuses) < count:
+        while b"\r\n\r\n" not in buffer:
+            chunk = sock.recv(65536)
+            assert chunk, f"the connection closed after {len(statuses)} answers"
+            buffer += chunk
+        head, buffer = buffer.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        fields = dict(line.lower().split(": ", 1) for line in lines[1:])
+        length = int(fields.get("content-length", "0"))
+        while len(buffer) < length:
+            buffer += sock.recv(65536)
+        buffer = buffer[length:]
+        statuses.append(int(lines[0].split(" ")[1]))
+    return statuses
+
+
+def test_probes_pipelined_behind_a_request_are_all_answered_in_order(served: Served) -> None:
+    """Probes queued behind a request still being served are started one by one as it ends; none is answered
+    inside another's answer (hundreds of them would nest as deep)."""
+    store, token, etag = a_session(served.url)
+    host = served.url.removeprefix("http://")
+    fields = "".join(f"{k}: {v}\r\n" for k, v in API.items())
+    listing = f"GET /v1/memory_stores HTTP/1.1\r\nhost: {host}\r\nx-api-key: {ADMIN_KEY}\r\n{fields}\r\n"
+    one_probe = (  # as short as a probe can be: as many as can be are read (and queued) at once
+        f"GET /v1/memory_stores/{store}/memories?limit=1 HTTP/1.1\r\n"
+        f"authorization: Bearer {token}\r\nif-none-match: {etag}\r\n\r\n"
+    )
+    n = 1500
+    with socket.create_connection(("127.0.0.1", int(host.rsplit(":", 1)[1])), timeout=30) as sock:
+        sock.sendall((listing + one_probe * n).encode())
+        assert read_statuses(sock, 1 + n) == [200] + [304] * n

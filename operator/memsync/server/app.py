@@ -116,7 +116,8 @@ def create_app(
     app.state.service = service
     app.state.access = access
     app.state.environments = extension.envs
-    # innermost: the sidecars' conditional probe answered without the router (http/probe.py), yet gated
+    # innermost: the sidecars' conditional probe answered without the router (http/probe.py), gated when it
+    # reaches the app (one answered at hand by the HTTP protocol takes no slot: it ends before another starts)
     app.add_middleware(ProbeMiddleware, answers=probes)
     # inside the next two: a shed request is still counted, timed and logged, and has its request id
     app.add_middleware(

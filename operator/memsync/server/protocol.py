@@ -14,8 +14,9 @@ requests started ahead of it in the same turn of the loop (``http.loop_lag``), i
 instead of starting its ASGI task: the cheapest answer the process can give, which is what lets it refuse a
 crowd faster than the crowd arrives. A whole bodiless GET arriving in one read on a connection at rest (the
 sidecars' probe) is judged even earlier, before it is parsed, and its connection is then not read again
-until the loop's next tick (``LoopLag.hold``). The pure-Python h11 protocol (``--http h11``, a fallback)
-does not refuse by lag.
+until the loop's next tick (``LoopLag.hold``). A sidecar's probe whose answer is at hand (a 304: its
+credential cached, its page unchanged) is answered here too, without an ASGI task (``http.probe``). The
+pure-Python h11 protocol (``--http h11``, a fallback) does neither.
 """
 
 from __future__ import annotations
@@ -192,22 +193,30 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
                 self._refuse(cycle)
                 lag.refused(behind, time.perf_counter() - began)
                 return
-        if self._answer_at_hand(cycle):
+        if self._answer_at_hand(cycle, app):
             return
         if lag is not None:
             lag.start()
         self._unset_keepalive_if_required()  # a refusal just before, in the same bytes, may have armed it
         super()._start_asgi_task(cycle, app)
 
-    def _answer_at_hand(self, cycle: RequestResponseCycle) -> bool:
+    def _answer_at_hand(self, cycle: RequestResponseCycle, app: Any) -> bool:
         """Answer a sidecar's probe whose answer is at hand (``ProbeAnswers.answer_now``: its credential
         cached, its page unchanged) here, without an ASGI task, the middleware chain or the messages of an
-        ASGI answer, which cost a probe more than its own work. A request with a body, a connection that
-        closes after the answer, or one whose client is not reading its answers goes the ordinary way."""
+        ASGI answer, which cost a probe more than its own work. A request with a body, one with requests
+        pipelined behind it, a connection that closes after the answer, or one whose client is not reading
+        its answers goes the ordinary way."""
         answers, scope = self._answers, cycle.scope
         if answers is None or scope["method"] != "GET" or not may_be_probe(scope["path"]):
             return False  # every other request pays two comparisons
-        if not cycle.keep_alive or self.flow.write_paused or _has_body(scope["headers"]):
+        if (
+            not cycle.keep_alive
+            or self.pipeline  # answered here, each would start the next inside its own answer: no end
+            or app is not self.app  # a request uvicorn answers itself (its concurrency limit)
+            or self.flow.write_paused
+            or self.transport.is_closing()
+            or _has_body(scope["headers"])
+        ):
             return False
         began = time.perf_counter()
         answer = answers.answer_now(cast(Scope, scope), self.server_state.default_headers)

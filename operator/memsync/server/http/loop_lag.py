@@ -163,7 +163,11 @@ class LoopLag:
         self._cpu_at, self._cpu = now, cpu
         late = now - self._due
         LAG.set(max(0.0, late))
-        if self.standing.tick(now, late):
+        ticked, used = self._window[-1]
+        busy = min(1.0, (cpu - used) / (now - ticked)) if now > ticked else 1.0
+        # as behind() judges a request: late in the proportion the loop's thread was busy (not a loop kept
+        # waiting by worker threads or by a machine that did not run it)
+        if self.standing.tick(now, late * busy):
             STANDING.set(1 if self.standing.on else 0)
         if self.started >= MIN_SAMPLE:
             sample = max(0.0, cpu - self._window[-1][1] - self._at_once_s) / self.started

@@ -1,6 +1,7 @@
 """The store server's metrics (Prometheus) and access log.
 
-One ASGI middleware times every request and, when it is answered, counts it by route template (never the
+One ASGI middleware times every request (``record``: also for a probe the HTTP protocol answers itself,
+``http.probe``) and, when it is answered, counts it by route template (never the
 raw path: ids would make unbounded label sets), method and status, observes its latency, and writes one
 structured access-log line: request id, method, route, path, status, duration, client address. No header,
 no query string and no body is logged, and a path segment shaped like a credential (``looks_like_credential``:

@@ -176,6 +176,9 @@ class ProbeAnswers:
     def serve_on(self, loop: asyncio.AbstractEventLoop | None) -> None:
         """Let the HTTP protocol of ``loop`` answer probes from here (None: no longer)."""
         if loop is not None:
+            current = self._serving.get(loop)
+            if current is not None and current is not self:
+                raise RuntimeError("another store app already serves on this event loop")
             self._serving[loop] = self
         else:
             for serving, answers in list(self._serving.items()):
