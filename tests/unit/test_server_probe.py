@@ -29,12 +29,20 @@ def scope(
 
 
 def test_the_sidecars_probe_is_taken() -> None:
-    assert probe_request(scope()) == ("memstore_1", None, 1, 'W/"abc"', None, "Bearer tok")
+    assert probe_request(scope()) == ("memstore_1", None, 1, 'W/"abc"', None, "Bearer tok", False)
     admin = [(b"x-api-key", b"sk-admin"), (b"if-none-match", b"*")]
-    assert probe_request(scope(query=b"", headers=admin)) == ("memstore_1", None, None, "*", "sk-admin", None)
+    assert probe_request(scope(query=b"", headers=admin)) == (
+        "memstore_1",
+        None,
+        None,
+        "*",
+        "sk-admin",
+        None,
+        False,
+    )
     # what the store client's probe sends (memsync.client: view=basic, limit=1)
     sidecar = scope(query=b"view=basic&limit=1&beta=true")
-    assert probe_request(sidecar) == ("memstore_1", "basic", 1, 'W/"abc"', None, "Bearer tok")
+    assert probe_request(sidecar) == ("memstore_1", "basic", 1, 'W/"abc"', None, "Bearer tok", False)
     assert probe_request(scope(query=b"view=full")) == (
         "memstore_1",
         "full",
@@ -42,7 +50,15 @@ def test_the_sidecars_probe_is_taken() -> None:
         'W/"abc"',
         None,
         "Bearer tok",
+        False,
     )
+
+
+@pytest.mark.parametrize("header", [b"x-forwarded-for", b"x-forwarded-proto"])
+def test_a_probe_through_a_proxy_says_so(header: bytes) -> None:
+    proxied = scope(headers=[(b"if-none-match", b'W/"abc"'), (header, b"10.0.0.1")])
+    found = probe_request(proxied)
+    assert found is not None and found.forwarded
 
 
 @pytest.mark.parametrize(
@@ -209,3 +225,73 @@ def test_a_probe_after_a_revocation_does_not_join_a_lookup_begun_before_it() -> 
         assert app._lookups == {}
 
     asyncio.run(run())
+
+
+class ChangedPage:
+    """A store whose page changed: the 304 is never at hand, the listing is read in the threadpool."""
+
+    db = SimpleNamespace(reads_without_waiting=True, read_now_runs_statements=False)
+
+    def __init__(self) -> None:
+        self.asked_unchanged = 0
+        self.listed: list[Principal] = []
+
+    def first_page_unchanged(self, p: Principal, store_id: str, **_: Any) -> None:
+        self.asked_unchanged += 1
+
+    def list_memories(self, p: Principal, store_id: str, **_: Any) -> tuple[dict[str, Any], str]:
+        self.listed.append(p)
+        return {"data": [], "next_page": None}, 'W/"new"'
+
+
+class KnownCaller:
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def cached_and_due(
+        self, x_api_key: str | None, authorization: str | None
+    ) -> tuple[Principal | None, bool]:
+        self.asked += 1
+        return Principal("session_actor", "sesn_1"), False
+
+
+def test_what_the_protocol_found_out_about_a_probe_is_not_asked_again_by_the_middleware() -> None:
+    access, service = KnownCaller(), ChangedPage()
+    answers = ProbeAnswers(
+        route=cast(Any, None), service=cast(Any, service), access=cast(Any, access), access_logs=False
+    )
+    request = scope()
+    assert answers.answer_now(request, []) is None  # the page changed: the app answers it
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    async def receive() -> Any:
+        return {"type": "http.request", "body": b""}
+
+    asyncio.run(ProbeMiddleware(cast(Any, None), answers=answers)(request, receive, send))
+    assert sent[0]["status"] == 200 and (b"etag", b'W/"new"') in sent[0]["headers"]
+    assert access.asked == 1 and service.asked_unchanged == 1  # once each, by the protocol
+    assert service.listed == [Principal("session_actor", "sesn_1")]
+
+
+def test_a_request_the_protocol_found_no_probe_goes_to_the_app() -> None:
+    answers = ProbeAnswers(
+        route=cast(Any, None),
+        service=cast(Any, ChangedPage()),
+        access=cast(Any, KnownCaller()),
+        access_logs=False,
+    )
+    request = scope(query=b"limit=1&path_prefix=/a/")
+    assert answers.answer_now(request, []) is None
+    reached: list[dict[str, Any]] = []
+
+    async def app(s: Any, receive: Any, send: Any) -> None:
+        reached.append(s)
+
+    async def nothing() -> Any:
+        raise AssertionError("not read")
+
+    asyncio.run(ProbeMiddleware(app, answers=answers)(request, nothing, cast(Any, nothing)))
+    assert reached == [request]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 import orjson
@@ -43,6 +43,12 @@ class JSONResponse(_StdJSONResponse):
 def new_request_id() -> str:
     """A request's id for logs and the ``request-id`` header: unique, not a secret (no system call)."""
     return f"req_{random.getrandbits(96):024x}"
+
+
+def header_lines(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """Header fields as an HTTP/1.1 answer writes them, ``name: value\r\n`` each (for the answers the HTTP
+    protocol writes itself: a refusal, a probe's 304)."""
+    return b"".join([name + b": " + value + b"\r\n" for name, value in headers])
 
 
 class RequestIdMiddleware:

@@ -59,7 +59,7 @@ import orjson
 from prometheus_client import Gauge
 
 from memsync.server.http.admission import SHED, UNGATED_PATHS, AdmissionLimits, shed_error
-from memsync.server.http.envelope import new_request_id
+from memsync.server.http.envelope import header_lines, new_request_id
 
 #: How often the loop's timer is due: 50 wake-ups a second when idle, a few microseconds each.
 TICK_S: Final = 0.02
@@ -163,14 +163,13 @@ class LoopLag:
         self._cpu_at, self._cpu = now, cpu
         late = now - self._due
         LAG.set(max(0.0, late))
-        ticked, used = self._window[-1]
-        busy = min(1.0, (cpu - used) / (now - ticked)) if now > ticked else 1.0
+        spent, busy = self._since_tick(now, cpu)
         # as behind() judges a request: late in the proportion the loop's thread was busy (not a loop kept
         # waiting by worker threads or by a machine that did not run it)
         if self.standing.tick(now, late * busy):
             STANDING.set(1 if self.standing.on else 0)
         if self.started >= MIN_SAMPLE:
-            sample = max(0.0, cpu - self._window[-1][1] - self._at_once_s) / self.started
+            sample = max(0.0, spent - self._at_once_s) / self.started
             self.cost_s = sample if self.cost_s == 0.0 else 0.8 * self.cost_s + 0.2 * sample
         self.started, self._at_once_s = 0, 0.0
         self._window.append((now, cpu))
@@ -239,9 +238,14 @@ class LoopLag:
         late = now - self._due
         if late <= 0:
             return late
-        ticked, cpu = self._window[-1]
-        busy = (self.cpu(now) - cpu) / (now - ticked)
-        return late * min(1.0, busy)
+        return late * self._since_tick(now, self.cpu(now))[1]
+
+    def _since_tick(self, now: float, cpu: float) -> tuple[float, float]:
+        """The loop thread's CPU time since the last tick (``cpu``: its CPU clock at ``now``), and the share
+        of the wall time since then that it is, at most 1."""
+        ticked, used = self._window[-1]
+        spent = cpu - used
+        return spent, min(1.0, spent / (now - ticked)) if now > ticked else 1.0
 
 
 class Standing:
@@ -335,13 +339,10 @@ def _refusal_parts(default_headers: Iterable[tuple[bytes, bytes]], *, keep_alive
     body = orjson.dumps(err.body(_PLACEHOLDER_ID))
     head = [
         b"HTTP/1.1 503 Service Unavailable\r\n",
-        *(name + b": " + value + b"\r\n" for name, value in default_headers),
+        header_lines(default_headers),
         b"content-type: application/json\r\n",
         b"content-length: %d\r\n" % len(body),
-        *(
-            name.encode("ascii") + b": " + value.encode("ascii") + b"\r\n"
-            for name, value in err.headers.items()
-        ),
+        header_lines((name.encode("ascii"), value.encode("ascii")) for name, value in err.headers.items()),
         b"request-id: " + _PLACEHOLDER_ID.encode("ascii") + b"\r\n",
         b"" if keep_alive else b"connection: close\r\n",
         b"\r\n",

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header
 from fastapi.responses import Response
 
 from memsync.server.http.deps import Beta, Body, Caller, PagingQuery, ViewQuery
-from memsync.server.http.envelope import JSONResponse
+from memsync.server.http.envelope import JSONResponse, header_lines
 from memsync.server.stores.service import StoreService
 
 _CACHE_CONTROL = "private, no-cache"  # a client may keep a listing, and must ask before reusing it
@@ -41,9 +41,8 @@ def not_modified(default_headers: list[tuple[bytes, bytes]], etag: str, request_
     return b"".join(
         [
             b"HTTP/1.1 304 Not Modified\r\n",
-            *(name + b": " + value + b"\r\n" for name, value in default_headers),
-            b"etag: " + etag.encode("latin-1") + b"\r\n",
-            _CACHE_CONTROL_HEADER[0] + b": " + _CACHE_CONTROL_HEADER[1] + b"\r\n",
+            header_lines(default_headers),
+            header_lines([(b"etag", etag.encode("latin-1")), _CACHE_CONTROL_HEADER]),
             b"request-id: " + request_id.encode("ascii") + b"\r\n\r\n",
         ]
     )

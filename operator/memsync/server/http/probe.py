@@ -86,6 +86,19 @@ class Probe(NamedTuple):
     if_none_match: str
     x_api_key: str | None
     authorization: str | None
+    forwarded: bool = False  # a proxy's headers are on it (``answer_now`` leaves it to the app)
+
+
+class Judged(NamedTuple):
+    """What ``answer_now`` found out about a probe it left to the app, for ``ProbeMiddleware`` to go on
+    from (kept in the request's scope): the probe, and its caller when that was at hand (then its page was
+    found changed, or not without waiting)."""
+
+    probe: Probe | None
+    caller: Principal | None
+
+
+_JUDGED: Final = "memsync.probe"  # the scope's key for a ``Judged``
 
 
 def query_params(raw: bytes) -> dict[str, str] | None:
@@ -142,6 +155,8 @@ def probe_request(scope: Scope) -> Probe | None:
         if_none_match.decode("latin-1"),
         key.decode("latin-1") if key is not None else None,
         auth.decode("latin-1") if auth is not None else None,
+        # uvicorn's proxy-headers middleware may change the client the access log names
+        b"x-forwarded-for" in headers or b"x-forwarded-proto" in headers,
     )
 
 
@@ -219,17 +234,20 @@ class ProbeAnswers:
         """The whole HTTP/1.1 answer to a probe whose answer is at hand (its credential cached, its page
         unchanged: a 304), counted, timed and logged as ``ObserveMiddleware`` would; None for any other
         request, or any doubt (an error included), which then goes the ordinary way. Called by the HTTP
-        protocol when the request's headers are in, instead of starting its ASGI task."""
+        protocol when the request's headers are in, instead of starting its ASGI task. What it found out about
+        a probe it leaves to the app stays in the scope (``Judged``), so the middleware does not ask again."""
         began = time.perf_counter()
         probe = probe_request(scope)
-        if probe is None or _forwarded(scope):
+        if probe is None or probe.forwarded:
+            scope[_JUDGED] = Judged(probe, None)
             return None
         try:
             caller = self.caller_now(probe)
             etag = self.unchanged_now(caller, probe) if caller is not None else None
-        except ApiError:
+        except ApiError:  # the app asks again, and answers it
             return None
         if etag is None:
+            scope[_JUDGED] = Judged(probe, caller)
             return None
         request_id = new_request_id()
         scope["route"] = self.route
@@ -283,15 +301,6 @@ class ProbeAnswers:
             done.exception()  # retrieved here too: every caller may have gone before it ended
 
 
-def _forwarded(scope: Scope) -> bool:
-    """Whether a proxy's headers are on the request (uvicorn's proxy-headers middleware may then change the
-    client the access log names: such a request goes the ordinary way)."""
-    return any(name in _FORWARDED for name, _ in scope.get("headers", ()))
-
-
-_FORWARDED: Final = frozenset({b"x-forwarded-for", b"x-forwarded-proto"})
-
-
 class ProbeMiddleware:
     """Answers the plain conditional probe directly; passes everything else on."""
 
@@ -300,17 +309,25 @@ class ProbeMiddleware:
         self.answers = answers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        probe = probe_request(scope) if scope["type"] == "http" else None
+        judged: Judged | None = scope.pop(_JUDGED, None)  # the HTTP protocol's findings, when it looked
+        if judged is not None:
+            probe = judged.probe
+        else:
+            probe = probe_request(scope) if scope["type"] == "http" else None
         if probe is None:
             await self.app(scope, receive, send)
             return
         answers = self.answers
         scope["route"] = answers.route  # the access log and the metrics name the route template, as ever
         try:
-            caller = answers.caller_now(probe)
-            if caller is None and not answers.service.db.read_now_runs_statements:
-                caller = await answers.authenticate_once(probe.x_api_key, probe.authorization)
-            unchanged = answers.unchanged_now(caller, probe) if caller is not None else None
+            if judged is not None and judged.caller is not None:
+                caller: Principal | None = judged.caller
+                unchanged = None  # just found changed, or not without waiting: the threadpool reads it
+            else:
+                caller = answers.caller_now(probe)
+                if caller is None and not answers.service.db.read_now_runs_statements:
+                    caller = await answers.authenticate_once(probe.x_api_key, probe.authorization)
+                unchanged = answers.unchanged_now(caller, probe) if caller is not None else None
             if unchanged is not None:
                 await send_not_modified(send, unchanged)
                 return
