@@ -15,7 +15,11 @@ microseconds per request, so the load generator takes little of the two cores it
   admitted (304) requests' p50/p99 from their scheduled send time, how many were shed (503/429) and how
   fast that answer came, every other outcome (which must be 0), how many found every connection busy (not
   sent), and how late the generator itself sent (p99: its own share of the latencies, when it runs short of
-  CPU on the cores it shares with the server).
+  CPU on the cores it shares with the server). With ``bench/loadgen`` each cell is offered that load twice:
+  by clients that ignore ``Retry-After`` (the worst case: every refusal is followed by the next request at
+  once) and by clients that honour it as memsync's store client does (a connection refused with
+  ``Retry-After`` sends nothing more for that long plus up to half again; what was scheduled meanwhile goes
+  to the other connections, or is not sent).
 
 Run with the server's defaults (``--max-in-flight 32``, ``--max-loop-lag 0.05``) unless given.
 """
@@ -177,6 +181,7 @@ async def closed_loop(port: int, requests: list[bytes], seconds: float, ok: int)
 class Overload:
     offered: float
     connections: int
+    honours_retry_after: bool = False  # the clients wait a refusal's Retry-After before they send again
     sent: int = 0
     admitted_ms: list[float] = field(default_factory=list)
     shed_ms: list[float] = field(default_factory=list)
@@ -268,11 +273,13 @@ def open_loop_compiled(
     *,
     connections: int,
     warmup: bytes,
+    honour_retry_after: bool = False,
 ) -> Overload:
     """``open_loop``'s measurement by ``bench/loadgen``: the same pool, schedule and outcomes, at a few
     microseconds of CPU per request, so it can offer what one Python process on a shared core cannot.
     Each connection first sends ``warmup`` and reads its answer before the schedule starts, so every
-    connection has been accepted by the server when the load begins."""
+    connection has been accepted by the server when the load begins. ``honour_retry_after``: a connection
+    refused with ``Retry-After`` waits as memsync's store client does before it is used again."""
     config = {
         "addr": f"127.0.0.1:{port}",
         "rate": rate,
@@ -280,6 +287,7 @@ def open_loop_compiled(
         "connections": connections,
         "requests": [raw.decode() for raw in requests],
         "warmup": warmup.decode(),
+        "honour_retry_after": honour_retry_after,
     }
     env = {**os.environ, "GOMAXPROCS": os.environ.get("GOMAXPROCS", "1")}  # one core, as the Python one
     done = subprocess.run(
@@ -295,6 +303,7 @@ def open_loop_compiled(
     result = Overload(
         rate,
         connections,
+        honour_retry_after,
         sent=out["sent"],
         unsent=out["unsent"],
         send_lag_ms=out["send_lag_ms"],
@@ -317,7 +326,7 @@ class Row:
     cell: str
     floor_rps: float
     probe_rps: float
-    overload: Overload | None = None
+    overloads: list[Overload] = field(default_factory=list)  # by clients that ignore, then honour Retry-After
 
 
 def run(
@@ -336,20 +345,27 @@ def run(
             floor = asyncio.run(closed_loop(port, [target.floor], args.rate_seconds, 200))
             probe = asyncio.run(closed_loop(port, target.probes, args.rate_seconds, 304))
             row = Row(name, floor, probe)
-            if args.overload:
-                if loadgen is not None:
-                    row.overload = open_loop_compiled(
-                        loadgen,
-                        port,
-                        target.probes,
-                        2 * probe,
-                        args.rate_seconds,
-                        connections=args.connections,
-                        warmup=target.floor,
+            if args.overload and loadgen is not None:
+                for honour in (False, True):
+                    row.overloads.append(
+                        open_loop_compiled(
+                            loadgen,
+                            port,
+                            target.probes,
+                            2 * probe,
+                            args.rate_seconds,
+                            connections=args.connections,
+                            warmup=target.floor,
+                            honour_retry_after=honour,
+                        )
                     )
-                else:
-                    row.overload = asyncio.run(open_loop(port, target.probes, 2 * probe, args.rate_seconds))
-                print(f"  {name} overload: statuses {row.overload.statuses}", file=sys.stderr)
+                    time.sleep(1)  # the server at rest again before the next run
+            elif args.overload:
+                row.overloads.append(
+                    asyncio.run(open_loop(port, target.probes, 2 * probe, args.rate_seconds))
+                )
+            for o in row.overloads:
+                print(f"  {name} overload: statuses {o.statuses}", file=sys.stderr)
             rows.append(row)
     return rows
 
@@ -364,18 +380,17 @@ def print_tables(rows: list[Row]) -> None:
             ],
         )
     )
-    over = [r for r in rows if r.overload is not None]
+    over = [(r, o) for r in rows for o in r.overloads]
     if not over:
         return
     print()
     table = []
-    for r in over:
-        o = r.overload
-        assert o is not None
+    for r, o in over:
         admitted, shed = sorted(o.admitted_ms), sorted(o.shed_ms)
         table.append(
             [
                 r.cell,
+                "honour" if o.honours_retry_after else "ignore",
                 f"{o.offered:.0f}",
                 o.connections,
                 o.sent,
@@ -394,6 +409,7 @@ def print_tables(rows: list[Row]) -> None:
         format_table(
             [
                 "server",
+                "clients: Retry-After",
                 "offered req/s (2 x probe)",
                 "connections",
                 "sent",
@@ -404,7 +420,7 @@ def print_tables(rows: list[Row]) -> None:
                 "shed p50 ms",
                 "shed p99 ms",
                 "other failures",
-                "not sent (every connection busy)",
+                "not sent (every connection busy or waiting)",
                 "generator's send lag p99 ms",
             ],
             table,

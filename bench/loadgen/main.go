@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
@@ -38,6 +39,10 @@ type config struct {
 	Connections int      `json:"connections"`
 	Requests    []string `json:"requests"`
 	Warmup      string   `json:"warmup"`
+	// HonourRetryAfter: a connection answered 429/503 with Retry-After sends nothing more for that long plus
+	// up to half of it again (memsync's store client waits so before it asks again); requests scheduled
+	// meanwhile go to the other connections, or are not sent when every one is busy or waiting.
+	HonourRetryAfter bool `json:"honour_retry_after"`
 }
 
 type result struct {
@@ -65,30 +70,37 @@ func dial(addr string) (*conn, error) {
 
 var errClosedBeforeAnswer = errors.New("connection closed before any answer")
 
-// request sends raw and reads one whole answer: its status, and whether the server closes the connection.
-func (k *conn) request(raw []byte) (int, bool, error) {
+// answer is what request reads of one answer.
+type answer struct {
+	status     int
+	closing    bool          // the server closes the connection after it
+	retryAfter time.Duration // its Retry-After (whole seconds), 0 without one
+}
+
+// request sends raw and reads one whole answer.
+func (k *conn) request(raw []byte) (answer, error) {
+	var a answer
 	if _, err := k.c.Write(raw); err != nil {
-		return 0, false, err
+		return a, err
 	}
 	line, err := k.r.ReadSlice('\n')
 	if err != nil {
 		if len(line) == 0 && (err == io.EOF || errors.Is(err, net.ErrClosed)) {
-			return 0, false, errClosedBeforeAnswer
+			return a, errClosedBeforeAnswer
 		}
-		return 0, false, err
+		return a, err
 	}
 	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.1 ")) {
-		return 0, false, fmt.Errorf("not an HTTP/1.1 status line: %q", line)
+		return a, fmt.Errorf("not an HTTP/1.1 status line: %q", line)
 	}
-	status, err := strconv.Atoi(string(line[9:12]))
-	if err != nil {
-		return 0, false, err
+	if a.status, err = strconv.Atoi(string(line[9:12])); err != nil {
+		return a, err
 	}
-	length, closing := 0, false
+	length := 0
 	for {
 		h, err := k.r.ReadSlice('\n')
 		if err != nil {
-			return 0, false, err
+			return a, err
 		}
 		if len(h) <= 2 {
 			break
@@ -101,16 +113,20 @@ func (k *conn) request(raw []byte) (int, bool, error) {
 		switch {
 		case bytes.EqualFold(name, []byte("content-length")):
 			if length, err = strconv.Atoi(string(value)); err != nil {
-				return 0, false, err
+				return a, err
 			}
 		case bytes.EqualFold(name, []byte("connection")):
-			closing = bytes.EqualFold(value, []byte("close"))
+			a.closing = bytes.EqualFold(value, []byte("close"))
+		case bytes.EqualFold(name, []byte("retry-after")):
+			if seconds, err := strconv.Atoi(string(value)); err == nil && seconds > 0 {
+				a.retryAfter = time.Duration(seconds) * time.Second
+			}
 		}
 	}
 	if _, err := k.r.Discard(length); err != nil {
-		return 0, false, err
+		return a, err
 	}
-	return status, closing, nil
+	return a, nil
 }
 
 // warm sends raw once on each of the n connections in pool, all at once, and waits for every answer.
@@ -120,8 +136,8 @@ func warm(pool chan *conn, n int, raw []byte) error {
 	for i := range conns {
 		conns[i] = <-pool
 		go func(k *conn) {
-			_, closing, err := k.request(raw)
-			if err == nil && closing {
+			a, err := k.request(raw)
+			if err == nil && a.closing {
 				err = errors.New("the server closed a connection in the warm-up")
 			}
 			errs <- err
@@ -177,17 +193,17 @@ func main() {
 	one := func(k *conn, raw []byte, scheduled time.Time) {
 		defer wg.Done()
 		lag := time.Since(scheduled)
-		status, closing, err := k.request(raw)
+		a, err := k.request(raw)
 		if errors.Is(err, errClosedBeforeAnswer) {
 			// the server closed a keep-alive connection that sat idle (or said it would): as any HTTP client
 			// does, send again on a new one (a request refused this way was never read)
 			k.c.Close()
 			if k, err = dial(cfg.Addr); err == nil {
-				status, closing, err = k.request(raw)
+				a, err = k.request(raw)
 			}
 		}
 		took := time.Since(scheduled)
-		if err != nil || closing { // this connection is done: a new one takes its place in the pool
+		if err != nil || a.closing { // this connection is done: a new one takes its place in the pool
 			if k != nil {
 				k.c.Close()
 			}
@@ -205,11 +221,16 @@ func main() {
 				res.Errors = append(res.Errors, err.Error())
 			}
 		} else {
-			res.Statuses = append(res.Statuses, status)
+			res.Statuses = append(res.Statuses, a.status)
 			res.Millis = append(res.Millis, ms(took))
 		}
 		mu.Unlock()
-		if k != nil {
+		switch {
+		case k == nil:
+		case cfg.HonourRetryAfter && a.retryAfter > 0 && (a.status == 429 || a.status == 503):
+			wait := a.retryAfter + time.Duration(rand.Int64N(int64(a.retryAfter/2)+1))
+			time.AfterFunc(wait, func() { idle <- k })
+		default:
 			idle <- k
 		}
 	}

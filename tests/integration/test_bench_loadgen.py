@@ -1,6 +1,7 @@
 """bench/loadgen, the compiled open-loop generator behind ``store_load.py --overload``: every request it is
 given is sent on schedule and every answer is read whole and counted by its status, including answers with
-a body and answers that close their connection (a new connection takes its place in the pool)."""
+a body and answers that close their connection (a new connection takes its place in the pool); told to,
+it waits a refusal's Retry-After on that connection as memsync's store client does."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ ANSWERS = {
     ),
     b"/page": b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello",
 }
+SHED = b"/shed"  # a refusal that keeps its connection
+SHED_ANSWER = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 2\r\nretry-after: 1\r\n\r\n{}"
 WARMUP = b"/healthz"  # answered before the schedule, and not counted
 
 
@@ -40,7 +43,11 @@ async def serve(
             path = head.split(b" ", 2)[1]
             if path == WARMUP:
                 warmed.append(1)
-            answer = ANSWERS.get(path, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            answer = (
+                SHED_ANSWER
+                if path == SHED
+                else ANSWERS.get(path, b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            )
             writer.write(answer)
             await writer.drain()
             if b"connection: close" in answer:
@@ -76,3 +83,33 @@ async def test_every_answer_is_read_and_counted_by_status(tmp_path: Path) -> Non
     assert all(ms > 0 for ms in result.admitted_ms + result.shed_ms)
     assert len(opened) == 10 + 100  # the pool, then a new connection for each one the server closed
     assert len(warmed) == 10  # once on each connection of the pool, before the schedule, never counted
+
+
+@pytest.mark.parametrize("honour", [False, True])
+async def test_clients_that_honour_retry_after_wait_it_on_their_connection(
+    tmp_path: Path, honour: bool
+) -> None:
+    binary = await asyncio.to_thread(store_rate.build_loadgen, tmp_path)
+    assert binary is not None
+    server = await asyncio.start_server(lambda r, w: serve(r, w, [], []), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    requests = [store_rate.raw_get(port, SHED.decode(), {})]
+    warmup = store_rate.raw_get(port, WARMUP.decode(), {})
+    async with server:
+        result = await asyncio.to_thread(
+            store_rate.open_loop_compiled,
+            binary,
+            port,
+            requests,
+            100.0,
+            0.9,  # shorter than the Retry-After: a connection refused once is not used again
+            connections=10,
+            warmup=warmup,
+            honour_retry_after=honour,
+        )
+    assert result.honours_retry_after is honour
+    assert result.statuses == {503: result.sent}
+    if honour:
+        assert (result.sent, result.unsent) == (10, 80)  # one refusal per connection, then each waits
+    else:
+        assert (result.sent, result.unsent) == (90, 0)  # a connection refused is used again at once
