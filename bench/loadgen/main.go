@@ -8,7 +8,8 @@
 // body of Content-Length bytes), and timing must start at each request's scheduled send, which general
 // load tools do not all do.
 //
-// Input (stdin, JSON): {"addr", "rate", "seconds", "connections", "requests": [raw request, ...], "warmup"}.
+// Input (stdin, JSON): {"addr", "rate", "seconds", "connections", "requests": [raw request, ...], "warmup",
+// "honour_retry_after"}.
 // Every connection first sends "warmup" (when given) and reads its answer, all before the schedule starts:
 // a connection the server has not yet accepted when the load begins would otherwise time its first
 // request from the schedule while it waits in the kernel's accept queue.
