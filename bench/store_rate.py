@@ -347,6 +347,8 @@ def run(
             row = Row(name, floor, probe)
             if args.overload and loadgen is not None:
                 for honour in (False, True):
+                    if honour:
+                        time.sleep(1)  # the server at rest again after the first run
                     row.overloads.append(
                         open_loop_compiled(
                             loadgen,
@@ -359,7 +361,6 @@ def run(
                             honour_retry_after=honour,
                         )
                     )
-                    time.sleep(1)  # the server at rest again before the next run
             elif args.overload:
                 row.overloads.append(
                     asyncio.run(open_loop(port, target.probes, 2 * probe, args.rate_seconds))

@@ -222,10 +222,7 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
         answer = answers.answer_now(cast(Scope, scope), self.server_state.default_headers)
         if answer is None:
             return False
-        self._unset_keepalive_if_required()
-        cycle.response_started = cycle.response_complete = True  # on_body / on_message_complete skip it
-        self.transport.write(answer)
-        cycle.on_response()  # as uvicorn does after a response: keep-alive timer, pipelined requests
+        self._write_answer(cycle, answer)
         if self._lag is not None:
             self._lag.answered(time.perf_counter() - began)
         return True
@@ -236,14 +233,20 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
         # not read its answers (writing paused) gets no more of them.
         keep_alive = cycle.keep_alive and not _has_body(cycle.scope["headers"]) and not self.flow.write_paused
         cycle.keep_alive = keep_alive
-        cycle.response_started = cycle.response_complete = True  # on_body / on_message_complete skip it
         answer = refusal(self.server_state.default_headers, keep_alive=keep_alive)
         if cycle.scope["method"] == "HEAD":
             answer = answer[: answer.index(b"\r\n\r\n") + 4]
+        self._write_answer(cycle, answer, close=not keep_alive)
+
+    def _write_answer(self, cycle: RequestResponseCycle, answer: bytes, *, close: bool = False) -> None:
+        """Answer ``cycle``'s request with ``answer``, whole HTTP/1.1 bytes, and end it as uvicorn ends a
+        response (``on_response``: the keep-alive timer armed again, or the next pipelined request
+        started)."""
+        cycle.response_started = cycle.response_complete = True  # on_body / on_message_complete skip it
         self.transport.write(answer)
-        if not keep_alive:
+        if close:
             self.transport.close()
-        cycle.on_response()  # as uvicorn does after a response: keep-alive timer, pipelined requests
+        cycle.on_response()
 
     def on_message_begin(self) -> None:
         self._incomplete, self._headers_done, self._in_message = True, False, True
