@@ -14,12 +14,14 @@ microseconds per request, so the load generator takes little of the two cores it
   the asyncio client over 400 (which falls behind beyond a few thousand requests a second). Reported: the
   admitted (304) requests' p50/p99 from their scheduled send time, how many were shed (503/429) and how
   fast that answer came, every other outcome (which must be 0), how many found every connection busy (not
-  sent), and how late the generator itself sent (p99: its own share of the latencies, when it runs short of
-  CPU on the cores it shares with the server). With ``bench/loadgen`` each cell is offered that load twice:
-  by clients that ignore ``Retry-After`` (the worst case: every refusal is followed by the next request at
-  once) and by clients that honour it as memsync's store client does (a connection refused with
-  ``Retry-After`` sends nothing more for that long plus up to half again; what was scheduled meanwhile goes
-  to the other connections, or is not sent).
+  sent), the same latencies for what was scheduled after the first second (the steady state, without
+  the onset: every connection sending at once into a server at rest, whose first refusals come only after
+  the turn of its loop that reads them all), and how late the generator itself sent (p99: its own share
+  of the latencies, when it runs short of CPU on the cores it shares with the server). With
+  ``bench/loadgen`` each cell is offered that load twice: by clients that ignore ``Retry-After`` (the worst
+  case: every refusal is followed by the next request at once) and by clients that honour it as memsync's
+  store client does (a connection refused with ``Retry-After`` sends nothing more for that long plus up to
+  half again; what was scheduled meanwhile goes to the other connections, or is not sent).
 
 Run with the server's defaults (``--max-in-flight 32``, ``--max-loop-lag 0.05``) unless given.
 """
@@ -54,6 +56,8 @@ CONNECTIONS = 32
 TOKENS = 8  # distinct sessions tokens the probes are spread over (one credential holds half the slots)
 OPEN_LOOP_CONNECTIONS = 400  # the Python generator's pool (what one asyncio process keeps up with)
 COMPILED_OPEN_LOOP_CONNECTIONS = 1000  # bench/loadgen's default (--connections): about one per session
+#: The overload's onset: latencies are also reported for what was scheduled after it (the steady state)
+ONSET_S = 1.0
 
 
 # --- a minimal HTTP/1.1 keep-alive client ---
@@ -189,16 +193,23 @@ class Overload:
     failures: int = 0  # no answer at all, or an answer other than 304/429/503
     unsent: int = 0  # the load generator's own limit (every connection busy): not sent, not the server's
     send_lag_ms: list[float] = field(default_factory=list)  # the generator's own delay: sent after schedule
+    # the same latencies for the requests scheduled from ONSET_S on
+    admitted_steady_ms: list[float] = field(default_factory=list)
+    shed_steady_ms: list[float] = field(default_factory=list)
 
-    def answered(self, status: int, ms: float) -> None:
-        """Count an answer that came ``ms`` after its request's scheduled send."""
+    def answered(self, status: int, ms: float, at_s: float) -> None:
+        """Count an answer that came ``ms`` after its request's scheduled send, ``at_s`` into the run."""
         self.statuses[status] = self.statuses.get(status, 0) + 1
         if status == 304:
-            self.admitted_ms.append(ms)
+            kept = (self.admitted_ms, self.admitted_steady_ms)
         elif status in (429, 503):
-            self.shed_ms.append(ms)
+            kept = (self.shed_ms, self.shed_steady_ms)
         else:
             self.failures += 1
+            return
+        kept[0].append(ms)
+        if at_s >= ONSET_S:
+            kept[1].append(ms)
 
 
 async def open_loop(port: int, requests: list[bytes], rate: float, seconds: float) -> Overload:
@@ -229,7 +240,7 @@ async def open_loop(port: int, requests: list[bytes], rate: float, seconds: floa
             conn.close()
             idle.append(await Connection.open(port))
             return
-        result.answered(status, (time.monotonic() - scheduled) * 1000)
+        result.answered(status, (time.monotonic() - scheduled) * 1000, scheduled - start)
         idle.append(conn)
 
     start = time.monotonic()
@@ -313,8 +324,8 @@ def open_loop_compiled(
     result.failures = out["failures"]
     if result.failures:
         result.statuses[0] = result.failures  # 0: no answer
-    for status, ms in zip(out["statuses"], out["millis"], strict=True):
-        result.answered(status, ms)
+    for status, ms, at_s in zip(out["statuses"], out["millis"], out["at"], strict=True):
+        result.answered(status, ms, at_s)
     return result
 
 
@@ -386,8 +397,11 @@ def print_tables(rows: list[Row]) -> None:
         return
     print()
     table = []
+
+    def ms(values: list[float], p: float) -> str:
+        return f"{percentile(sorted(values), p):.1f}" if values else "-"
+
     for r, o in over:
-        admitted, shed = sorted(o.admitted_ms), sorted(o.shed_ms)
         table.append(
             [
                 r.cell,
@@ -395,12 +409,15 @@ def print_tables(rows: list[Row]) -> None:
                 f"{o.offered:.0f}",
                 o.connections,
                 o.sent,
-                len(admitted),
-                f"{percentile(admitted, 50):.1f}" if admitted else "-",
-                f"{percentile(admitted, 99):.1f}" if admitted else "-",
-                len(shed),
-                f"{percentile(shed, 50):.1f}" if shed else "-",
-                f"{percentile(shed, 99):.1f}" if shed else "-",
+                len(o.admitted_ms),
+                ms(o.admitted_ms, 50),
+                ms(o.admitted_ms, 99),
+                ms(o.admitted_steady_ms, 99),
+                len(o.shed_ms),
+                ms(o.shed_ms, 50),
+                ms(o.shed_ms, 99),
+                ms(o.shed_steady_ms, 50),
+                ms(o.shed_steady_ms, 99),
                 o.failures,
                 o.unsent,
                 f"{percentile(sorted(o.send_lag_ms), 99):.1f}" if o.send_lag_ms else "-",
@@ -417,9 +434,12 @@ def print_tables(rows: list[Row]) -> None:
                 "admitted (304)",
                 "admitted p50 ms",
                 "admitted p99 ms",
+                f"admitted p99 ms after {ONSET_S:g} s",
                 "shed (503/429)",
                 "shed p50 ms",
                 "shed p99 ms",
+                f"shed p50 ms after {ONSET_S:g} s",
+                f"shed p99 ms after {ONSET_S:g} s",
                 "other failures",
                 "not sent (every connection busy or waiting)",
                 "generator's send lag p99 ms",

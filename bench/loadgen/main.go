@@ -52,6 +52,7 @@ type result struct {
 	Failures  int       `json:"failures"`
 	Statuses  []int     `json:"statuses"`    // per answered request
 	Millis    []float64 `json:"millis"`      // per answered request, from its scheduled send
+	At        []float64 `json:"at"`          // per answered request: its scheduled send, seconds from the start
 	SendLagMs []float64 `json:"send_lag_ms"` // per sent request
 	Errors    []string  `json:"errors"`      // the first few failures, for the report
 }
@@ -188,7 +189,8 @@ func main() {
 
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	res := result{Statuses: []int{}, Millis: []float64{}, SendLagMs: []float64{}, Errors: []string{}}
+	res := result{Statuses: []int{}, Millis: []float64{}, At: []float64{}, SendLagMs: []float64{}, Errors: []string{}}
+	var start time.Time
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 	one := func(k *conn, raw []byte, scheduled time.Time) {
@@ -224,6 +226,7 @@ func main() {
 		} else {
 			res.Statuses = append(res.Statuses, a.status)
 			res.Millis = append(res.Millis, ms(took))
+			res.At = append(res.At, scheduled.Sub(start).Seconds())
 		}
 		mu.Unlock()
 		switch {
@@ -238,7 +241,7 @@ func main() {
 
 	total := int(cfg.Rate * cfg.Seconds)
 	interval := time.Duration(float64(time.Second) / cfg.Rate)
-	start := time.Now()
+	start = time.Now()
 	for i := 0; i < total; i++ {
 		scheduled := start.Add(time.Duration(i) * interval)
 		if wait := time.Until(scheduled); wait > 0 {

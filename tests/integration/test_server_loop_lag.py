@@ -216,8 +216,10 @@ def test_a_refused_head_and_a_pipelined_request_keep_the_connection_in_step(serv
         )
         assert held.result().status_code == 204
         assert read_answer(sock, buffer, head_only=True) == (503, b"")  # no body after a HEAD's head
-        status, body = read_answer(sock, buffer)  # the pipelined one: refused too (read in the same turn)
-        assert status == 503 and json.loads(body)["error"]["type"] == "overloaded_error"
+        # the pipelined one, read in the same turn: served, since refusing has taken the loop longer than
+        # serving since its last tick (it refused one and served none)
+        status, body = read_answer(sock, buffer)
+        assert status == 200 and json.loads(body)["data"] == []
         sock.sendall(f"GET /v1/memory_stores HTTP/1.1\r\nhost: x\r\n{headers}\r\n".encode())
         status, body = read_answer(sock, buffer)  # the same connection, in step, the loop on time
         assert status == 200 and json.loads(body)["data"] == []
@@ -322,6 +324,76 @@ def test_only_the_requests_started_in_this_turn_of_the_loop_are_ahead() -> None:
     now, ahead, later, ahead_later = asyncio.run(queued())
     assert (now, later, ahead_later) == (4, 0, 0.0)
     assert ahead == pytest.approx(0.004)
+
+
+def on_the_cpu_throughout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop thread's CPU clock runs with the wall clock: a spinning thread that the machine runs all the
+    time, whatever else runs on the machine the test is on."""
+    monkeypatch.setattr(time, "thread_time", time.monotonic)
+
+
+def test_what_is_read_after_a_busy_turn_has_waited_for_it_and_after_a_wait_for_io_has_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request read in a turn that followed the last without the loop waiting for I/O may have arrived
+    just after that turn's reads: it waited for all the loop did since. After a wait it arrived meanwhile."""
+
+    async def waited_after(block: Callable[[float], None]) -> float:
+        lag = LoopLag(asyncio.get_running_loop(), MAX_LAG_S)
+        await asyncio.sleep(0)
+        lag.read()  # a turn begins with a read
+        block(0.1)  # the rest of the turn: the loop busy (spin) or waiting (sleep: no CPU used)
+        await asyncio.sleep(0)  # the next turn
+        lag.read()
+        return lag.waited_s()
+
+    idle = asyncio.run(waited_after(time.sleep))
+    on_the_cpu_throughout(monkeypatch)
+    busy = asyncio.run(waited_after(spin))
+    assert busy >= 0.1
+    assert idle < 0.01
+
+
+def test_turns_longer_than_half_the_bound_make_an_overload_stand_though_the_ticks_run_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each turn of the loop reads and works 30 ms: its timer (due 20 ms after it last ran) runs about 10 ms
+    late, but everything read waited a whole turn."""
+    on_the_cpu_throughout(monkeypatch)
+
+    async def stands_after(turn_s: float, seconds: float) -> bool:
+        loop = asyncio.get_running_loop()
+        lag = LoopLag(loop, MAX_LAG_S)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and not lag.standing.on:
+            lag.read()
+            spin(turn_s)
+            await asyncio.sleep(0)
+        return lag.standing.on
+
+    assert asyncio.run(stands_after(0.03, 2.0))
+    assert not asyncio.run(stands_after(0.005, 0.5))
+
+
+def test_a_standing_overload_is_a_sustained_load_and_refusals_take_no_longer_than_serving() -> None:
+    async def verdicts() -> list[bool]:
+        lag = LoopLag(asyncio.get_running_loop(), MAX_LAG_S)
+        bound = lag.bound()
+        said = [lag.refuses("/v1/memory_stores", 2 * bound)]  # watched less than a second: no sustained load
+        lag.standing.on = True  # an overload stands: sustained, judged against a tenth of the bound
+        said.append(lag.refuses("/v1/memory_stores", bound / 5))
+        lag.refused(bound / 5, 0.001)  # refused one, served nothing since the tick
+        said.append(lag.refuses("/v1/memory_stores", bound / 5))
+        lag.answered(0.002)  # served one at hand
+        said.append(lag.refuses("/v1/memory_stores", bound / 5))
+        lag.refused(bound / 5, 0.001)
+        lag.refused(bound / 5, 0.001)  # refusing (3 ms) now longer than serving (2 ms)
+        said.append(lag.refuses("/v1/memory_stores", bound / 5))
+        await asyncio.sleep(2 * lag.tick_s)  # a tick: counted afresh
+        said.append(lag.refuses("/v1/memory_stores", bound / 5))
+        return said
+
+    assert asyncio.run(verdicts()) == [False, True, False, True, False, True]
 
 
 def test_a_held_connection_is_resumed_at_the_next_tick_and_not_before() -> None:

@@ -1,5 +1,6 @@
-"""The lag refusal's decision and its bytes: refused only past a positive bound, never the health and
-metrics endpoints; the answer is a complete HTTP/1.1 503 in the API's error envelope."""
+"""The lag refusal's decision and its bytes: refused only past a positive bound, under a sustained load,
+while refusing has taken the loop no longer than serving, never the health and metrics endpoints; the answer
+is a complete HTTP/1.1 503 in the API's error envelope. When an overload stands, and when it ends."""
 
 from __future__ import annotations
 
@@ -7,24 +8,46 @@ import json
 
 import pytest
 
-from memsync.server.http.loop_lag import STANDING_S, TICK_S, Standing, refusal, refuses, unparsed_path
+from memsync.server.http.admission import DEFAULT_RETRY_AFTER_S
+from memsync.server.http.loop_lag import (
+    STANDING_EXIT_S,
+    STANDING_S,
+    TICK_S,
+    Standing,
+    refusal,
+    refuses,
+    unparsed_path,
+)
+
+MEMORIES = "/v1/memory_stores/s/memories"
 
 
 @pytest.mark.parametrize(
-    ("path", "behind_s", "busy_share", "max_lag_s", "refused"),
+    ("path", "behind_s", "bound_s", "sustained", "refusing_s", "serving_s", "refused"),
     [
-        ("/v1/memory_stores/s/memories", 0.06, 0.9, 0.05, True),
-        ("/v1/memory_stores/s/memories", 0.05, 0.9, 0.05, False),  # at the bound: still served
-        ("/v1/memory_stores/s/memories", -0.01, 0.9, 0.05, False),
-        ("/v1/memory_stores/s/memories", 0.5, 0.3, 0.05, False),  # late once, not busy for long: no overload
-        ("/v1/memory_stores/s/memories", 5.0, 1.0, 0.0, False),  # 0: the bound is off
-        ("/healthz", 5.0, 1.0, 0.05, False),
-        ("/readyz", 5.0, 1.0, 0.05, False),
-        ("/metrics", 5.0, 1.0, 0.05, False),
+        (MEMORIES, 0.06, 0.05, True, 0.0, 0.0, True),
+        (MEMORIES, 0.05, 0.05, True, 0.0, 0.0, False),  # at the bound: still served
+        (MEMORIES, -0.01, 0.05, True, 0.0, 0.0, False),
+        (MEMORIES, 0.5, 0.05, False, 0.0, 0.0, False),  # late once, not busy for long: no overload
+        (MEMORIES, 5.0, 0.0, True, 0.0, 0.0, False),  # 0: the bound is off
+        (MEMORIES, 0.06, 0.05, True, 0.002, 0.002, True),  # refusing as long as serving: may refuse
+        (MEMORIES, 0.06, 0.05, True, 0.003, 0.002, False),  # refusing longer: this one is served
+        ("/healthz", 5.0, 0.05, True, 0.0, 0.0, False),
+        ("/readyz", 5.0, 0.05, True, 0.0, 0.0, False),
+        ("/metrics", 5.0, 0.05, True, 0.0, 0.0, False),
     ],
 )
-def test_refuses(path: str, behind_s: float, busy_share: float, max_lag_s: float, refused: bool) -> None:
-    assert refuses(path, behind_s, busy_share, max_lag_s) is refused
+def test_refuses(  # noqa: PLR0917 (the parametrized cases' columns)
+    path: str,
+    behind_s: float,
+    bound_s: float,
+    sustained: bool,
+    refusing_s: float,
+    serving_s: float,
+    refused: bool,
+) -> None:
+    got = refuses(path, behind_s, bound_s, sustained=sustained, refusing_s=refusing_s, serving_s=serving_s)
+    assert got is refused
 
 
 @pytest.mark.parametrize("keep_alive", [True, False])
@@ -91,11 +114,11 @@ class Ticks:
     def __init__(self, standing: Standing) -> None:
         self.standing, self.now = standing, 0.0
 
-    def run(self, late_s: float, seconds: float) -> bool:
+    def run(self, late_s: float, seconds: float, *, refused: bool = False) -> bool:
         end = self.now + seconds
         while self.now < end:
             self.now += TICK_S + max(0.0, late_s)
-            self.standing.tick(self.now, late_s)
+            self.standing.tick(self.now, late_s, refused=refused)
         return self.standing.on
 
 
@@ -123,13 +146,27 @@ def test_one_long_moment_is_no_standing_overload() -> None:
     assert ticks.run(3 * STANDING_S, 3 * (TICK_S + 3 * STANDING_S))  # every tick that late: it stands
 
 
-def test_an_overload_ends_only_when_the_ticks_are_on_time_for_an_interval() -> None:
+def test_an_overload_ends_only_when_the_ticks_are_on_time_with_nothing_refused_for_an_interval() -> None:
     standing = Standing(0.05)
     ticks = Ticks(standing)
     assert ticks.run(0.06, 2 * STANDING_S)
     assert ticks.run(0.01, 5.0)  # the tighter bound keeps the turns short, not yet on time
-    assert ticks.run(0.0, STANDING_S / 2)
+    assert ticks.run(0.0, STANDING_EXIT_S / 2)
     assert ticks.run(0.01, 0.0001)  # late again: the count starts again
-    assert ticks.run(0.004, STANDING_S / 2)
-    assert not ticks.run(0.004, STANDING_S)  # within the tighter bound for an interval: it ended
+    assert ticks.run(0.004, STANDING_EXIT_S / 2)
+    assert not ticks.run(0.004, STANDING_EXIT_S / 2 + TICK_S)  # within the tighter bound long enough: ended
     assert standing.bound == 0.05
+
+
+def test_an_overload_kept_on_time_by_refusing_still_stands() -> None:
+    """Refusing keeps the loop on time: that is the overload being shed, not its end. It ends once nothing
+    has been refused for longer than a refused client waits, so those clients come back to the same bound."""
+    assert STANDING_EXIT_S > 1.5 * DEFAULT_RETRY_AFTER_S  # a client's wait: Retry-After and up to half again
+    standing = Standing(0.05)
+    ticks = Ticks(standing)
+    assert ticks.run(0.06, 2 * STANDING_S)
+    assert ticks.run(0.001, 10.0, refused=True)  # on time, refusing all along
+    assert ticks.run(0.001, STANDING_EXIT_S - 2 * TICK_S)  # no refusal, not yet long enough
+    assert ticks.run(0.001, 0.0001, refused=True)  # one more: the count starts again
+    assert ticks.run(0.001, STANDING_EXIT_S - 2 * TICK_S)
+    assert not ticks.run(0.001, 3 * TICK_S)

@@ -8,15 +8,17 @@ mid-body, a request task) forever. Here every request must arrive in full, heade
 connection is closed and one INFO line says so. Time the application spends on a request that has fully
 arrived is not counted.
 
-On httptools, a request whose headers are read when the event loop, busy for a while, would start it more
-than ``max_loop_lag_s`` late (a tenth of that while an overload stands), counting its lateness now and the
-requests started ahead of it in the same turn of the loop (``http.loop_lag``), is answered 503 right here,
-instead of starting its ASGI task: the cheapest answer the process can give, which is what lets it refuse a
-crowd faster than the crowd arrives. A whole bodiless GET arriving in one read on a connection at rest (the
-sidecars' probe) is judged even earlier, before it is parsed, and its connection is then not read again
-until the loop's next tick (``LoopLag.hold``). A sidecar's probe whose answer is at hand (a 304: its
-credential cached, its page unchanged) is answered here too, without an ASGI task (``http.probe``). The
-pure-Python h11 protocol (``--http h11``, a fallback) does neither.
+On httptools, every read tells the loop's monitor (``http.loop_lag``) that a turn of the loop is reading, and
+a request whose headers are read when the event loop, busy for a while, would start it more than
+``max_loop_lag_s`` late (a tenth of that while an overload stands), counting how long it may have waited
+unread and the requests started ahead of it in the same turn, is answered 503 right here, instead of starting
+its ASGI task (unless refusing has taken the loop longer than serving since its last tick): the cheapest
+answer the process can give, which is what lets it refuse a crowd faster than the crowd arrives. A whole
+bodiless GET arriving in one read on a connection at rest (the sidecars' probe) is judged even earlier, before
+it is parsed, and its connection is then not read again until the loop's next tick (``LoopLag.hold``). A
+sidecar's probe whose answer is at hand (a 304: its credential cached, its page unchanged) is answered here
+too, without an ASGI task (``http.probe``). The pure-Python h11 protocol (``--http h11``, a fallback) does
+neither.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 from memsync.api.constants import SERVER_IDLE_KEEPALIVE_S
 from memsync.server.accept import LOOP_FACTORY
-from memsync.server.http.loop_lag import DEFAULT_MAX_LAG_S, LoopLag, refusal, refuses, unparsed_path
+from memsync.server.http.loop_lag import DEFAULT_MAX_LAG_S, LoopLag, refusal, unparsed_path
 from memsync.server.http.probe import ProbeAnswers, Scope, may_be_probe
 
 logger = logging.getLogger("memsync.server")
@@ -137,12 +139,16 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
         probe) is refused before it is parsed: parsing it and building its request cost more than the
         refusal, and under a crowd the refusals are most of the process's work."""
         lag = self._lag
-        if lag is not None and not self._in_message:
-            behind, bound = lag.judge(), lag.bound()
-            if behind > bound and self._at_rest():
+        if lag is None:
+            super().data_received(data)
+            return
+        lag.read()
+        if not self._in_message:
+            behind = lag.judge()
+            if behind > lag.bound() and self._at_rest():
                 began = time.perf_counter()
                 path = unparsed_path(data)
-                if path is not None and refuses(path, behind, lag.busy_share(), bound):
+                if path is not None and lag.refuses(path, behind):
                     self._refuse_unparsed()
                     # its client's next request waits unread until the loop's next tick: a client that
                     # does not wait its Retry-After cannot keep the loop reading and refusing, which would
@@ -187,8 +193,8 @@ class HttpToolsReadDeadlineProtocol(_ReadDeadline, HttpToolsProtocol):
         if lag is not None:
             # how late the loop is, and how much later it will be once the requests started before this one
             # in the same turn have run
-            behind, bound = lag.judge(), lag.bound()
-            if behind > bound and refuses(cycle.scope["path"], behind, lag.busy_share(), bound):
+            behind = lag.judge()
+            if behind > lag.bound() and lag.refuses(cycle.scope["path"], behind):
                 began = time.perf_counter()
                 self._refuse(cycle)
                 lag.refused(behind, time.perf_counter() - began)

@@ -15,15 +15,24 @@ must have been busy for at least half of the last second (``SUSTAINED_S``, ``SUS
 moment (a first request that initialises something, a garbage collection) makes it late once, which is no
 overload.
 
-Lateness alone comes too late: the requests the loop reads in one turn are all started before any of them
-runs, so a turn that reads four hundred probes would start them all and only then run late. So the lateness
-a request is judged by also counts the work queued ahead of it: the requests started in the same turn of the
-loop, none of which has run yet (``queued``), times the loop's measured time per request (``cost_s``,
-smoothed over the timer's ticks). Requests started in earlier turns and now waiting for a thread or the
-database are not counted: their wait costs the loop nothing, and what they still do on it shows in its
-lateness when they do it. The time the loop spends writing refusals is not counted in ``cost_s`` either (a
-refusal costs a fraction of a request; counted as requests' time, a crowd of refusals would make every
-request look dearer and refuse more of them still).
+The timer's lateness undercounts how long a request waited unread, though. The loop works in turns: it polls
+for every connection with something to read, reads them all, then runs the tasks that started; the timer
+runs between two turns, late only by what the turn had left when it fell due. What a turn reads arrived
+after the loop last polled: if the loop went from the previous turn to this one without waiting for I/O,
+that was just after the previous turn's first read, and it has waited for everything the loop did since
+(``waited_s``: the loop thread's CPU time from the previous turn's first read to this one's, when it was on
+the CPU for ``BUSY_THROUGH`` of that time, and the time since this one's first read). A request is judged
+by the larger of the two.
+
+Lateness alone also comes too late: the requests the loop reads in one turn are all started before any of
+them runs, so a turn that reads four hundred probes would start them all and only then run late. So the
+lateness a request is judged by also counts the work queued ahead of it: the requests started in the same
+turn of the loop, none of which has run yet (``queued``), times the loop's measured time per request
+(``cost_s``, smoothed over the timer's ticks). Requests started in earlier turns and now waiting for a
+thread or the database are not counted: their wait costs the loop nothing, and what they still do on it
+shows in its lateness when they do it. The time the loop spends writing refusals is not counted in
+``cost_s`` either (a refusal costs a fraction of a request; counted as requests' time, a crowd of refusals
+would make every request look dearer and refuse more of them still).
 
 A request that arrives while the loop is more than ``max_lag_s`` late so counted is answered 503
 (``overloaded_error``, ``Retry-After``) by the HTTP protocol itself (``protocol``), before an ASGI task,
@@ -33,9 +42,20 @@ about twice the bare minimum of an ASGI request. ``/healthz``, ``/readyz`` and `
 Cheaper still: a whole bodiless ``GET`` (the probe, as it arrives) on a connection with nothing else in
 progress is judged before it is parsed (``unparsed_path``), and refused without ever becoming a request.
 
-While an overload stands (``Standing``: every tick late for a while, not one long moment), requests are
-judged against a tenth of ``max_lag_s``: a request waits to be read about as long as the loop runs behind,
-refused or not, so the bound on a crowd that never drains is what its refusals take.
+While an overload stands (``Standing``: every tick late, or every turn long, for a while, not one long
+moment), requests are judged against a tenth of ``max_lag_s``: a request waits to be read about as long as
+the loop runs behind, refused or not, so the bound on a crowd that never drains is what its refusals take.
+The load is then sustained by definition (the busy share is not asked). And it stands until the loop has been
+on time *with nothing refused* for longer than a refused client waits: refusing is what keeps the loop on
+time, and ending the overload at the first tick on time let the queue grow back to ``max_lag_s`` whenever
+the clients refused came back, so their next refusals waited that long (measured, clients honouring
+``Retry-After`` at twice the probe's rate: refusals p50 47-61 ms; with this and ``waited_s``, 3-4 ms).
+
+Refusing never takes the loop longer than serving: since the last tick, the time spent refusing may not
+exceed the time spent on requests answered at hand and started (``cost_s`` each). A crowd that ignores
+``Retry-After`` keeps every turn full of refusals, so everything read waited a turn and is past the bound:
+without that share, the process refused nearly everything it read and served almost nothing (measured
+once: 4 % of what was sent admitted, against 20-25 % with it).
 
 A connection refused that way is not read again until the next tick (``hold``). A client that ignores
 ``Retry-After`` and sends again at once would otherwise keep the loop reading and refusing: uvloop polls
@@ -58,7 +78,13 @@ from typing import ClassVar, Final
 import orjson
 from prometheus_client import Gauge
 
-from memsync.server.http.admission import SHED, UNGATED_PATHS, AdmissionLimits, shed_error
+from memsync.server.http.admission import (
+    DEFAULT_RETRY_AFTER_S,
+    SHED,
+    UNGATED_PATHS,
+    AdmissionLimits,
+    shed_error,
+)
 from memsync.server.http.envelope import header_lines, new_request_id
 
 #: How often the loop's timer is due: 50 wake-ups a second when idle, a few microseconds each.
@@ -75,6 +101,14 @@ CPU_READ_S: Final = 0.001
 MIN_SAMPLE: Final = 5
 #: A standing overload: every tick for this long later than half the bound (``Standing``).
 STANDING_S: Final = 0.1
+#: ... and it has ended when every tick has been within its tighter bound, with nothing refused, for this
+#: long: longer than a refused client waits (its ``Retry-After`` and up to half again), so the clients it
+#: refused come back to the same bound, not to a loop that lets a queue grow to ``max_lag_s`` again.
+STANDING_EXIT_S: Final = 2.0 * DEFAULT_RETRY_AFTER_S
+#: Between two turns' first reads the loop's thread was on the CPU for at least this share of the time: it
+#: went from one turn to the next without waiting for I/O (a machine that runs it less, a CPU limit that
+#: throttles it, reads as waiting: the loop is then judged by its timer alone, as before it was busy).
+BUSY_THROUGH: Final = 0.75
 #: The bound while an overload stands, as a share of ``max_lag_s``.
 STANDING_BOUND_SHARE: Final = 0.1
 #: While refusals go on, one WARNING line this often (with how many were refused since the last).
@@ -116,7 +150,12 @@ class LoopLag:
         self.started = 0  # requests started since the last tick
         self.queued = 0  # requests started in this turn of the loop, none run yet
         self._turn_marked = False
-        self._at_once_s = 0.0  # time spent answering at once (refusals, answers at hand) since the last tick
+        # this turn's first read (time, the loop thread's CPU time then), and the loop's CPU time from the
+        # previous turn's first read to it when the loop did not wait for I/O in between (else 0)
+        self._turn_at, self._turn_cpu, self._before_s = now, self._cpu, 0.0
+        self._longest_s = 0.0  # the longest such time since the last tick
+        self._answered_s = 0.0  # time spent answering requests at hand since the last tick
+        self._refusing_s = 0.0  # time spent refusing since the last tick
         self.cost_s = 0.0  # the loop's CPU per request started, smoothed over ticks
         self._held: list[Callable[[], None]] = []  # connections refused since the last tick, not read since
         self.standing = Standing(max_lag_s)
@@ -134,22 +173,55 @@ class LoopLag:
         """Count a request started (its task created, to run in the loop's next turn)."""
         self.started += 1
         self.queued += 1
+        self.read()
+
+    def read(self) -> None:
+        """Note that the HTTP protocol is reading from a connection: its first read in a turn of the loop
+        begins the turn."""
         if not self._turn_marked:
-            # runs after every callback of this turn and before the tasks it created: the next turn's start
-            self._turn_marked = True
-            self.loop.call_soon(self._next_turn)
+            self._begin_turn()
+
+    def _begin_turn(self) -> None:
+        self._turn_marked = True
+        now = time.monotonic()
+        cpu = self.cpu(now)
+        used = cpu - self._turn_cpu
+        # what is read in this turn arrived after the loop last polled for it: if it went from the previous
+        # turn to this one without waiting for I/O, that was just after the previous turn's reads, and it has
+        # waited for all the loop did since; if the loop waited, it arrived while it waited (or woke it)
+        self._before_s = used if used >= BUSY_THROUGH * (now - self._turn_at) else 0.0
+        self._longest_s = max(self._longest_s, self._before_s)
+        self._turn_at, self._turn_cpu = now, cpu
+        # runs after every callback of this turn and before the tasks it created: the next turn's start
+        self.loop.call_soon(self._next_turn)
 
     def _next_turn(self) -> None:
         self.queued, self._turn_marked = 0, False
+
+    def waited_s(self) -> float:
+        """How long a request read now may have waited unread: the loop's time since this turn's first read,
+        and the time it spent from the previous turn's to that one when it did not wait for I/O between."""
+        return self._before_s + (time.monotonic() - self._turn_at)
 
     def ahead_s(self) -> float:
         """The loop time the requests queued in this turn will take before one started now can run."""
         return self.queued * self.cost_s
 
     def judge(self) -> float:
-        """How late a request read now would start: the loop's lateness, and the requests queued ahead of it
-        in this turn."""
-        return max(0.0, self.behind()) + self.ahead_s()
+        """How late a request read now would start: how long it may have waited unread (or the loop's
+        lateness, when that is more), and the requests queued ahead of it in this turn."""
+        return max(0.0, self.behind(), self.waited_s()) + self.ahead_s()
+
+    def refuses(self, path: str, behind_s: float) -> bool:
+        """Whether a request for ``path`` judged ``behind_s`` late (``judge``) is answered 503 at once."""
+        return refuses(
+            path,
+            behind_s,
+            self.bound(),
+            sustained=self.standing.on or self.busy_share() >= SUSTAINED_SHARE,
+            refusing_s=self._refusing_s,
+            serving_s=self._answered_s + self.started * self.cost_s,
+        )
 
     def hold(self, resume: Callable[[], None]) -> None:
         """Call ``resume`` at the next tick: a connection just refused is not read again until then."""
@@ -164,14 +236,14 @@ class LoopLag:
         late = now - self._due
         LAG.set(max(0.0, late))
         spent, busy = self._since_tick(now, cpu)
-        # as behind() judges a request: late in the proportion the loop's thread was busy (not a loop kept
-        # waiting by worker threads or by a machine that did not run it)
-        if self.standing.tick(now, late * busy):
+        # late as behind() judges a request (in the proportion the loop's thread was busy: not a loop kept
+        # waiting by worker threads or by a machine that did not run it), or as long as its longest turn
+        if self.standing.tick(now, max(late * busy, self._longest_s), refused=self._refusing_s > 0):
             STANDING.set(1 if self.standing.on else 0)
         if self.started >= MIN_SAMPLE:
-            sample = max(0.0, spent - self._at_once_s) / self.started
+            sample = max(0.0, spent - self._answered_s - self._refusing_s) / self.started
             self.cost_s = sample if self.cost_s == 0.0 else 0.8 * self.cost_s + 0.2 * sample
-        self.started, self._at_once_s = 0, 0.0
+        self.started, self._answered_s, self._refusing_s, self._longest_s = 0, 0.0, 0.0, 0.0
         self._window.append((now, cpu))
         while len(self._window) > 2 and self._window[1][0] <= now - SUSTAINED_S:
             self._window.popleft()  # the oldest kept is the last one at least SUSTAINED_S old
@@ -186,12 +258,12 @@ class LoopLag:
     def answered(self, spent_s: float) -> None:
         """Count a request the HTTP protocol answered itself, in ``spent_s``: its time is not a started
         request's (it ran at once), so, as a refusal's, it is left out of ``cost_s``."""
-        self._at_once_s += spent_s
+        self._answered_s += spent_s
 
     def refused(self, behind_s: float, spent_s: float) -> None:
         """Count a refusal that took the loop ``spent_s``; say so in the log at most once per
         ``REPORT_EVERY_S`` while refusals go on."""
-        self.answered(spent_s)
+        self._refusing_s += spent_s
         self._shed.inc()
         self._refused += 1
         now = time.monotonic()
@@ -257,9 +329,10 @@ class Standing:
     about ``max_lag_s`` to be read, the refused as long as the served, since the loop reads them in turn. So
     once every tick has run more than half of ``max_lag_s`` late for ``STANDING_S``, requests are judged
     against a tenth of it (``bound``), which keeps the loop's turns, and so every answer's wait, short;
-    when every tick has run within that tenth for ``STANDING_S`` again, the bound is ``max_lag_s`` again.
-    (The queue that does not drain within an interval is the one to bound tightly: the idea of CoDel, the
-    queue discipline of Nichols and Jacobson.) A pure state over the ticks' times and lateness."""
+    when every tick has run within that tenth, with nothing refused, for ``STANDING_EXIT_S``, the bound is
+    ``max_lag_s`` again (ticks on time while refusing are the overload shed, not gone). (The queue that does
+    not drain within an interval is the one to bound tightly: the idea of CoDel, the queue discipline of
+    Nichols and Jacobson.) A pure state over the ticks' times, lateness and refusals."""
 
     def __init__(self, max_lag_s: float) -> None:
         self.max_lag_s = max_lag_s
@@ -271,23 +344,31 @@ class Standing:
     def bound(self) -> float:
         return self.max_lag_s * STANDING_BOUND_SHARE if self.on else self.max_lag_s
 
-    def tick(self, now: float, late_s: float) -> bool:
-        """Follow one tick, run at ``now`` ``late_s`` past its due time; True when the state changed."""
-        crossed = late_s <= self.max_lag_s * STANDING_BOUND_SHARE if self.on else late_s > self.max_lag_s / 2
+    def tick(self, now: float, late_s: float, *, refused: bool = False) -> bool:
+        """Follow one tick, run at ``now`` ``late_s`` past its due time, ``refused``: requests were refused
+        since the last; True when the state changed."""
+        if self.on:
+            crossed = late_s <= self.max_lag_s * STANDING_BOUND_SHARE and not refused
+        else:
+            crossed = late_s > self.max_lag_s / 2
         if not crossed:
             self._since = None
         elif self._since is None:  # counted from this tick: one long moment (a stall) is no overload
             self._since = now
-        if self._since is None or now - self._since < STANDING_S:
+        if self._since is None or now - self._since < (STANDING_EXIT_S if self.on else STANDING_S):
             return False
         self.on, self._since = not self.on, None
         return True
 
 
-def refuses(path: str, behind_s: float, busy_share: float, max_lag_s: float) -> bool:
-    """Whether a request for ``path``, read while the loop is ``behind_s`` late and has been busy for
-    ``busy_share`` of the last second, is answered 503 at once."""
-    return 0 < max_lag_s < behind_s and busy_share >= SUSTAINED_SHARE and path not in UNGATED_PATHS
+def refuses(
+    path: str, behind_s: float, bound_s: float, *, sustained: bool, refusing_s: float, serving_s: float
+) -> bool:
+    """Whether a request for ``path``, read while the loop would start it ``behind_s`` late, is answered
+    503 at once: past ``bound_s`` (0: never), under a ``sustained`` load, and while the refusals since the
+    loop's last tick have taken it no more time (``refusing_s``) than the requests it served
+    (``serving_s``)."""
+    return 0 < bound_s < behind_s and sustained and refusing_s <= serving_s and path not in UNGATED_PATHS
 
 
 def unparsed_path(data: bytes) -> str | None:
