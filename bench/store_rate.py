@@ -420,7 +420,7 @@ def print_tables(rows: list[Row]) -> None:
                 ms(o.shed_steady_ms, 99),
                 o.failures,
                 o.unsent,
-                f"{percentile(sorted(o.send_lag_ms), 99):.1f}" if o.send_lag_ms else "-",
+                ms(o.send_lag_ms, 99),
             ]
         )
     print(

@@ -49,7 +49,7 @@ The load is then sustained by definition (the busy share is not asked). And it s
 on time *with nothing refused* for longer than a refused client waits: refusing is what keeps the loop on
 time, and ending the overload at the first tick on time let the queue grow back to ``max_lag_s`` whenever
 the clients refused came back, so their next refusals waited that long (measured, clients honouring
-``Retry-After`` at twice the probe's rate: refusals p50 47-61 ms; with this and ``waited_s``, 3-4 ms).
+``Retry-After`` at twice the probe's rate: refusals p50 41-62 ms; with this and ``waited_s``, 4-7 ms).
 
 Refusing never takes the loop longer than serving: since the last tick, the time spent refusing may not
 exceed the time spent on requests answered at hand and started (``cost_s`` each). A crowd that ignores
@@ -213,7 +213,8 @@ class LoopLag:
         return max(0.0, self.behind(), self.waited_s()) + self.ahead_s()
 
     def refuses(self, path: str, behind_s: float) -> bool:
-        """Whether a request for ``path`` judged ``behind_s`` late (``judge``) is answered 503 at once."""
+        """Whether a request for ``path`` judged ``behind_s`` late (``judge``) is answered 503 at once: the
+        module's ``refuses`` over this loop's bound, load and time spent refusing and serving."""
         return refuses(
             path,
             behind_s,
