@@ -55,7 +55,7 @@ Refusing never takes the loop longer than serving: since the last tick, the time
 exceed the time spent on requests answered at hand and started (``cost_s`` each). A crowd that ignores
 ``Retry-After`` keeps every turn full of refusals, so everything read waited a turn and is past the bound:
 without that share, the process refused nearly everything it read and served almost nothing (measured
-once: 4 % of what was sent admitted, against 20-25 % with it).
+once: 4 % of what was sent admitted, against 22-33 % with it).
 
 A connection refused that way is not read again until the next tick (``hold``). A client that ignores
 ``Retry-After`` and sends again at once would otherwise keep the loop reading and refusing: uvloop polls
