@@ -1,8 +1,10 @@
 """No edit lost, and say so: real ``memsync`` processes against files the sidecar cannot read, a store that
 goes away during the final flush, and the live sync health (``/readyz``, ``/status``) while the store is down.
 
-Tests run as root, and root reads a mode-000 file; the agent here runs as ``nobody`` (``setpriv``), as the
-sidecar runs as its own uid in a Pod, while the test (root) plants files it cannot read.
+Tests run as root, and root reads a mode-000 file; the agent here runs as ``nobody``, as the sidecar runs as
+its own uid in a Pod, while the test (root) plants files it cannot read. It runs as a container of the process
+kubelet would (``tests/cluster/tier/launcher.py``): the project's environment at the image's ``/opt/memsync``
+(``support/image_env.py``), so it works wherever the clone lives, a parent of mode 0700 included.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -25,25 +26,22 @@ import httpx
 import pytest
 from test_agent_process import Pod, free_port, make_pod, stop, wait_ready
 
+from cluster.tier import launcher
 from memsync.agent import messages
 from memsync.contracts.health import STATUS_PATH, decode_health
+from support import image_env
 
 pytestmark = pytest.mark.timeout(180)
 
 NOBODY = 65534
-SETPRIV = shutil.which("setpriv")
-
-
-def as_nobody(argv: list[str]) -> list[str]:
-    assert SETPRIV is not None
-    return [SETPRIV, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *argv]
 
 
 @pytest.fixture
 def nobody_root() -> Iterator[Path]:
-    """A temp dir the unprivileged agent can use (pytest's own tmp dirs are private to root)."""
-    if SETPRIV is None or os.getuid() != 0:
-        pytest.fail("these tests need root and setpriv (util-linux) to run the agent as another uid")
+    """A temp dir the unprivileged agent can use (pytest's own tmp dirs are private to root), and beside it
+    the project's environment staged as the image has it."""
+    if os.getuid() != 0 or shutil.which("unshare") is None:
+        pytest.fail("these tests need root and unshare (util-linux) to run the agent as another uid")
     root = Path(tempfile.mkdtemp(prefix="memsync-nobody-", dir="/tmp"))
     root.chmod(0o755)
     (root / "dev").mkdir()
@@ -56,14 +54,31 @@ def nobody_root() -> Iterator[Path]:
 
 
 def run_as_nobody(pod: Pod, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        as_nobody([sys.executable, "-m", "memsync", *args]),
-        env=pod.env,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    """``memsync ARGS`` as uid 65534 in a container: the project at ``/opt/memsync``, the Pod's folder bound
+    at its own path (what the process writes there is what the test reads)."""
+    with tempfile.TemporaryDirectory(prefix="memsync-nobody-ctr-") as work:
+        image = image_env.stage(Path(work) / "image")
+        (Path(work) / "scratch").mkdir()
+        spec = launcher.Spec(
+            scratch=str(Path(work) / "scratch"),
+            argv=[f"{image_env.BIN}/python", "-m", "memsync", *args],
+            env=pod.env,
+            uid=NOBODY,
+            gid=NOBODY,
+            mounts=[
+                *({"source": b.source, "target": b.target, "readOnly": True} for b in image.binds),
+                {"source": str(pod.root), "target": str(pod.root), "readOnly": False},
+            ],
+            traversable=list(image.traversable),
+        )
+        spec.write(Path(work) / "spec.json")
+        return subprocess.run(
+            launcher.command(Path(work) / "spec.json"),
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
 
 
 async def test_unreadable_files_never_stop_a_store_and_are_counted_and_retried(

@@ -24,6 +24,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from support import image_env
+
 from .controlplane import ControlPlane, built_binaries, node_identity
 from .kubeapi import KubeApi
 from .kubelet import ProcessKubelet
@@ -33,8 +35,9 @@ from .pod import NodeContext
 NODE = "memsync-node"
 INFO_FILE = "cluster.json"
 #: What an earlier run leaves in the state directory that a new run must not find: etcd's data (the objects,
-#: Pods bound to the node among them) and the process kubelet's Pod directories.
-FRESH_EACH_START = ("etcd", "pods")
+#: Pods bound to the node among them), the process kubelet's Pod directories, and the project's environment
+#: as the memsync image has it (staged again from this clone: an earlier one may be another clone's).
+FRESH_EACH_START = ("etcd", "pods", "image")
 DEFAULT_STATE = Path(__file__).resolve().parents[3] / ".memsync" / "cluster"
 
 
@@ -94,7 +97,16 @@ async def serve(state: Path) -> None:
         api = KubeApi(
             plane.server, plane.pki.ca_crt, pki / f"{node_id.file_stem}.crt", pki / f"{node_id.file_stem}.key"
         )
-        ctx = NodeContext(api, network, NODE, network.gateway, plane.api_port, state, post_event=_noop_event)
+        ctx = NodeContext(
+            api,
+            network,
+            NODE,
+            network.gateway,
+            plane.api_port,
+            state,
+            post_event=_noop_event,
+            image_env=image_env.stage(state / "image"),
+        )
         kubelet = ProcessKubelet(ctx)
         ctx.post_event = kubelet.post_event
         await kubelet.run()

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
-import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,9 +18,8 @@ import httpx
 
 from e2e_local.podrunner import FALLBACK_LOG_BYTES, FALLBACK_LOG_LINES, MAX_TERMINATION_MESSAGE_BYTES
 
+from . import launcher
 from .podspec import ContainerKind, ContainerView, Identity, ImageConfig, named_port, probe_settings
-
-LAUNCHER = Path(__file__).with_name("launcher.py")
 
 
 def now_iso() -> str:
@@ -104,6 +101,8 @@ class Container:
         env: dict[str, str],
         identity: Identity,
         image: ImageConfig,
+        *,
+        traversable: Sequence[str] = (),
     ) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         scratch = self.directory / "scratch"
@@ -111,43 +110,31 @@ class Container:
         self.message_file.write_bytes(b"")
         self.message_file.chmod(0o666)
         message_path = self.spec.get("terminationMessagePath") or "/dev/termination-log"
-        spec = {
-            "scratch": str(scratch),
-            "hosts": sandbox.hosts,
-            "hostname": sandbox.hostname,
-            "mounts": [
+        spec = launcher.Spec(
+            scratch=str(scratch),
+            hosts=sandbox.hosts,
+            hostname=sandbox.hostname,
+            mounts=[
                 *({"source": m.source, "target": m.target, "readOnly": m.read_only} for m in mounts),
                 {"source": str(self.message_file), "target": message_path, "readOnly": False},
             ],
-            "readOnlyRoot": identity.read_only_root,
-            "workingDir": self.spec.get("workingDir") or image.working_dir,
-            "users": [list(u) for u in image.users],
-            "uid": identity.uid,
-            "gid": identity.gid,
-            "groups": list(identity.groups),
-            "env": env,
-            "argv": [*self.spec.get("command", []), *self.spec.get("args", [])],
-        }
+            read_only_root=identity.read_only_root,
+            working_dir=self.spec.get("workingDir") or image.working_dir,
+            users=[list(u) for u in image.users],
+            uid=identity.uid,
+            gid=identity.gid,
+            groups=list(identity.groups),
+            env=env,
+            argv=[*self.spec.get("command", []), *self.spec.get("args", [])],
+            traversable=list(traversable),
+        )
         spec_file = self.directory / "spec.json"
-        spec_file.touch(mode=0o600)
-        spec_file.write_text(json.dumps(spec))
-        argv = [
-            "unshare",
-            "--mount",
-            "--uts",
-            "--propagation",
-            "private",
-            sys.executable,
-            "-I",
-            str(LAUNCHER),
-        ]
-        if sandbox.netns is not None:
-            argv = ["nsenter", f"--net={sandbox.netns}", *argv]
+        spec.write(spec_file)
+        argv = launcher.command(spec_file, sandbox.netns)
         self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.process = await asyncio.create_subprocess_exec(
                 *argv,
-                str(spec_file),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,

@@ -4,12 +4,16 @@
 
 1. builds the container's root: a copy-on-write overlay of this machine's ``/`` whose writable layer is a
    private tmpfs (nothing the container writes reaches the host), with a fresh ``/proc``, a read-only
-   ``/sys``, a minimal ``/dev``, an empty ``/run`` and the Pod's ``/etc/hosts``;
-2. bind-mounts each volume at its ``mountPath`` (read-only when asked) and the termination-message file;
+   ``/sys``, a minimal ``/dev``, an empty ``/run`` and the Pod's ``/etc/hosts``; the folders above the
+   image's interpreter are searchable in that layer;
+2. bind-mounts the image's files (the project's environment at ``/opt/memsync``), each volume at its
+   ``mountPath`` (read-only when asked) and the termination-message file;
 3. makes the root read-only for ``readOnlyRootFilesystem``;
 4. sets the hostname, chroots, drops to the container's uid, gid and supplementary groups, and execs.
 
 Standard library only: it runs before any project code could be imported, under the kubelet's interpreter.
+:class:`Spec` is what it reads, and :func:`command` how to run it: the process kubelet uses both, and so does
+any test that runs a process as a container would.
 """
 
 from __future__ import annotations
@@ -19,9 +23,44 @@ import os
 import socket
 import subprocess
 import sys
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+
+
+@dataclass
+class Spec:
+    """One container: where its writable layer lives, what it mounts, who it runs as and what it runs."""
+
+    scratch: str
+    argv: list[str]
+    env: dict[str, str]
+    uid: int
+    gid: int
+    groups: list[int] = field(default_factory=list)
+    #: ``{"source", "target", "readOnly"}`` each, mounted in this order
+    mounts: list[dict[str, object]] = field(default_factory=list)
+    hosts: str = "127.0.0.1\tlocalhost\n::1\tlocalhost\n"
+    hostname: str = "container"
+    read_only_root: bool = False
+    working_dir: str = ""
+    #: (name, uid, gid) added to the image's ``/etc/passwd`` and ``/etc/group``
+    users: list[list[object]] = field(default_factory=list)
+    #: paths whose folders (and their parents) the container's user must be able to search
+    traversable: list[str] = field(default_factory=list)
+
+    def write(self, path: Path) -> None:
+        """Write the spec where only root reads it (it holds the container's environment)."""
+        path.touch(mode=0o600)
+        path.write_text(json.dumps(asdict(self)))
+
+
+def command(spec_file: Path, netns: str | None = None) -> list[str]:
+    """The command that runs the container of ``spec_file``, in the network namespace ``netns`` if given."""
+    argv = ["unshare", "--mount", "--uts", "--propagation", "private"]
+    argv += [sys.executable, "-I", str(Path(__file__).resolve()), str(spec_file)]
+    return ["nsenter", f"--net={netns}", *argv] if netns is not None else argv
 
 
 def mount(*args: str) -> None:
@@ -54,7 +93,7 @@ def inside(root: Path, path: str) -> Path:
     return current
 
 
-def build_root(scratch: Path) -> Path:
+def build_root(scratch: Path, traversable: list[str]) -> Path:
     mount("-t", "tmpfs", "-o", "mode=0755", "container-layer", str(scratch))
     for d in ("upper", "work", "root"):
         (scratch / d).mkdir()
@@ -86,9 +125,14 @@ def build_root(scratch: Path) -> Path:
     ):
         (dev / link).symlink_to(target)
     (dev / "stderr").symlink_to("/proc/self/fd/2")
-    # The host's /root is private to root; the container's view of it is traversable so that images
-    # mapped onto a Python installed there run as any user (a change to the container's layer only).
-    (root / "root").chmod(0o711)
+    # The interpreter an image is mapped onto may sit below a folder private to root (/root, a 0700
+    # parent); the container's view of each such folder is searchable, so the image runs as any user (a
+    # change to the container's copy-on-write layer only, never to this machine).
+    for path in traversable:
+        for parent in (Path(path), *Path(path).parents):
+            where = inside(root, str(parent))
+            if where.is_dir() and not where.stat().st_mode & 0o001:
+                where.chmod(where.stat().st_mode & 0o7777 | 0o011)
     return root
 
 
@@ -105,27 +149,27 @@ def bind(root: Path, source: str, target: str, read_only: bool) -> None:
 
 
 def main() -> None:
-    spec = json.loads(Path(sys.argv[1]).read_text())
-    root = build_root(Path(spec["scratch"]))
-    inside(root, "/etc/hosts").write_text(spec["hosts"])
-    inside(root, "/etc/hostname").write_text(spec["hostname"] + "\n")
+    spec = Spec(**json.loads(Path(sys.argv[1]).read_text()))
+    root = build_root(Path(spec.scratch), spec.traversable)
+    inside(root, "/etc/hosts").write_text(spec.hosts)
+    inside(root, "/etc/hostname").write_text(spec.hostname + "\n")
     with inside(root, "/etc/passwd").open("a") as passwd, inside(root, "/etc/group").open("a") as group:
-        for name, uid, gid in spec["users"]:
+        for name, uid, gid in spec.users:
             passwd.write(f"{name}:x:{uid}:{gid}::/nonexistent:/usr/sbin/nologin\n")
             group.write(f"{name}:x:{gid}:\n")
-    for m in spec["mounts"]:
-        bind(root, m["source"], m["target"], m["readOnly"])
-    if spec["readOnlyRoot"]:
+    for m in spec.mounts:
+        bind(root, str(m["source"]), str(m["target"]), bool(m["readOnly"]))
+    if spec.read_only_root:
         mount("-o", "remount,bind,ro", str(root))
-    socket.sethostname(spec["hostname"])
+    socket.sethostname(spec.hostname)
     os.chroot(root)
-    os.chdir(spec["workingDir"] or "/")
-    os.setgroups(spec["groups"])
-    os.setgid(spec["gid"])
-    os.setuid(spec["uid"])
+    os.chdir(spec.working_dir or "/")
+    os.setgroups(spec.groups)
+    os.setgid(spec.gid)
+    os.setuid(spec.uid)
     os.umask(0o022)
-    env = spec["env"]
-    argv = spec["argv"]
+    env = spec.env
+    argv = spec.argv
     try:
         os.execvpe(argv[0], argv, env)  # noqa: S606 (the container's own command)
     except OSError as exc:

@@ -30,12 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from e2e_local.podrunner import MIN_GRACE_AFTER_HOOK_SECONDS
+from support.image_env import ImageEnv
 
 from .container import Container, Mount, Sandbox, now_iso
 from .kubeapi import ApiError, KubeApi
 from .network import TierNetwork
 from .podspec import (
     ConfigError,
+    ImageConfig,
     ImageError,
     Lookups,
     container_env,
@@ -63,6 +65,8 @@ class NodeContext:
     api_port: int
     state_dir: Path
     post_event: Callable[[dict[str, Any], str, str, str], Awaitable[None]]
+    #: the project's environment as the memsync image has it (staged once for the node)
+    image_env: ImageEnv
 
 
 def turn_has_come(containers: list[Container], c: Container) -> bool:
@@ -249,12 +253,12 @@ class PodWorker:
             pod = {**self.pod, "status": {"podIP": self.sandbox.pod_ip, "hostIP": self.ctx.api_host}}
             env = container_env(pod, c.spec, base, await lookups(self.ctx.api, self.pod))
             identity = container_identity(self.pod, c.spec)
-            mounts = self._mounts(c)
+            mounts = self._mounts(c, image)
         except ConfigError as exc:
             c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
             await self._warn("Failed", f"Error: {exc}")
             return False
-        await c.start(self.sandbox, mounts, env, identity, image)
+        await c.start(self.sandbox, mounts, env, identity, image, traversable=self.ctx.image_env.traversable)
         post_start = (c.spec.get("lifecycle") or {}).get("postStart")
         if post_start is not None:
             code = await c.exec(list((post_start.get("exec") or {}).get("command") or ["false"]), 30)
@@ -268,8 +272,9 @@ class PodWorker:
                 self._spawn(c.probe_loop(kind, self.sandbox.pod_ip, self._probe_failed))
         return True
 
-    def _mounts(self, c: Container) -> list[Mount]:
-        mounts = []
+    def _mounts(self, c: Container, image: ImageConfig) -> list[Mount]:
+        binds = self.ctx.image_env.binds if image.project else ()
+        mounts = [Mount(b.source, b.target, True) for b in binds]
         for m in c.spec.get("volumeMounts") or []:
             directory = self.volumes.get(m["name"])
             if directory is None:

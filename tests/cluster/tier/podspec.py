@@ -3,15 +3,13 @@ maps to, the container environment, field references, probe settings, and the Po
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from e2e_local.podrunner import expand_var_refs
+from support import image_env
 
-VENV_BIN = Path(sys.executable).parent
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 ContainerKind = Literal["init", "sidecar", "main"]
 
@@ -26,16 +24,18 @@ class ImageError(Exception):
 
 @dataclass(frozen=True)
 class ImageConfig:
-    """What an image would bring: the environment its commands run in, its working directory, and the
-    users of its ``/etc/passwd`` (name, uid, gid)."""
+    """What an image would bring: the environment its commands run in, its working directory, the users of
+    its ``/etc/passwd`` (name, uid, gid), and whether it holds the project's environment at ``/opt/memsync``
+    (``support/image_env.py``: mounted from this machine at that fixed path, never run from the clone)."""
 
     env: Mapping[str, str]
     working_dir: str = ""
     users: tuple[tuple[str, int, int], ...] = ()
+    project: bool = False
 
 
 _MEMSYNC_ENV = {
-    "PATH": f"{VENV_BIN}:{SYSTEM_PATH}",
+    "PATH": f"{image_env.BIN}:{SYSTEM_PATH}",
     "PYTHONDONTWRITEBYTECODE": "1",
     "PYTHONUNBUFFERED": "1",
     "HOME": "/tmp",
@@ -43,9 +43,9 @@ _MEMSYNC_ENV = {
 # image repository (the last path element, without tag or digest) -> its configuration on this machine
 IMAGE_TABLE: dict[str, ImageConfig] = {
     # the project's own image (see the Dockerfile): the project's environment, user memsync (65532)
-    "memsync": ImageConfig(_MEMSYNC_ENV, "/tmp", (("memsync", 65532, 65532),)),
+    "memsync": ImageConfig(_MEMSYNC_ENV, "/tmp", (("memsync", 65532, 65532),), project=True),
     # test sandboxes: their python is the project's
-    "python": ImageConfig({"PATH": f"{VENV_BIN}:{SYSTEM_PATH}", "HOME": "/root"}),
+    "python": ImageConfig({"PATH": f"{image_env.BIN}:{SYSTEM_PATH}", "HOME": "/root"}, project=True),
     "busybox": ImageConfig({"PATH": SYSTEM_PATH}),
     "alpine": ImageConfig({"PATH": SYSTEM_PATH}),
     "debian": ImageConfig({"PATH": SYSTEM_PATH}),
