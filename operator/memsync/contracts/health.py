@@ -18,6 +18,7 @@ document (everything but each store's ``last_success``, which moves on every pas
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import field, replace
 from datetime import UTC, datetime
 from typing import Final
@@ -75,7 +76,7 @@ def wait_seconds(raw: str | None) -> float | None:
         value = float(raw)
     except ValueError:
         return None
-    if value != value or value < 0:  # NaN or negative
+    if math.isnan(value) or value < 0:
         return None
     return min(value, MAX_WAIT_S)
 
