@@ -22,10 +22,10 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from memsync.controller.conditions import format_time
+from memsync.controller.conditions import format_time, now_utc
 from memsync.controller.environment import decisions as d
 from memsync.controller.environment.claims import Claims
 from memsync.controller.environment.holder import LeaseHolder
@@ -44,10 +44,6 @@ AT_CAPACITY_WAIT_S = 2.0
 STATUS_POLL_TIME_EVERY_S = 30.0  # lastPollTime alone is refreshed at most this often
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class EnvironmentLoop:
     """Serves one AgentEnvironment until ``stop`` is set (or the object is gone)."""
 
@@ -58,7 +54,7 @@ class EnvironmentLoop:
         name: str,
         *,
         queue_factory: QueueFactory = WorkQueue,
-        clock: Callable[[], datetime] = _now,
+        clock: Callable[[], datetime] = now_utc,
         jitter: Callable[[], float] = random.random,
         host: str | None = None,
     ) -> None:
