@@ -45,8 +45,7 @@ class ServiceCore:
         if write:
             if access == "read_only":
                 raise forbidden(
-                    f"session {p.actor_id} has read_only access to memory store {store_id}; "
-                    "writes are refused"
+                    f"{p.described} has read_only access to memory store {store_id}; writes are refused"
                 )
             if row.archived_at is not None:
                 raise conflict(f"memory store {store_id} is archived and read-only; writes are refused")
