@@ -9,9 +9,8 @@ value is escaped by the templates (``render.py``), and the headers here make a m
   stores and memories, never leaves), ``X-Content-Type-Options: nosniff``;
 - ``Cache-Control: no-store`` on pages (memory content never lands in a shared or disk cache).
 
-A request that changes something (a POST) must come from one of this server's own pages: its ``Origin``
-(which browsers send with every POST), or else its ``Sec-Fetch-Site``, must say so; the form's CSRF token
-is checked besides (``signin.py``).
+A request that changes something (a POST) must come from one of this server's own pages: its ``Origin``, or
+else its ``Sec-Fetch-Site``, must say so; the form's CSRF token is checked besides (``signin.py``).
 """
 
 from __future__ import annotations
@@ -80,9 +79,11 @@ def served_over_tls(scheme: str, forwarded_proto: str | None, public_url: str) -
 
 
 def same_origin(origin: str | None, fetch_site: str | None, host: str | None, scheme: str) -> bool:
-    """Whether a POST comes from this server's own pages: by its ``Origin`` when sent, else by
-    ``Sec-Fetch-Site``; a request with neither (not a browser's) passes, the CSRF token still applies."""
-    if origin is not None:
+    """Whether a POST comes from this server's own pages: by its ``Origin`` when it names one, else by
+    ``Sec-Fetch-Site`` (under ``Referrer-Policy: no-referrer`` a browser sends ``Origin: null`` even from
+    the same origin); a request with neither passes (not a current browser's), the CSRF token still
+    applies."""
+    if origin is not None and origin != "null":
         return host is not None and origin.lower() in (
             f"{scheme}://{host}".lower(),
             f"https://{host}".lower(),
