@@ -137,6 +137,9 @@ def build_document(app: FastAPI) -> dict[str, Any]:
         for operation in item.values():
             # FastAPI documents 422 for a parameter it cannot parse; this server answers 400 (its envelope)
             operation["responses"].pop("422", None)
+            ok = operation["responses"].get("200", {}).get("content", {})
+            if len(ok) > 1 and ok.get("application/json", {}).get("schema") == {}:
+                del ok["application/json"]  # FastAPI's default, beside the route's own (the event stream)
             sdk = operation.pop(_SDK_KEY, None)
             if sdk is not None:
                 operation["responses"]["200"]["content"] = {
