@@ -44,15 +44,9 @@ class AuditOperations(ServiceCore):
         position = self._position(page, query)
         if position is not None and not isinstance(position, int):
             raise invalid("page cursor does not belong to the store list")
-        only = None if p.session is None else [r.store_id for r in p.session.resources]
         with self.db.read() as tx:
-            rows = tx.list_stores(
-                include_archived=True,
-                created_gte=None,
-                created_lte=None,
-                before_seq=position,
-                only_ids=only,
-                limit=STORES_PER_PAGE + 1,
+            rows = self._stores_page(
+                tx, p, include_archived=True, before_seq=position, limit=STORES_PER_PAGE + 1
             )
             shown = rows[:STORES_PER_PAGE]
             tallies = tx.store_tallies([r.id for r in shown])

@@ -59,6 +59,28 @@ class ServiceCore:
             raise _unreachable(store_id)
         return change
 
+    @staticmethod
+    def _stores_page(
+        tx: Tx,
+        p: Principal,
+        *,
+        include_archived: bool,
+        gte: str | None = None,
+        lte: str | None = None,
+        before_seq: int | None,
+        limit: int,
+    ) -> list[StoreRow]:
+        """Up to ``limit`` of the stores the caller reaches, newest first, below ``before_seq``."""
+        only = None if p.session is None else [r.store_id for r in p.session.resources]
+        return tx.list_stores(
+            include_archived=include_archived,
+            created_gte=gte,
+            created_lte=lte,
+            before_seq=before_seq,
+            only_ids=only,
+            limit=limit,
+        )
+
     # --- cursors ------------------------------------------------------------------------------------------
 
     def _position(self, page: str | None, query: dict[str, object]) -> str | int | None:
