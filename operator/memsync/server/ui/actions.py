@@ -13,7 +13,7 @@ from starlette.responses import RedirectResponse, Response
 
 from memsync.server.errors import ApiError, forbidden
 from memsync.server.stores.service import StoreService
-from memsync.server.ui.deps import Form, PageRoute, Viewer, safe_next, sessions_of, signed_in_or_none
+from memsync.server.ui.deps import Form, PageRoute, SignedInBrowser, safe_next, sessions_of, signed_in_or_none
 from memsync.server.ui.pages import version_context
 from memsync.server.ui.render import page
 from memsync.server.ui.security import served_over_tls
@@ -59,7 +59,7 @@ def router(service: StoreService) -> APIRouter:
         return response
 
     @router.post("/ui/signout")
-    def sign_out(request: Request, signed: Viewer, form: Form) -> Response:
+    def sign_out(request: Request, signed: SignedInBrowser, form: Form) -> Response:
         token = request.cookies.get(COOKIE, "")
         if not csrf_matches(token, form.get("csrf")):
             raise forbidden("the form is stale or not from this browser's session: reload the page")
@@ -69,7 +69,9 @@ def router(service: StoreService) -> APIRouter:
         return response
 
     @router.post("/ui/stores/{store_id}/versions/{version_id}/redact")
-    def redact(request: Request, signed: Viewer, form: Form, store_id: str, version_id: str) -> Response:
+    def redact(
+        request: Request, signed: SignedInBrowser, form: Form, store_id: str, version_id: str
+    ) -> Response:
         if not csrf_matches(request.cookies.get(COOKIE, ""), form.get("csrf")):
             raise forbidden("the form is stale or not from this browser's session: reload the page")
         store = service.get_store(signed.principal, store_id)

@@ -46,7 +46,7 @@ def signed_in(request: Request) -> SignedIn:
     return found
 
 
-Viewer = Annotated[SignedIn, Depends(signed_in)]
+SignedInBrowser = Annotated[SignedIn, Depends(signed_in)]
 
 
 def safe_next(value: str | None) -> str:

@@ -18,7 +18,7 @@ from memsync.server.errors import ApiError, invalid
 from memsync.server.ids import format_ts
 from memsync.server.stores import rules
 from memsync.server.stores.service import StoreService
-from memsync.server.ui.deps import PageRoute, Viewer
+from memsync.server.ui.deps import PageRoute, SignedInBrowser
 from memsync.server.ui.render import diff_lines, page
 from memsync.server.ui.signin import SignedIn
 
@@ -63,14 +63,14 @@ def router(service: StoreService) -> APIRouter:
         return RedirectResponse("/ui/", status_code=308)
 
     @router.get("/ui/")
-    def stores(signed: Viewer, page_: str | None = Query(None, alias="page")) -> HTMLResponse:
+    def stores(signed: SignedInBrowser, page_: str | None = Query(None, alias="page")) -> HTMLResponse:
         listing = service.store_summaries(signed.principal, page_)
         return page("stores.html", base(signed, "Memory stores", listing=listing))
 
     @router.get("/ui/stores/{store_id}")
     def store(
         *,
-        signed: Viewer,
+        signed: SignedInBrowser,
         store_id: str,
         prefix: str = "/",
         path: str = "",
@@ -101,7 +101,7 @@ def router(service: StoreService) -> APIRouter:
 
     @router.get("/ui/stores/{store_id}/memories/{memory_id}")
     def memory(
-        signed: Viewer, store_id: str, memory_id: str, page_: str | None = Query(None, alias="page")
+        signed: SignedInBrowser, store_id: str, memory_id: str, page_: str | None = Query(None, alias="page")
     ) -> HTMLResponse:
         found = store_of(signed, store_id)
         try:
@@ -129,14 +129,14 @@ def router(service: StoreService) -> APIRouter:
         )
 
     @router.get("/ui/stores/{store_id}/versions/{version_id}")
-    def version(signed: Viewer, store_id: str, version_id: str, redacted: int = 0) -> HTMLResponse:
+    def version(signed: SignedInBrowser, store_id: str, version_id: str, redacted: int = 0) -> HTMLResponse:
         found = store_of(signed, store_id)
         shown = service.get_version(signed.principal, store_id, version_id, "full")
         return page("version.html", version_context(service, signed, found, shown, redacted=bool(redacted)))
 
     @router.get("/ui/stores/{store_id}/memories/{memory_id}/diff")
     def diff(
-        signed: Viewer,
+        signed: SignedInBrowser,
         store_id: str,
         memory_id: str,
         from_: str = Query(alias="from"),
@@ -156,13 +156,15 @@ def router(service: StoreService) -> APIRouter:
         )
 
     @router.get("/ui/stores/{store_id}/deleted")
-    def deleted(signed: Viewer, store_id: str, page_: str | None = Query(None, alias="page")) -> HTMLResponse:
+    def deleted(
+        signed: SignedInBrowser, store_id: str, page_: str | None = Query(None, alias="page")
+    ) -> HTMLResponse:
         found = store_of(signed, store_id)
         listing = service.deleted_memories(signed.principal, store_id, page_)
         return page("deleted.html", base(signed, "Deleted memories", store=found, listing=listing))
 
     @router.get("/ui/stores/{store_id}/writers")
-    def writers(signed: Viewer, store_id: str, since: str = "", until: str = "") -> HTMLResponse:
+    def writers(signed: SignedInBrowser, store_id: str, since: str = "", until: str = "") -> HTMLResponse:
         found = store_of(signed, store_id)
         gte, lte = window(since, until)
         rows = service.writers(signed.principal, store_id, gte=gte, lte=lte)
@@ -174,7 +176,7 @@ def router(service: StoreService) -> APIRouter:
     @router.get("/ui/stores/{store_id}/changes")
     def changes(
         *,
-        signed: Viewer,
+        signed: SignedInBrowser,
         store_id: str,
         session_id: str | None = None,
         api_key_id: str | None = None,

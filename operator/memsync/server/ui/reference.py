@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from memsync.server.errors import ApiError, unauthenticated
 from memsync.server.http.envelope import JSONResponse
-from memsync.server.ui.deps import PageRoute, Viewer, signed_in_or_none
+from memsync.server.ui.deps import PageRoute, SignedInBrowser, signed_in_or_none
 from memsync.server.ui.render import page
 
 GROUPS = (
@@ -86,7 +86,7 @@ def router() -> APIRouter:
     router = APIRouter(route_class=PageRoute, include_in_schema=False)
 
     @router.get("/docs")
-    def reference(request: Request, signed: Viewer) -> Response:
+    def reference(request: Request, signed: SignedInBrowser) -> Response:
         document = request.app.openapi()
         schemas = document["components"]["schemas"]
         return page(
