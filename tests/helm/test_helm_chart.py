@@ -470,3 +470,46 @@ def test_without_leader_election_one_replica_is_recreated(tmp_path: Path) -> Non
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert ("PodDisruptionBudget", NAMESPACE, "memsync-operator") not in objs
     assert operator_container(objs)["command"][-1] == "--no-leader-elect"
+
+
+def test_the_store_browser_can_be_exposed_by_an_ingress(tmp_path: Path) -> None:
+    ui = {
+        "ingress": {
+            "enabled": True,
+            "host": "memory.example.com",
+            "className": "nginx",
+            "annotations": {"nginx.ingress.kubernetes.io/whitelist-source-range": "10.0.0.0/8"},
+            "tls": [{"secretName": "memory-tls", "hosts": ["memory.example.com"]}],
+        }
+    }
+    objs = store_objects(tmp_path, {"enabled": True, "ui": ui})
+    validate_offline(list(objs.values()))
+    ingress = objs[("Ingress", NAMESPACE, "memsync-store-ui")]
+    spec = ingress["spec"]
+    assert spec["ingressClassName"] == "nginx" and spec["tls"] == ui["ingress"]["tls"]
+    assert ingress["metadata"]["annotations"] == ui["ingress"]["annotations"]
+    (rule,) = spec["rules"]
+    assert rule["host"] == "memory.example.com"
+    # only the browser's paths: the memory store API stays inside the cluster
+    assert [(p["path"], p["pathType"]) for p in rule["http"]["paths"]] == [
+        ("/ui", "Prefix"),
+        ("/docs", "Prefix"),
+        ("/openapi.json", "Exact"),
+    ]
+    assert {p["backend"]["service"]["name"] for p in rule["http"]["paths"]} == {"memsync-store"}
+    # off by default; the browser itself on by default, and off with ui.enabled: false
+    default = store_objects(tmp_path, {"enabled": True})
+    assert not [k for k in default if k[0] == "Ingress"]
+    container = default[("Deployment", NAMESPACE, "memsync-store")]["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    assert "MEMSYNC_STORE_UI" not in {e["name"] for e in container["env"]}
+    off = store_objects(tmp_path, {"enabled": True, "ui": {**ui, "enabled": False}})
+    assert not [k for k in off if k[0] == "Ingress"]
+    container = off[("Deployment", NAMESPACE, "memsync-store")]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "MEMSYNC_STORE_UI", "value": "false"} in container["env"]
+    refused = helm_template(
+        tmp_path, {"storeServer": {"enabled": True, "ui": {"ingress": {"enabled": True}}}}
+    )
+    assert refused.returncode != 0
+    assert "storeServer.ui.ingress.enabled needs storeServer.ui.ingress.host" in refused.stderr
