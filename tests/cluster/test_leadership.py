@@ -82,12 +82,13 @@ def holders(requests: list[Request]) -> list[tuple[float, str]]:
     ]
 
 
-def writes_outside_the_lease(requests: list[Request]) -> list[Request]:
-    """Writes (other than of the Lease) by a replica that had not taken or renewed the Lease last."""
+def writes_outside_the_lease(requests: list[Request], since: float) -> list[Request]:
+    """Writes after ``since`` (other than of the Lease) by a replica that had not taken or renewed the Lease
+    last (``requests`` go back far enough to show who held it at ``since``)."""
     bad = []
     history = holders(requests)
     for r in requests:
-        if r.resource == "leases" or r.verb not in WRITES:
+        if r.at < since or r.resource == "leases" or r.verb not in WRITES:
             continue
         before = [identity for at, identity in history if at <= r.at]
         if not before or before[-1] != r.identity:
@@ -227,8 +228,10 @@ def _takeover(cluster: Cluster, namespace: str, how: signal.Signals, measured: l
         if how == signal.SIGSTOP and _alive(pid):
             os.kill(pid, signal.SIGCONT)
     time.sleep(2)  # the audit log's last lines
-    requests = operator_requests(Path(cluster.info.state_dir) / "logs" / "audit.log", since)
-    assert writes_outside_the_lease(requests) == []
+    everything = operator_requests(Path(cluster.info.state_dir) / "logs" / "audit.log", 0.0)
+    outside = writes_outside_the_lease(everything, since)
+    assert outside == [], (outside[:5], [h for h in holders(everything) if h[0] >= since - 30][:10])
+    requests = [r for r in everything if r.at >= since]
     new_lease = next(at for at, identity in holders(requests) if identity == new_identity)
     new_write = next(
         r.at for r in requests if r.identity == new_identity and r.resource != "leases" and r.verb in WRITES
@@ -266,7 +269,7 @@ def test_the_leader_killed_mid_burst(deployed: Cluster, burst_namespace: str, me
 def test_the_leader_frozen_mid_burst_then_resumed_writes_nothing(
     deployed: Cluster, burst_namespace: str
 ) -> None:
-    _takeover(deployed, burst_namespace, signal.SIGSTOP)
+    _takeover(deployed, burst_namespace, signal.SIGSTOP, measured)
     # The resumed replica found its deadline passed and stopped with the status that says so.
     deployed.wait(
         "the old leader's container restarted after exiting 8",
