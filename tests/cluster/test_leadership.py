@@ -267,7 +267,7 @@ def test_the_leader_killed_mid_burst(deployed: Cluster, burst_namespace: str, me
 
 
 def test_the_leader_frozen_mid_burst_then_resumed_writes_nothing(
-    deployed: Cluster, burst_namespace: str
+    deployed: Cluster, burst_namespace: str, measured: list[str]
 ) -> None:
     _takeover(deployed, burst_namespace, signal.SIGSTOP, measured)
     # The resumed replica found its deadline passed and stopped with the status that says so.
