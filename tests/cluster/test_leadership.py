@@ -45,7 +45,8 @@ TAKEOVER_TARGET_S = 15.0
 
 @dataclass(frozen=True)
 class Request:
-    at: float  # when the API server finished it (epoch seconds)
+    at: float  # when the API server received it (epoch seconds): a request in flight when its sender stopped
+    # was sent before, whenever it completed
     identity: str
     verb: str
     resource: str
@@ -64,7 +65,7 @@ def operator_requests(audit_log: Path, since: float) -> list[Request]:
             event = json.loads(line)
             if event["user"]["username"] != OPERATOR_USER:
                 continue
-            at = _instant(event["stageTimestamp"])
+            at = _instant(event["requestReceivedTimestamp"])
             match = AGENT.fullmatch(event.get("userAgent", ""))
             if at < since or match is None:
                 continue
