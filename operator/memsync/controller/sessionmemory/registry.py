@@ -22,6 +22,7 @@ from memsync.controller.sessionmemory.digest import object_digest, pod_digest
 from memsync.controller.sessionmemory.finalize import finalize
 from memsync.controller.sessionmemory.health import HealthWatches
 from memsync.controller.sessionmemory.ownership import Claims, session_claim
+from memsync.controller.sessionmemory.phases import holds_finalizer
 from memsync.controller.sessionmemory.podwatch import derive_later, see_pod_event
 from memsync.controller.sessionmemory.reconcile import note_spec_change, recheck, reconcile
 from memsync.controller.sessionmemory.state import SessionMemories
@@ -150,7 +151,12 @@ def _register_sessions(registry: kopf.OperatorRegistry) -> None:
         state.handler_started()
         await guarded(state, obj, lambda: finalize(state, obj, runtime.total_seconds()))
 
-    kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, id="cleanup")(on_delete)
+    # The finalizer (and so this handler) is kept only until the session's outcome is recorded: kopf removes
+    # it from a SessionMemory whose status is final, so a finished object never waits on the operator.
+    def keeps_finalizer(status: Mapping[str, Any], **_: Any) -> bool:
+        return holds_finalizer(status or {})
+
+    kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, id="cleanup", when=keeps_finalizer)(on_delete)
 
 
 def _register_periodic(registry: kopf.OperatorRegistry, config: ControllerConfig) -> None:
