@@ -46,8 +46,11 @@ from memsync.controller.leadership.lease import Timings
 from memsync.controller.liveness import Bounds
 from memsync.controller.memtrace import install_from_env as install_memory_trace
 from memsync.controller.runtime import Election, Process
-from memsync.controller.sessionmemory.pod import DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
-from memsync.controller.settings import ControllerConfig, configure_settings
+from memsync.controller.sessionmemory.pod import (
+    DEFAULT_EPHEMERAL_STORAGE_LIMIT,
+    DEFAULT_MEMORY_VOLUME_SIZE_LIMIT,
+)
+from memsync.controller.settings import DEFAULT_START_DEADLINE, ControllerConfig, configure_settings
 from memsync.crd import agentenv_schema
 from memsync.crd.env_spec import EnvVarSpec, env_problems
 from memsync.crd.models import BYTES_QUANTITY_MAX, BYTES_QUANTITY_PATTERN
@@ -65,6 +68,10 @@ def _check_quantity(ctx: click.Context, param: click.Parameter, value: str) -> s
     if len(value) > BYTES_QUANTITY_MAX or re.fullmatch(BYTES_QUANTITY_PATTERN, value) is None:
         raise click.BadParameter(f"{value!r} is not a quantity of bytes such as 512Mi or 2Gi")
     return value
+
+
+def _check_optional_quantity(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return None if value is None else _check_quantity(ctx, param, value)
 
 
 def _run_options(fn: F) -> F:
@@ -255,6 +262,58 @@ def _run_options(fn: F) -> F:
             "ephemeral-storage request (spec.sync.memoryVolumeSizeLimit replaces it per session).",
         ),
         click.option(
+            "--memsync-ephemeral-storage-request",
+            envvar="MEMSYNC_EPHEMERAL_STORAGE_REQUEST",
+            show_envvar=True,
+            default=None,
+            callback=_check_optional_quantity,
+            help="Ephemeral-storage request of the memsync containers of every sandbox Pod. Default: the "
+            "stores' folder's size limit (spec.template.spec.memsync.resources replaces it per session).",
+        ),
+        click.option(
+            "--memsync-ephemeral-storage-limit",
+            envvar="MEMSYNC_EPHEMERAL_STORAGE_LIMIT",
+            show_envvar=True,
+            default=DEFAULT_EPHEMERAL_STORAGE_LIMIT,
+            show_default=True,
+            callback=_check_quantity,
+            help="Ephemeral-storage limit of the memsync containers of every sandbox Pod, never below the "
+            "request (a LimitRange's default limit is then never applied to them, and a "
+            "limits.ephemeral-storage quota finds one). It also bounds the Pod as a whole when the sandbox "
+            "container sets none: the kubelet evicts a Pod over the sum of its containers' limits.",
+        ),
+        click.option(
+            "--start-deadline",
+            envvar="MEMSYNC_START_DEADLINE",
+            show_envvar=True,
+            type=click.FloatRange(10.0),
+            default=DEFAULT_START_DEADLINE,
+            show_default=True,
+            help="Seconds from a SessionMemory's creation (or restart) to its sandbox container running "
+            "before the session fails with StartTimeout and its Pod is deleted (spec.startDeadlineSeconds "
+            "replaces it per session).",
+        ),
+        click.option(
+            "--node-lost-grace",
+            envvar="MEMSYNC_NODE_LOST_GRACE",
+            show_envvar=True,
+            type=click.FloatRange(0.0),
+            default=60.0,
+            show_default=True,
+            help="Seconds a sandbox Pod's node may be NotReady or Unknown before the session is NodeLost (a "
+            "node that is gone or tainted node.kubernetes.io/out-of-service is lost at once).",
+        ),
+        click.option(
+            "--force-delete-lost-pods/--no-force-delete-lost-pods",
+            envvar="MEMSYNC_FORCE_DELETE_LOST_PODS",
+            show_envvar=True,
+            default=False,
+            show_default=True,
+            help="Force-delete a lost node's sandbox Pod once it had its grace period after the node was "
+            "lost, so its name, a restart or a namespace's deletion need not wait for the node. The risk: "
+            "a node that comes back later still runs the old Pod's containers for a moment.",
+        ),
+        click.option(
             "--memsync-env",
             envvar="MEMSYNC_OPERATOR_MEMSYNC_ENV",
             show_envvar=True,
@@ -379,6 +438,11 @@ class RunOptions:
     service_account_wait: float
     sidecar_start_timeout: float
     memory_volume_size_limit: str
+    memsync_ephemeral_storage_request: str | None
+    memsync_ephemeral_storage_limit: str
+    start_deadline: float
+    node_lost_grace: float
+    force_delete_lost_pods: bool
     memsync_env: str | None
     environments: bool
     liveness_watch_silence: float
@@ -435,6 +499,11 @@ def _run(options: RunOptions) -> None:
         service_account_wait=options.service_account_wait,
         sidecar_start_timeout=options.sidecar_start_timeout,
         memory_volume_size_limit=options.memory_volume_size_limit,
+        ephemeral_storage_request=options.memsync_ephemeral_storage_request,
+        ephemeral_storage_limit=options.memsync_ephemeral_storage_limit,
+        start_deadline=options.start_deadline,
+        node_lost_grace=options.node_lost_grace,
+        force_delete_lost_pods=options.force_delete_lost_pods,
         memsync_env=parse_memsync_env(options.memsync_env),
         environments=options.environments,
     )

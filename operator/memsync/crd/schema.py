@@ -176,6 +176,17 @@ def sync_schema() -> dict[str, Any]:
     }
 
 
+def start_deadline_node() -> dict[str, Any]:
+    return {
+        "type": "integer",
+        "description": "Seconds from the SessionMemory's creation (or restart) to its sandbox container "
+        "running (scheduling, quota waits, image pulls and the mount included); past them the session fails "
+        "with StartTimeout and its Pod is deleted. Unset: the operator's --start-deadline (600).",
+        "minimum": m.START_DEADLINE_MIN,
+        "maximum": m.START_DEADLINE_MAX,
+    }
+
+
 def spec_schema() -> dict[str, Any]:
     return {
         "type": "object",
@@ -221,14 +232,7 @@ def spec_schema() -> dict[str, Any]:
             "stores": stores_schema(),
             "sync": sync_schema(),
             "template": template_schema(),
-            "startDeadlineSeconds": {
-                "type": "integer",
-                "description": "Seconds from the SessionMemory's creation to its sandbox container running "
-                "(scheduling, quota waits, image pulls and the mount included); past them the session fails "
-                "with StartTimeout and its Pod is deleted. Unset: the operator's --start-deadline (600).",
-                "minimum": m.START_DEADLINE_MIN,
-                "maximum": m.START_DEADLINE_MAX,
-            },
+            "startDeadlineSeconds": start_deadline_node(),
             "onInterruption": string_node(
                 "What a session interrupted by a drain, an eviction, a preemption or a lost node "
                 "does: Fail (unset) ends it as Interrupted or NodeLost; Restart starts a new sandbox "

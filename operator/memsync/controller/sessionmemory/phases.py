@@ -91,6 +91,9 @@ START_TIMEOUT: Final = "StartTimeout"
 #: out-of-service: the Pod cannot end there, so no final flush will be reported. A flush report the Pod sends
 #: after all (the node came back) replaces this verdict.
 NODE_LOST: Final = "NodeLost"
+#: The operator lost its grants on the namespace's Pods while the SessionMemory was being deleted (namespaced
+#: RBAC, and the namespace is being deleted): it released the object without seeing the Pod's end.
+NAMESPACE_ACCESS_LOST: Final = "NamespaceAccessLost"
 #: Outcomes the operator itself decided; what the Pod reports afterwards (its deletion) does not replace them.
 OPERATOR_VERDICTS: Final = frozenset({SIDECAR_NOT_STARTED, START_TIMEOUT})
 

@@ -13,6 +13,7 @@ import kopf
 
 from memsync.controller import metrics
 from memsync.controller.environment import daemon as environment_daemon
+from memsync.controller.forbidden import tolerate_forbidden_watches
 from memsync.controller.kube import KubeApi, KubeApiError
 from memsync.controller.leadership.fence import Fence
 from memsync.controller.liveness import Liveness
@@ -108,13 +109,14 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
     controller's own calls share one set of credentials. Without it, kopf's ``login_via_client`` (the
     official client's in-cluster or kubeconfig configuration, which ``KubeApi.from_environment`` reads too).
     """
+    tolerate_forbidden_watches()  # a namespace the operator may no longer watch never stops it
     registry = kopf.OperatorRegistry()
     kopf.on.login(registry=registry, id="login")(login or kopf.login_via_client)
     _register_sessions(registry)
     _register_periodic(registry, config)
     _register_pods(registry)
     if config.environments:
-        environment_daemon.register(registry)
+        environment_daemon.register(registry, start_deadline=config.start_deadline)
     return registry
 
 
