@@ -38,7 +38,11 @@ MONITORING = {
         "grafanaDashboard": {"enabled": True},
     }
 }
-KIND = {"image": {"repository": "memsync", "tag": "kind"}, "storeServer": {"enabled": True}}
+KIND = {
+    "image": {"repository": "memsync", "tag": "kind"},
+    "storeServer": {"enabled": True},
+    "operator": {"nodeLostGrace": 10, "forceDeleteLostPods": True},
+}
 STORE_POSTGRES = {**PRODUCTION, "storeServer": {"enabled": True, "database": {"type": "postgresql"}}}
 
 Key = tuple[str, str, str]
@@ -563,3 +567,13 @@ def test_the_store_browser_can_be_exposed_by_an_ingress(tmp_path: Path) -> None:
     )
     assert refused.returncode != 0
     assert "storeServer.ui.ingress.enabled needs storeServer.ui.ingress.host" in refused.stderr
+
+
+def test_the_argocd_health_check_is_rendered_when_asked(tmp_path: Path) -> None:
+    """argocd.healthCheck.enabled: a ConfigMap holding manifests/argocd/health.lua under argocd-cm's key
+    (tests/unit/test_argocd_health.py runs the script); off by default."""
+    objs = by_key(helm_objects(tmp_path, {"argocd": {"healthCheck": {"enabled": True}}}))
+    cm = objs[("ConfigMap", NAMESPACE, "memsync-argocd-health")]
+    key = "resource.customizations.health.agents.memsync.dev_SessionMemory"
+    assert cm["data"] == {key: (REPO / "manifests" / "argocd" / "health.lua").read_text()}
+    assert ("ConfigMap", NAMESPACE, "memsync-argocd-health") not in by_key(helm_objects(tmp_path, {}))
