@@ -38,8 +38,9 @@ def _where(namespace: Any) -> str:
     return str(namespace) if namespace else "(cluster-wide)"
 
 
-def tolerant(stream: Callable[..., AsyncIterator[Any]], retry_s: float = RETRY_SECONDS) -> Callable[..., Any]:
-    """``stream`` (kopf's ``continuous_watch``) with a 403 turned into a logged, reported pause."""
+def tolerant(stream: Callable[..., AsyncIterator[Any]], retry_s: float | None = None) -> Callable[..., Any]:
+    """``stream`` (kopf's ``continuous_watch``) with a 403 turned into a logged, reported pause of
+    ``retry_s`` (default ``RETRY_SECONDS``)."""
 
     async def continuous_watch(**kwargs: Any) -> AsyncIterator[Any]:
         where = _where(kwargs.get("namespace"))
@@ -64,7 +65,7 @@ def tolerant(stream: Callable[..., AsyncIterator[Any]], retry_s: float = RETRY_S
                 )
             FORBIDDEN.add(key)
             gauge.set(1)
-            await asyncio.sleep(retry_s)
+            await asyncio.sleep(RETRY_SECONDS if retry_s is None else retry_s)
 
     setattr(continuous_watch, _MARK, True)
     return continuous_watch
