@@ -14,26 +14,20 @@ from typing import Any
 
 import pytest
 import yaml
-from lupa import lua51
 
 from memsync.controller.sessionmemory import derive, interruption, waiting
 from memsync.controller.sessionmemory import phases as ph
+from support.argocd import HEALTH_LUA, argocd_health
 
 REPO = Path(__file__).resolve().parents[2]
-HEALTH = REPO / "manifests" / "argocd" / "health.lua"
+HEALTH = HEALTH_LUA
 KEY = "resource.customizations.health.agents.memsync.dev_SessionMemory"
 NOW = datetime(2026, 1, 1, 0, 30, tzinfo=UTC)
 STORES = {"memstore_01aa": "/mnt/memory/notes"}
 MOUNTED = json.dumps({"phase": "mounted", "stores": {"memstore_01aa": {"memories": 3}}})
 
 
-def health(obj: dict[str, Any]) -> tuple[str, str]:
-    """(status, message) as Argo CD would get them: the script's body run with ``obj`` set."""
-    lua = lua51.LuaRuntime(unpack_returned_tuples=True)
-    table = lua.table_from  # lupa turns nested Python dicts/lists into Lua tables recursively
-    lua.globals().obj = table(obj, recursive=True)
-    result = lua.execute(HEALTH.read_text())
-    return str(result["status"]), str(result["message"])
+health = argocd_health
 
 
 def container(name: str, state: dict[str, Any], **extra: Any) -> dict[str, Any]:

@@ -9,7 +9,9 @@ Every other namespace would lose its operator for one namespace's deletion.
 ``tolerate_forbidden_watches`` wraps kopf's per-namespace watch stream (one stream per resource and
 namespace; a cluster-wide stream too): a 403 there is logged once as an error, shown by the gauge
 ``memsync_operator_watch_forbidden{namespace,resource}``, and retried every ``RETRY_SECONDS`` while the other
-namespaces are served as before; the first event after access returns clears it. kopf's request-level
+namespaces are served as before; the first event after access returns clears it. A namespace forbidden
+before its first listing counts as listed (empty): kopf handles no object of any namespace until every
+watched one is listed, so one namespace would otherwise hold up the others. kopf's request-level
 retries of the 403 (its ``networking.error_backoffs``) run first. kopf offers no setting for this, so the
 wrapper replaces the stream function of kopf's watching module (``kopf._cogs.clients.watching``, the pinned
 version's; ``tests/unit/test_forbidden.py`` fails if that function is gone or renamed).
@@ -48,8 +50,10 @@ def tolerant(stream: Callable[..., AsyncIterator[Any]], retry_s: float | None = 
         plural = str(getattr(resource, "plural", resource))
         key = (where, plural)
         gauge = metrics.WATCH_FORBIDDEN.labels(namespace=where, resource=plural)
+        listed = False
         try:
             async for event in stream(**kwargs):
+                listed = listed or event is watching.Bookmark.LISTED
                 if key in FORBIDDEN:  # access is back
                     FORBIDDEN.discard(key)
                     gauge.set(0)
@@ -65,6 +69,8 @@ def tolerant(stream: Callable[..., AsyncIterator[Any]], retry_s: float | None = 
                 )
             FORBIDDEN.add(key)
             gauge.set(1)
+            if not listed:
+                yield watching.Bookmark.LISTED  # nothing of it can be known: it holds up no other namespace
             await asyncio.sleep(RETRY_SECONDS if retry_s is None else retry_s)
 
     setattr(continuous_watch, _MARK, True)
