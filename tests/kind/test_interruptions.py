@@ -169,7 +169,7 @@ async def test_a_lost_worker_restarts_the_session_once_its_pod_is_force_deleted(
             300,
         )
         judged_in = time.monotonic() - started
-        assert worker in status["message"] and "last synced at" in status["message"], status
+        assert worker in status["message"] and "last complete sync on record" in status["message"], status
         assert status["restarts"] == 1
         flushed = next(c for c in status["conditions"] if c["type"] == "Flushed")
         assert flushed["status"] == "False" and "could not run on lost node" in flushed["message"], flushed

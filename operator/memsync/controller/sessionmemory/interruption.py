@@ -109,7 +109,11 @@ def node_lost_status(
         return cast(Status, dict(previous))
     mounted_before = condition(previous, ph.STORES_MOUNTED) or {}
     last_sync = previous.get("lastSyncTime")
-    synced = f"the stores were last synced at {last_sync}" if last_sync else "the stores were never synced"
+    synced = (
+        f"the stores' last complete sync on record was at {last_sync}"
+        if last_sync
+        else "no complete sync of the stores is on record"
+    )
     if mounted_before.get("status") == "True":
         mounted = Cond(
             ph.STORES_MOUNTED,
@@ -117,13 +121,12 @@ def node_lost_status(
             str(mounted_before.get("reason") or "Mounted"),
             str(mounted_before.get("message") or ""),
         )
-        since = f" after {last_sync}" if last_sync else ""
         flushed = Cond(
             ph.FLUSHED,
             "False",
             ph.FLUSH_NOT_REPORTED,
-            f"the final flush could not run on lost node {lost.node}: edits made{since} stay on that node "
-            "and are not in the store (everything the periodic sync had sent is)",
+            f"the final flush could not run on lost node {lost.node}: edits made since the last sync stay on "
+            "that node and are not in the store (everything the periodic sync had sent is)",
         )
     else:
         mounted = Cond(ph.STORES_MOUNTED, "False", "NotMounted", "the stores were never mounted")
