@@ -292,3 +292,22 @@ def test_an_environments_sessions_fail_on_interruption_and_get_its_start_deadlin
         ]
         == 120
     )
+
+
+def test_a_resumed_hold_keeps_its_sessions_start_deadline() -> None:
+    from datetime import UTC, datetime
+
+    from memsync.controller.environment import starts
+
+    now = datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
+    waiting = {
+        "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {},
+        "status": {"phase": "Pending"},
+    }
+    assert starts.resumed_hold_deadline(waiting, 600.0, now) == 300.0
+    own = {**waiting, "spec": {"startDeadlineSeconds": 120}}
+    assert starts.resumed_hold_deadline(own, 600.0, now) == 0.0  # past it: no heartbeat at all
+    running = {**waiting, "status": {"phase": "Running"}}
+    assert starts.resumed_hold_deadline(running, 600.0, now) is None  # its runner takes the lease over
+    assert starts.resumed_hold_deadline(None, 600.0, now) is None

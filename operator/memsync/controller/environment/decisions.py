@@ -21,8 +21,9 @@ from memsync.api.secret import NO_SESSIONS_TOKEN
 from memsync.contracts import runner
 from memsync.contracts.stores import StoreEntry, encode_stores
 from memsync.controller.conditions import Cond, merge_conditions
+from memsync.controller.environment import starts
 from memsync.controller.objects import meta_of
-from memsync.controller.sessionmemory.phases import NODE_LOST, QUOTA_EXCEEDED
+from memsync.controller.sessionmemory.phases import NODE_LOST
 from memsync.controller.sessionmemory.pod import METRICS_PORT
 from memsync.crd import agentenv as a
 from memsync.crd.models import (
@@ -125,17 +126,9 @@ def secret_name(session_id: str) -> str:
 def capacity(max_concurrent: int, active: int, smems: Sequence[Mapping[str, Any]] = ()) -> int:
     """How many more items may be claimed: none while one of the environment's sessions waits for a quota
     or a LimitRange (a new item would only wait in the same full quota)."""
-    if any(ready_reason(s) == QUOTA_EXCEEDED for s in smems if is_active(s)):
+    if starts.waits_for_quota(smems):
         return 0
     return max(0, max_concurrent - active)
-
-
-def ready_reason(smem: Mapping[str, Any]) -> str | None:
-    for cond in (smem.get("status") or {}).get("conditions") or []:
-        if isinstance(cond, Mapping) and cond.get("type") == CONDITION_READY:
-            reason = cond.get("reason")
-            return reason if isinstance(reason, str) else None
-    return None
 
 
 def backoff_seconds(failures: int, jitter: float) -> float:
@@ -327,7 +320,7 @@ def on_existing(existing: Mapping[str, Any], item: WorkItem, *, adopted: bool = 
     re-delivered: a new Pod serves the item to its end), or ended because its node was lost (its Pod never
     ended: the item came back for another Pod); ``done`` when it had already finished serving this very item
     when the item came back (stop the item: it ran)."""
-    lost = phase_of(existing) in TERMINAL_PHASES and ready_reason(existing) == NODE_LOST
+    lost = phase_of(existing) in TERMINAL_PHASES and starts.ready_reason(existing) == NODE_LOST
     if not lost and (is_active(existing) or meta_of(existing).deletion_timestamp is not None):
         return "adopt"
     if work_id_of(existing) != item.id or adopted or lost:

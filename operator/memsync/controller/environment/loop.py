@@ -29,6 +29,7 @@ from memsync.api.secret import WorkSecretError, decode_work_secret
 from memsync.contracts import runner
 from memsync.controller.conditions import format_time, now_utc
 from memsync.controller.environment import decisions as d
+from memsync.controller.environment import starts
 from memsync.controller.environment.claims import Claims
 from memsync.controller.environment.holder import Hold, LeaseHolder
 from memsync.controller.environment.objects import EnvironmentObjects
@@ -252,7 +253,10 @@ class EnvironmentLoop:
             logger.info(
                 "resuming the hold of a work item an earlier leader held", extra=self._log(work_id=work_id)
             )
-            self.holder.hold(queue, Hold(work_id, session_id, sessions_token, None, resume_from=value))
+            smem = next((s for s in smems if meta_of(s).name == d.object_name(session_id)), None)
+            deadline = starts.resumed_hold_deadline(smem, self.claims.start_deadline, self.clock())
+            hold = Hold(work_id, session_id, sessions_token, None, resume_from=value, deadline_s=deadline)
+            self.holder.hold(queue, hold)
         self.resumed = True
 
     async def _record_held(self, hold: Hold, value: str | None) -> None:
