@@ -86,7 +86,8 @@ def namespaced_operator_account(cluster: Cluster, namespaces: list[str]) -> Iter
 
 @contextlib.contextmanager
 def deployed_operator_stopped(cluster: Cluster) -> Iterator[None]:
-    """The deployed (cluster-wide) operator scaled to zero, and back afterwards."""
+    """The deployed (cluster-wide) operator scaled to zero, and back to its replicas afterwards."""
+    replicas = cluster.get("-n", SYSTEM_NS, "deployment", "memsync-operator")["spec"]["replicas"]
     cluster.kubectl("-n", SYSTEM_NS, "scale", "deployment/memsync-operator", "--replicas=0")
     cluster.wait(
         "the deployed operator gone",
@@ -98,7 +99,7 @@ def deployed_operator_stopped(cluster: Cluster) -> Iterator[None]:
     try:
         yield
     finally:
-        cluster.kubectl("-n", SYSTEM_NS, "scale", "deployment/memsync-operator", "--replicas=1")
+        cluster.kubectl("-n", SYSTEM_NS, "scale", "deployment/memsync-operator", f"--replicas={replicas}")
         cluster.kubectl(
             "-n", SYSTEM_NS, "rollout", "status", "deployment/memsync-operator", "--timeout=180s", timeout=200
         )
@@ -108,7 +109,10 @@ class LocalOperator:
     """``memsync operator --namespace ...`` as a process of this machine (its log in the tier's state)."""
 
     def __init__(self, kubeconfig: str, namespaces: list[str], log: Path) -> None:
-        self.argv = [sys.executable, "-m", "memsync", "operator", "--agent-image", "memsync:kind"]
+        # one process, so no leader election (its ServiceAccount has no Lease to hold)
+        self.argv = [
+            sys.executable, "-m", "memsync", "operator", "--agent-image", "memsync:kind", "--no-leader-elect",
+        ]  # fmt: skip
         for ns in namespaces:
             self.argv += ["--namespace", ns]
         self.env = {**os.environ, "KUBECONFIG": kubeconfig, "MEMSYNC_LOG_FORMAT": "json"}
