@@ -5,6 +5,7 @@ phase; a spec change the running Pod cannot take (``SpecApplied``); a namespace 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from typing import Any
@@ -152,7 +153,7 @@ async def test_a_lost_node_ends_the_session_with_what_the_sync_had_sent(
             await eventually(lambda: "LostPodForceDeleted" in cluster.event_reasons("s1"))
             await cluster.remove_pod(pod)  # the API server removes a force-deleted Pod at once
         else:
-            await eventually(lambda: True)
+            await _sleep(2.0)  # several re-checks (every 0.5 s here)
             assert cluster.pod(pod) is not None and cluster.kmock.force_deleted == []  # type: ignore[attr-defined]
     final = cluster.smem_status("s1")
     assert cond(final, "Ready")["reason"] == "NodeLost"  # the Pod's disappearance does not replace it
@@ -185,7 +186,7 @@ async def test_a_lost_node_restart_waits_for_the_old_pod_to_be_gone(cluster: Clu
         status = await eventually(lambda: cond_reason(cluster) == "Restarting" and cluster.smem_status("s1"))
         assert status["phase"] == "Pending" and status["restarts"] == 1
         assert "node-a" in status["message"] and f"once sandbox Pod {first} is gone" in status["message"]
-        await eventually(lambda: True)
+        await _sleep(2.0)  # several re-checks (every 0.5 s here)
         assert cluster.pod(second) is None  # never two Pods of one session while the old one may run
         # the node's deletion (or an out-of-service taint): the Pod garbage collector force-deletes the Pod
         await cluster.force_delete_pod(first)
@@ -278,7 +279,6 @@ async def test_the_start_deadline_of_a_restart_counts_from_the_restart(cluster: 
     first, second = pod_name_for("s1"), pod_name_for("s1", 1)
     async with run_operator(cluster, dataclasses.replace(FAST, start_deadline=3.0)):
         await running_session(cluster, smem_body("s1", onInterruption="Restart"))
-        await eventually(lambda: True, timeout=0)
         await _sleep(4.0)  # longer than the start deadline since creation
         await cluster.set_pod_status(first, evicted())
         await eventually(lambda: cluster.pod(second), what="the restart's Pod")
@@ -292,6 +292,5 @@ async def test_the_start_deadline_of_a_restart_counts_from_the_restart(cluster: 
 
 
 async def _sleep(seconds: float) -> None:
-    import asyncio
 
     await asyncio.sleep(seconds)
