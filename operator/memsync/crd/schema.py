@@ -166,8 +166,9 @@ def sync_schema() -> dict[str, Any]:
                 "maximum": m.SIDECAR_START_MAX,
             },
             "memoryVolumeSizeLimit": string_node(
-                "The size limit of the stores' folder (the emptyDir at /mnt/memory), also memsync-sync's "
-                "ephemeral-storage request, so disk-pressure evictions do not pick the session first. "
+                "The size limit of the stores' folder (the emptyDir at /mnt/memory), also the memsync "
+                "containers' ephemeral-storage request, so disk-pressure evictions do not pick the session "
+                "first. "
                 "Unset: the operator's --memory-volume-size-limit (1Gi).",
                 pattern=m.BYTES_QUANTITY_PATTERN,
                 maxLength=m.BYTES_QUANTITY_MAX,
