@@ -75,15 +75,16 @@ async def test_a_spec_edit_after_start_is_reported_and_the_session_ends_as_it_wo
     assert after["metadata"]["uid"] == before["metadata"]["uid"]
     assert "team" not in (after["metadata"].get("annotations") or {})
 
+    # changed back (a JSON patch: a merge patch would keep the added annotation)
     deployed.kubectl(
         "-n",
         namespace,
         "patch",
         "smem",
         "edited",
-        "--type=merge",
+        "--type=json",
         "-p",
-        json.dumps({"spec": {"template": original}}),
+        json.dumps([{"op": "replace", "path": "/spec/template", "value": original}]),
     )
     deployed.wait(
         "SpecApplied True once changed back",
