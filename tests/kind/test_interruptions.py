@@ -19,22 +19,18 @@ from typing import Any
 import pytest
 
 from memsync.controller.sessionmemory.pod import pod_name_for
-from support.k8s_scenarios import as_store_paths
+from support.k8s_scenarios import FINAL, as_store_paths, make_store, store_files, wait_store_has
 
 from .conftest import REQUIRED, KindEnv, kubectl, run
 from .nodes import WORKER_TAINT, worker_name
 from .scenario import (
-    FINAL,
     LogFollower,
     agent,
-    make_store,
     pod,
     ready_reason,
     smem_status,
     start_session,
-    store_files,
     wait_phase,
-    wait_store_has,
 )
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(600)]
