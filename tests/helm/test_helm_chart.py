@@ -38,7 +38,11 @@ MONITORING = {
         "grafanaDashboard": {"enabled": True},
     }
 }
-KIND = {"image": {"repository": "memsync", "tag": "kind"}, "storeServer": {"enabled": True}}
+KIND = {
+    "image": {"repository": "memsync", "tag": "kind"},
+    "storeServer": {"enabled": True},
+    "operator": {"nodeLostGrace": 10, "forceDeleteLostPods": True},
+}
 STORE_POSTGRES = {**PRODUCTION, "storeServer": {"enabled": True, "database": {"type": "postgresql"}}}
 
 Key = tuple[str, str, str]
@@ -205,8 +209,20 @@ def test_namespaced_rbac_grants_the_same_rules_in_each_watched_namespace(tmp_pat
     namespaced = {"rbac": {"scope": "namespaced"}, "operator": {"watchNamespaces": ["agents-a", "agents-b"]}}
     objs = by_key(helm_objects(tmp_path, {**namespaced, **MONITORING}))
     cluster = by_key(helm_objects(tmp_path, {}))
-    kinds = {k[0] for k in objs}
-    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}, "namespaced scope grants nothing cluster-wide"
+    cluster_wide = {k for k in objs if k[0] in ("ClusterRole", "ClusterRoleBinding")}
+    # cluster-wide only Node reads and what releases a deleted namespace's SessionMemories
+    assert cluster_wide == {
+        ("ClusterRole", "", "memsync-operator-cluster"),
+        ("ClusterRoleBinding", "", "memsync-operator-cluster"),
+    }
+    assert objs[("ClusterRole", "", "memsync-operator-cluster")]["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": ["agents.memsync.dev"], "resources": ["sessionmemories"], "verbs": ["get", "patch"]},
+        {"apiGroups": ["agents.memsync.dev"], "resources": ["sessionmemories/status"], "verbs": ["patch"]},
+    ]
+    assert cluster[("ClusterRole", "", "memsync-operator-cluster")]["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}
+    ]
     for name in ("memsync-operator", "memsync-operator-secrets"):
         for ns in ("agents-a", "agents-b"):
             role = objs[("Role", ns, name)]
@@ -248,15 +264,53 @@ def test_the_environments_add_on_renders_the_kustomize_rbac_in_each_scope(
     result = run([str(shutil.which("kubectl")), "kustomize", str(REPO / "manifests" / kustomization)])
     assert result.returncode == 0, result.stderr
     kustomized = by_key([doc for doc in yaml.safe_load_all(result.stdout) if doc])
-    assert kustomized and all(k[2] == "memsync-operator-environments" for k in kustomized)
+    names = {"memsync-operator-environments", "memsync-operator-environment-secrets"}
+    assert kustomized and {k[2] for k in kustomized} == names
     for k, obj in kustomized.items():
         assert chart[k] == obj, (
             f"{k} differs:\nhelm:\n{yaml.safe_dump(chart[k])}\nkustomize:\n{yaml.safe_dump(obj)}"
         )
     assert "--environments" in operator_container(chart)["command"]
     without = by_key(helm_objects(tmp_path, values))
-    assert not [k for k in without if k[2] == "memsync-operator-environments"]
+    assert not [k for k in without if k[2] in names]
     assert "--environments" not in operator_container(without)["command"]
+
+
+def test_cluster_scope_with_watched_namespaces_binds_secrets_in_those_namespaces_only(tmp_path: Path) -> None:
+    """rbac.scope=cluster with exact operator.watchNamespaces: Secrets (the operator's get, the environments
+    add-on's create and delete) are granted by a RoleBinding of their ClusterRole in each watched namespace,
+    never cluster-wide; everything else stays cluster-wide."""
+    values = {"operator": {"watchNamespaces": ["agents-a", "agents-b"], "environments": True}}
+    objs = by_key(helm_objects(tmp_path, values))
+    for name in ("memsync-operator-secrets", "memsync-operator-environment-secrets"):
+        assert ("ClusterRoleBinding", "", name) not in objs
+        assert "secrets" in objs[("ClusterRole", "", name)]["rules"][0]["resources"]
+        for ns in ("agents-a", "agents-b"):
+            binding = objs[("RoleBinding", ns, name)]
+            assert binding["roleRef"] == {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            }
+            assert binding["subjects"] == [
+                {"kind": "ServiceAccount", "name": "memsync-operator", "namespace": NAMESPACE}
+            ]
+    for name in ("memsync-operator", "memsync-operator-environments", "memsync-operator-cluster"):
+        assert ("ClusterRoleBinding", "", name) in objs
+    secret_rules = [
+        (k, rule)
+        for k, obj in objs.items()
+        if k[0] == "ClusterRole"
+        for rule in obj["rules"]
+        if "secrets" in rule["resources"]
+    ]
+    assert {k[2] for k, _ in secret_rules} == {
+        "memsync-operator-secrets",
+        "memsync-operator-environment-secrets",
+    }
+    # Namespace patterns cannot be enumerated: then the Secrets are bound cluster-wide (docs/security.md).
+    patterns = by_key(helm_objects(tmp_path, {"operator": {"watchNamespaces": ["agents-*"]}}))
+    assert ("ClusterRoleBinding", "", "memsync-operator-secrets") in patterns
 
 
 def test_namespace_patterns_get_namespace_and_crd_watches_cluster_wide(tmp_path: Path) -> None:
@@ -513,3 +567,13 @@ def test_the_store_browser_can_be_exposed_by_an_ingress(tmp_path: Path) -> None:
     )
     assert refused.returncode != 0
     assert "storeServer.ui.ingress.enabled needs storeServer.ui.ingress.host" in refused.stderr
+
+
+def test_the_argocd_health_check_is_rendered_when_asked(tmp_path: Path) -> None:
+    """argocd.healthCheck.enabled: a ConfigMap holding manifests/argocd/health.lua under argocd-cm's key
+    (tests/unit/test_argocd_health.py runs the script); off by default."""
+    objs = by_key(helm_objects(tmp_path, {"argocd": {"healthCheck": {"enabled": True}}}))
+    cm = objs[("ConfigMap", NAMESPACE, "memsync-argocd-health")]
+    key = "resource.customizations.health.agents.memsync.dev_SessionMemory"
+    assert cm["data"] == {key: (REPO / "manifests" / "argocd" / "health.lua").read_text()}
+    assert ("ConfigMap", NAMESPACE, "memsync-argocd-health") not in by_key(helm_objects(tmp_path, {}))

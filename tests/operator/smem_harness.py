@@ -15,7 +15,10 @@ behaviours the controller's correctness depends on, so the tests can fail where 
 - refusals on demand: a Pod create or Secret read answered with a 4xx, as admission or RBAC answers it;
 - graceful Pod deletion: a Pod is not removed at once but gets ``deletionTimestamp`` (kmock does that only
   for objects with finalizers, so every Pod carries a test-only finalizer, ``KUBELET_FINALIZER``); the test
-  then plays the kubelet (final container statuses, then removing the finalizer removes the Pod).
+  then plays the kubelet (final container statuses, then removing the finalizer removes the Pod); a force
+  deletion (``gracePeriodSeconds: 0``, which the API server carries out at once) is recorded in
+  ``force_deleted``, and the test removes the Pod;
+- Nodes (cluster-scoped), which a test creates with the conditions and taints it needs.
 
 Everything else (watch, list, get, merge and JSON patches) is kmock's own.
 """
@@ -127,6 +130,12 @@ class MemsyncEmulator(km.KubernetesEmulator):
     reject_pod_creates: km.KubernetesError | None = None
     reject_secret_reads: km.KubernetesError | None = None
     rejected: int = 0  # how many requests were answered with one of those
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: The Pods deleted with ``gracePeriodSeconds: 0`` (a force deletion), by name.
+        self.force_deleted: list[str] = []
+
     #: What ``/version`` answers (kmock's own default is an old 1.26).
     server_version: tuple[str, str] = ("1", "36")
 
@@ -135,8 +144,19 @@ class MemsyncEmulator(km.KubernetesEmulator):
         major, minor = self.server_version
         return {**payload, "major": major, "minor": minor, "gitVersion": f"v{major}.{minor.rstrip('+')}.0"}
 
+    #: Resources (``POD_RES``...) every request of which is answered 403 Forbidden, as RBAC answers once the
+    #: operator's RoleBinding in the namespace is gone.
+    forbidden: frozenset[Any] = frozenset()
+
     async def _handle(self, request: rendering.Request) -> Any:
         if request.resource is not None:
+            if request.resource in self.forbidden:
+                raise km.KubernetesError(
+                    status=403,
+                    reason="Forbidden",
+                    message=f'{request.resource} is forbidden: User "system:serviceaccount:memsync-system:'
+                    'memsync-operator" cannot access it in the namespace',
+                )
             self._emulate(request)
         return await super()._handle(request)
 
@@ -199,23 +219,29 @@ class MemsyncEmulator(km.KubernetesEmulator):
                 raise km.KubernetesError(status=500, reason="InternalError", message="injected: etcd timeout")
             self._patch(request, resource, current, data)
         elif request.action == enums.action.DELETE and request.name is not None:
-            current = self._current(request)
-            if current is None:
-                return
-            options = data if isinstance(data, dict) else {}
-            want_uid = (options.get("preconditions") or {}).get("uid")
-            if want_uid and want_uid != current["metadata"].get("uid"):
-                raise km.KubernetesError(status=409, reason="Conflict", message="precondition failed: uid")
-            meta = current.get("metadata", {})
-            if meta.get("deletionTimestamp"):
-                return  # already terminating: nothing changes
-            stamp: dict[str, Any] = {"resourceVersion": _rv.next()}
-            if resource == POD_RES and meta.get("finalizers"):
-                grace = options.get("gracePeriodSeconds")
-                if grace is None:
-                    grace = (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
-                stamp["deletionGracePeriodSeconds"] = grace
-            self.objects[(resource, request.namespace, request.name)].patch({"metadata": stamp})
+            self._delete(request, data)
+
+    def _delete(self, request: rendering.Request, data: Any) -> None:
+        resource = request.resource
+        current = self._current(request)
+        if current is None:
+            return
+        options = data if isinstance(data, dict) else {}
+        want_uid = (options.get("preconditions") or {}).get("uid")
+        if want_uid and want_uid != current["metadata"].get("uid"):
+            raise km.KubernetesError(status=409, reason="Conflict", message="precondition failed: uid")
+        meta = current.get("metadata", {})
+        stamp: dict[str, Any] = {"resourceVersion": _rv.next()}
+        if resource == POD_RES and options.get("gracePeriodSeconds") == 0:
+            self.force_deleted.append(str(request.name))  # the test then removes it (``remove_pod``)
+        if meta.get("deletionTimestamp"):
+            return  # already terminating: nothing changes
+        if resource == POD_RES and meta.get("finalizers"):
+            grace = options.get("gracePeriodSeconds")
+            if grace is None:
+                grace = (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+            stamp["deletionGracePeriodSeconds"] = grace
+        self.objects[(resource, request.namespace, request.name)].patch({"metadata": stamp})
 
     def _patch(self, request: rendering.Request, resource: Any, current: dict[str, Any], data: Any) -> None:
         rv = _rv.next()
@@ -289,6 +315,7 @@ def declare_resources(kmock: km.KubernetesEmulator) -> None:
     )
     kmock.resources["v1/secrets"] = km.ResourceInfo(kind="Secret", namespaced=True, verbs=_VERBS)
     kmock.resources["v1/events"] = km.ResourceInfo(kind="Event", namespaced=True, verbs=_VERBS)
+    kmock.resources["v1/nodes"] = km.ResourceInfo(kind="Node", namespaced=False, verbs=_VERBS)
     kmock.resources[SMEM] = km.ResourceInfo(
         kind=KIND, namespaced=True, verbs=_VERBS, subresources={"status"}, shortnames={"smem"}
     )
@@ -494,6 +521,43 @@ class Cluster:
             content_type="application/merge-patch+json",
         )
 
+    async def put_node(
+        self, name: str, ready: str, *, since: str, taints: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Create Node ``name`` whose Ready condition is ``ready`` (True, False, Unknown) since ``since``."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name},
+            "spec": {"taints": taints or []},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": ready,
+                        "reason": "NodeStatusUnknown",
+                        "lastTransitionTime": since,
+                    }
+                ]
+            },
+        }
+        await self.request_json("POST", "/api/v1/nodes", body)
+
+    async def bind_pod(self, name: str, node: str) -> None:
+        """The scheduler's part: the Pod is bound to ``node``."""
+        await self.request_json(
+            "PATCH",
+            self._pod_path(name),
+            {"spec": {"nodeName": node}},
+            content_type="application/merge-patch+json",
+        )
+
+    async def force_delete_pod(self, name: str) -> None:
+        """What the Pod garbage collector does to a Pod whose node is deleted: a deletion with no grace,
+        carried out at once."""
+        await self.request_json("DELETE", self._pod_path(name), {"gracePeriodSeconds": 0})
+        await self.remove_pod(name)
+
     async def remove_pod(self, name: str) -> None:
         """The kubelet confirms the Pod ended: drop the test finalizer so the API removes the object."""
         await self.request_json(
@@ -513,11 +577,14 @@ FAST = ControllerConfig(
 )
 
 
-def fast_settings() -> kopf.OperatorSettings:
+def fast_settings(server_timeout: int = 60) -> kopf.OperatorSettings:
     settings = configure_settings(
         kopf.OperatorSettings(),
         timeouts=WatchTimeouts(
-            server_timeout=60, client_timeout=70, connect_timeout=5, reconnect_backoff=0.1
+            server_timeout=server_timeout,
+            client_timeout=server_timeout + 10,
+            connect_timeout=5,
+            reconnect_backoff=0.1,
         ),
     )
     settings.networking.error_backoffs = [0.1, 0.2, 0.5]
@@ -543,6 +610,7 @@ async def run_operator(
     *,
     clusterwide: bool = False,
     fence: Fence | None = None,
+    settings: kopf.OperatorSettings | None = None,
     **process_options: Any,
 ) -> AsyncIterator[RunningOperator]:
     """The operator process (``controller/runtime.py``) in a thread with its own event loop (as
@@ -554,7 +622,9 @@ async def run_operator(
     """
     kube = KubeApi.for_host(cluster.url)
     process = Process(
-        settings=fast_settings(), namespaces=() if clusterwide else (cluster.namespace,), **process_options
+        settings=settings or fast_settings(),
+        namespaces=() if clusterwide else (cluster.namespace,),
+        **process_options,
     )
     stop_flag = threading.Event()
     ready_flag = threading.Event()

@@ -261,7 +261,7 @@ def test_store_server_on_postgresql_runs_replicas_without_a_volume() -> None:
 def test_rbac_is_least_privilege() -> None:
     objs = render("overlays/production")
     roles = by_kind(objs, "ClusterRole")
-    assert set(roles) == {"memsync-operator", "memsync-operator-secrets"}
+    assert set(roles) == {"memsync-operator", "memsync-operator-secrets", "memsync-operator-cluster"}
     grants: dict[tuple[str, str], set[str]] = {}
     for role in roles.values():
         for rule in role["rules"]:
@@ -273,8 +273,10 @@ def test_rbac_is_least_privilege() -> None:
     # Exactly what the controller (controller/kube.py) and kopf call, nothing more: Pods are read, created
     # and deleted, never patched; SessionMemories are patched (kopf's finalizer and annotations) and their
     # status merge-patched, never PUT; Events are created (kopf posts core/v1 Events only). No CRDs or
-    # Namespaces: kopf's scanning is off (tests/operator proves it never calls them cluster-wide).
+    # Namespaces: kopf's scanning is off (tests/operator proves it never calls them cluster-wide). Nodes are
+    # read one by one (a sandbox Pod's lost node).
     assert grants == {
+        ("", "nodes"): {"get"},
         ("", "secrets"): {"get"},
         ("", "pods"): {"get", "list", "watch", "create", "delete"},
         ("", "events"): {"create"},
@@ -309,9 +311,23 @@ def _rules_of(objs: list[dict[str, Any]], kind: str) -> dict[tuple[str, str], li
 
 def test_namespaced_rbac_grants_base_rules_in_the_served_namespace_only() -> None:
     objs = render("overlays/namespaced")
-    kinds = {o["kind"] for o in objs}
-    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}, "namespaced RBAC grants nothing cluster-wide"
-    cluster_wide = _rules_of(render("overlays/production"), "ClusterRole")
+    # Cluster-wide only Node reads, and the get and patch of SessionMemories (and their status) that
+    # release a deleted namespace's SessionMemories once its RoleBindings are gone.
+    assert (
+        set(by_kind(objs, "ClusterRole"))
+        == set(by_kind(objs, "ClusterRoleBinding"))
+        == {"memsync-operator-cluster"}
+    )
+    assert by_kind(objs, "ClusterRole")["memsync-operator-cluster"]["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": ["agents.memsync.dev"], "resources": ["sessionmemories"], "verbs": ["get", "patch"]},
+        {"apiGroups": ["agents.memsync.dev"], "resources": ["sessionmemories/status"], "verbs": ["patch"]},
+    ]
+    cluster_wide = {
+        key: rules
+        for key, rules in _rules_of(render("overlays/production"), "ClusterRole").items()
+        if key[1] != "memsync-operator-cluster"
+    }
     roles = _rules_of(objs, "Role")
     # The leader election's Lease is in the operator's own namespace, whatever it serves.
     assert roles.pop(("memsync-system", "memsync-operator-leader-election")) == LEASE_RULES
@@ -348,17 +364,21 @@ def test_environments_rbac_has_a_namespaced_twin_with_the_same_rules() -> None:
     assert _rules_of(namespaced, "Role") == {
         (SERVED, name): rules for (_, name), rules in _rules_of(cluster_wide, "ClusterRole").items()
     }
-    (binding,) = by_kind(namespaced, "RoleBinding").values()
-    (cluster_binding,) = by_kind(cluster_wide, "ClusterRoleBinding").values()
-    assert binding["metadata"]["namespace"] == SERVED
-    assert binding["subjects"] == cluster_binding["subjects"]
-    assert binding["roleRef"] == {**cluster_binding["roleRef"], "kind": "Role"}
-    secrets = [
-        r
-        for r in _rules_of(namespaced, "Role")[(SERVED, "memsync-operator-environments")]
-        if "secrets" in r["resources"]
+    bindings, cluster_bindings = (
+        by_kind(namespaced, "RoleBinding"),
+        by_kind(cluster_wide, "ClusterRoleBinding"),
+    )
+    assert set(bindings) == set(cluster_bindings)
+    for name, binding in bindings.items():
+        assert binding["metadata"]["namespace"] == SERVED
+        assert binding["subjects"] == cluster_bindings[name]["subjects"]
+        assert binding["roleRef"] == {**cluster_bindings[name]["roleRef"], "kind": "Role"}
+    # The Secret create/delete is a role of its own, so it can be bound in some namespaces only.
+    roles = _rules_of(namespaced, "Role")
+    assert roles[(SERVED, "memsync-operator-environment-secrets")] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]}
     ]
-    assert secrets == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]}]
+    assert not [r for r in roles[(SERVED, "memsync-operator-environments")] if "secrets" in r["resources"]]
 
 
 def test_sample_session_memory_is_valid_and_becomes_a_pod() -> None:

@@ -56,6 +56,7 @@ def test_the_operator_metrics_and_their_types() -> None:
         "memsync_operator_last_reconcile_timestamp_seconds": "gauge",
         "memsync_operator_periodic_round_timestamp_seconds": "gauge",
         "memsync_operator_sessionmemories_without_status": "gauge",
+        "memsync_operator_watch_forbidden": "gauge",
     }
 
 

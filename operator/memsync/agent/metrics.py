@@ -132,6 +132,10 @@ class MetricsServer:
         # How often a held watch of /status looks for a change (the operator sees one at most this late).
         self.watch_check_s = 0.25
         self._runner: web.AppRunner | None = None
+        # Set when the server stops: a held watch is answered at once (aiohttp's shutdown waits for every
+        # handler in flight, and a watch held past the Pod's grace period got the sidecar SIGKILLed after its
+        # final flush had reported, exit 137, which reads as a flush that never reported).
+        self._stopping = asyncio.Event()
 
     async def start(self) -> int:
         from aiohttp import web  # noqa: PLC0415 (lazy: only sync serves HTTP)
@@ -156,6 +160,7 @@ class MetricsServer:
         return self.port
 
     async def stop(self) -> None:
+        self._stopping.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -183,7 +188,7 @@ class MetricsServer:
             deadline = loop.time() + wait
             while current == seen:
                 left = deadline - loop.time()
-                if left <= 0:
+                if left <= 0 or self._stopping.is_set():
                     return web.Response(status=304, headers={"ETag": current})
                 await asyncio.sleep(min(self.watch_check_s, left))
                 health = self.health()

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
 import secrets
 import socket
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from memsync import __version__
 from memsync.cli.failures import CliError, ExitCode, kube_exit_code
+from memsync.cli.operator_options import session_pod_options
 from memsync.controller import discovery, runtime
 from memsync.controller.kube import KubeApi, KubeApiError, version_refusal, version_unknown
 from memsync.controller.leadership.fence import Fence
@@ -46,11 +46,9 @@ from memsync.controller.leadership.lease import Timings
 from memsync.controller.liveness import Bounds
 from memsync.controller.memtrace import install_from_env as install_memory_trace
 from memsync.controller.runtime import Election, Process
-from memsync.controller.sessionmemory.pod import DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
 from memsync.controller.settings import ControllerConfig, configure_settings
 from memsync.crd import agentenv_schema
 from memsync.crd.env_spec import EnvVarSpec, env_problems
-from memsync.crd.models import BYTES_QUANTITY_MAX, BYTES_QUANTITY_PATTERN
 from memsync.crd.schema import render_crd_yaml
 from memsync.crd.spec_messages import describe_validation_error
 
@@ -59,12 +57,6 @@ logger = logging.getLogger("memsync.operator")
 F = TypeVar("F", bound=Callable[..., Any])
 
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-
-
-def _check_quantity(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if len(value) > BYTES_QUANTITY_MAX or re.fullmatch(BYTES_QUANTITY_PATTERN, value) is None:
-        raise click.BadParameter(f"{value!r} is not a quantity of bytes such as 512Mi or 2Gi")
-    return value
 
 
 def _run_options(fn: F) -> F:
@@ -234,27 +226,6 @@ def _run_options(fn: F) -> F:
             "ServiceAccountNotFound.",
         ),
         click.option(
-            "--sidecar-start-timeout",
-            envvar="MEMSYNC_SIDECAR_START_TIMEOUT",
-            show_envvar=True,
-            type=click.FloatRange(10.0),
-            default=300.0,
-            show_default=True,
-            help="Seconds memsync-sync may take to start (its startupProbe to pass) after the stores were "
-            "mounted before the session fails with SidecarNotStarted and its Pod is deleted "
-            "(spec.sync.sidecarStartSeconds replaces it per session).",
-        ),
-        click.option(
-            "--memory-volume-size-limit",
-            envvar="MEMSYNC_MEMORY_VOLUME_SIZE_LIMIT",
-            show_envvar=True,
-            default=DEFAULT_MEMORY_VOLUME_SIZE_LIMIT,
-            show_default=True,
-            callback=_check_quantity,
-            help="Size limit of the stores' folder in every sandbox Pod (an emptyDir), also memsync-sync's "
-            "ephemeral-storage request (spec.sync.memoryVolumeSizeLimit replaces it per session).",
-        ),
-        click.option(
             "--memsync-env",
             envvar="MEMSYNC_OPERATOR_MEMSYNC_ENV",
             show_envvar=True,
@@ -265,6 +236,7 @@ def _run_options(fn: F) -> F:
             "own variables cannot be set this way.",
         ),
     ]
+    options += session_pod_options()
     for option in reversed(options):
         fn = option(fn)
     return fn
@@ -379,6 +351,11 @@ class RunOptions:
     service_account_wait: float
     sidecar_start_timeout: float
     memory_volume_size_limit: str
+    memsync_ephemeral_storage_request: str | None
+    memsync_ephemeral_storage_limit: str
+    start_deadline: float
+    node_lost_grace: float
+    force_delete_lost_pods: bool
     memsync_env: str | None
     environments: bool
     liveness_watch_silence: float
@@ -435,6 +412,11 @@ def _run(options: RunOptions) -> None:
         service_account_wait=options.service_account_wait,
         sidecar_start_timeout=options.sidecar_start_timeout,
         memory_volume_size_limit=options.memory_volume_size_limit,
+        ephemeral_storage_request=options.memsync_ephemeral_storage_request,
+        ephemeral_storage_limit=options.memsync_ephemeral_storage_limit,
+        start_deadline=options.start_deadline,
+        node_lost_grace=options.node_lost_grace,
+        force_delete_lost_pods=options.force_delete_lost_pods,
         memsync_env=parse_memsync_env(options.memsync_env),
         environments=options.environments,
     )

@@ -79,6 +79,19 @@ def is_missing_service_account(exc: KubeApiError) -> bool:
     return exc.status == 403 and _MISSING_SERVICE_ACCOUNT.search(exc.message) is not None
 
 
+#: What the ResourceQuota and LimitRanger admission plugins answer (403) when a Pod does not fit: a quota
+#: exceeded or one that needs a request or limit the Pod does not set, a LimitRange's minimum, maximum or
+#: limit-to-request ratio. Waiting may help (a quota frees up, the LimitRange or the template changes).
+_QUOTA_OR_LIMITS = re.compile(
+    r"exceeded quota|failed quota|(minimum|maximum) \S+ usage per (Container|Pod)|limit to request ratio per"
+)
+
+
+def is_quota_refusal(exc: KubeApiError) -> bool:
+    """True for a Pod refused by a ResourceQuota or a LimitRange (a wait, not a verdict on the session)."""
+    return exc.status == 403 and _QUOTA_OR_LIMITS.search(exc.message) is not None
+
+
 def refusal_message(exc: KubeApiError) -> str:
     """The API's own message for a status or an Event, with any echoed field value hidden."""
     return _ECHOED_VALUE.sub(r"\1(value hidden)", f"{exc.status} {exc.reason}: {exc.message}")
@@ -387,6 +400,13 @@ class KubeApi:
         except KubeNotFound:
             return False
         return True
+
+    async def get_node(self, name: str) -> dict[str, Any] | None:
+        """A Node (cluster-scoped), or None when it does not exist."""
+        try:
+            return await self._call("GET", f"/api/v1/nodes/{quote(name, safe='')}")
+        except KubeNotFound:
+            return None
 
     # --- Secrets (keys only) -----------------------------------------------------------------------------
 

@@ -52,8 +52,15 @@ LEASES_RELEASED: Final = Counter(
     "memsync_operator_environment_leases_released_total",
     "Work-item leases the operator stopped holding, by outcome: taken_over (the runner holds it), stopping "
     "(the item is being stopped), lost (refused, re-queued or no heartbeat answered within the TTL), "
-    "released (the operator gave the item up itself).",
+    "expired (its session did not start within the start deadline), released (the operator gave the item "
+    "up itself).",
     ["outcome"],
+)
+WATCH_FORBIDDEN: Final = Gauge(
+    "memsync_operator_watch_forbidden",
+    "1 while the API forbids the operator to watch a resource in a namespace it serves (its RoleBinding is "
+    "gone: the namespace is being deleted, or RBAC changed), else 0. The operator keeps running and retries.",
+    ["namespace", "resource"],
 )
 SESSIONMEMORIES: Final = Gauge(
     "memsync_operator_sessionmemories",

@@ -46,9 +46,13 @@ Action = Callable[[ObjectRef], Awaitable[None]]
 
 
 def needs_recheck(status: Mapping[str, Any]) -> bool:
-    """Refused before its Pod (the cause may be fixed), or a Pod and no outcome yet (a write may be lost)."""
-    if ph.is_refusal(status):
+    """Refused before its Pod (the cause may be fixed), waiting without a Pod (a quota may free up, a start
+    deadline runs), a Pod and no outcome yet (a write may be lost), or a Pod left on a lost node (it may be
+    force-deleted)."""
+    if ph.is_refusal(status) or ph.is_waiting(status):
         return True
+    if ph.ready_reason(status) == ph.NODE_LOST:
+        return bool(status.get("podName"))
     return bool(status.get("podName")) and status.get("phase") not in ph.TERMINAL_PHASES
 
 

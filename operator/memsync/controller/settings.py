@@ -28,7 +28,11 @@ from typing import Any, Final
 import aiohttp
 import kopf
 
-from memsync.controller.sessionmemory.pod import DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
+from memsync.controller.sessionmemory.pod import (
+    DEFAULT_EPHEMERAL_STORAGE_LIMIT,
+    DEFAULT_MEMORY_VOLUME_SIZE_LIMIT,
+    PodSettings,
+)
 from memsync.crd.env_spec import EnvVarSpec
 from memsync.crd.models import ANNOTATION_PREFIX, FINALIZER, LABEL_MANAGED_BY, MANAGED_BY
 
@@ -37,6 +41,9 @@ POD_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 DEFAULT_AGENT_IMAGE: Final = "ghcr.io/memsync/memsync:latest"
 EVENT_COMPONENT: Final = "memsync-operator"
 KOPF_REQUESTS: Final = 32
+#: Seconds from a SessionMemory's creation to its sandbox running, unless its spec says otherwise: room for
+#: a cluster autoscaler to add a node, an image pull and the mount.
+DEFAULT_START_DEADLINE: Final = 600.0
 #: How long kopf keeps an object's worker after its last event (kopf's default: 5 s). A waiting worker keeps
 #: the object's last body; in a burst of 1,000 new sessions, half a second kept the operator's peak RSS
 #: lower (bench/operator_scale.py), and a worker costs little to start again.
@@ -77,6 +84,15 @@ class ControllerConfig:
       ephemeral-storage request, unless ``spec.sync.memoryVolumeSizeLimit`` sets them.
     - ``memsync_env``: extra environment for the memsync containers of every Pod (a proxy, a CA bundle);
       a SessionMemory's ``spec.template.spec.memsync.env`` entries of the same name replace these.
+    - ``ephemeral_storage_request`` / ``ephemeral_storage_limit``: the memsync containers' ephemeral storage
+      (the request defaults to the stores' folder size; the limit is never below the request), unless
+      ``spec.template.spec.memsync.resources`` sets it.
+    - ``start_deadline``: seconds from a SessionMemory's creation (or restart) to its sandbox running,
+      unless ``spec.startDeadlineSeconds`` sets it; past it the session fails with ``StartTimeout``.
+    - ``node_lost_grace``: how long a Pod's node may be NotReady or Unknown before the session is
+      ``NodeLost`` (a node that is gone or tainted out-of-service is lost at once).
+    - ``force_delete_lost_pods``: force-delete a lost node's Pod once it had its grace period after that
+      (off: the Pod stays Terminating until the node comes back or is deleted).
     """
 
     agent_image: str = DEFAULT_AGENT_IMAGE
@@ -95,6 +111,23 @@ class ControllerConfig:
     memory_volume_size_limit: str = DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
     health_address: Callable[[Mapping[str, Any]], str | None] | None = None
     memsync_env: tuple[EnvVarSpec, ...] = field(default_factory=tuple)
+    ephemeral_storage_request: str | None = None
+    ephemeral_storage_limit: str = DEFAULT_EPHEMERAL_STORAGE_LIMIT
+    start_deadline: float = DEFAULT_START_DEADLINE
+    node_lost_grace: float = 60.0
+    force_delete_lost_pods: bool = False
+
+    @property
+    def pod_settings(self) -> PodSettings:
+        """What every sandbox Pod gets of this configuration."""
+        return PodSettings(
+            agent_image_pull_policy=self.agent_image_pull_policy,
+            memsync_env_defaults=self.memsync_env,
+            memory_volume_size_limit=self.memory_volume_size_limit,
+            ephemeral_storage_request=self.ephemeral_storage_request,
+            ephemeral_storage_limit=self.ephemeral_storage_limit,
+        )
+
     # Serve AgentEnvironments too (one poll loop each); off unless asked for.
     environments: bool = False
 

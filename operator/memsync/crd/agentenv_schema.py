@@ -17,7 +17,7 @@ from memsync.api.constants import DEFAULT_BASE_URL
 from memsync.crd import agentenv as a
 from memsync.crd import models as m
 from memsync.crd.sandbox_schema import template_schema
-from memsync.crd.schema import condition_schema, crd_document, sync_schema
+from memsync.crd.schema import condition_schema, crd_document, start_deadline_node, sync_schema
 from memsync.crd.schema_nodes import count_node, rule, string_node
 
 
@@ -78,6 +78,12 @@ def spec_schema() -> dict[str, Any]:
                 "minimum": a.RETENTION_MIN,
                 "maximum": a.RETENTION_MAX,
                 "default": a.RETENTION_DEFAULT,
+            },
+            "startDeadlineSeconds": {
+                **start_deadline_node(),
+                "description": "Seconds from a claimed session's SessionMemory's creation to its sandbox "
+                "running; past them its work item is force-stopped (the operator stops heartbeating it "
+                "then). Unset: the operator's --start-deadline (600).",
             },
             "workerId": string_node(
                 "The prefix of the worker id sent with every poll (Anthropic-Worker-ID): "

@@ -15,12 +15,15 @@ from memsync.crd import agentenv as a
 from memsync.crd.models import GROUP
 
 
-def register(registry: kopf.OperatorRegistry) -> None:
+def register(registry: kopf.OperatorRegistry, *, start_deadline: float) -> None:
     async def serve(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
         # the operator's API client and its leadership fence (``sessionmemory.registry.build_memo``)
         kube, fence = memo["kube"], memo.get("fence")
         assert namespace is not None  # the resource is namespaced
         queues = functools.partial(WorkQueue, guard=fence.require if fence is not None else None)
-        await EnvironmentLoop(KubeObjects(kube), namespace, name, queue_factory=queues).run(asyncio.Event())
+        loop = EnvironmentLoop(
+            KubeObjects(kube), namespace, name, queue_factory=queues, start_deadline=start_deadline
+        )
+        await loop.run(asyncio.Event())
 
     kopf.daemon(GROUP, a.VERSION, a.PLURAL, registry=registry, id="poll-loop")(serve)

@@ -10,16 +10,18 @@ the acknowledgement to the runner's first heartbeat is exported as
 ``memsync_operator_environment_handover_seconds``.
 
 A hold also ends when the item is stopping or stopped (the heartbeat says so), when the lease is lost (a
-refusal for a re-queued item, a 4xx that will not change, or no heartbeat answered within the TTL), or when
-the operator releases it (the AgentEnvironment is gone, the operator shuts down). A released lease is left
-to run out: the runner can still take it over while it lasts.
+refusal for a re-queued item, a 4xx that will not change, or no heartbeat answered within the TTL), at the
+item's start deadline (``expired``: the operator never heartbeats an item past it; the loop then
+force-stops it, as the SDK's worker stops an item it cannot run), or when the operator releases it (the
+AgentEnvironment is gone, the operator shuts down). A released lease is left to run out: the runner can
+still take it over while it lasts.
 
 A hold survives a change of the operator's leader: after each heartbeat the value it holds is recorded
 (``record``: in the AgentEnvironment's status), and the new leader resumes the hold from that value. Its first
 heartbeat is then a compare-and-set on the old leader's value: it holds the lease from there, or, refused
 because the runner took it over meanwhile, it lets the runner have it (never a second holder). A hold that
-ends for good (taken over, stopping, lost) clears the record; one released on shutdown keeps it, for the
-next leader.
+ends for good (taken over, stopping, lost, expired) clears the record; one released on shutdown keeps it,
+for the next leader.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ from memsync.controller.environment.queue import QueueError, WorkQueue
 logger = logging.getLogger("memsync.environment")
 
 
+#: How a hold ended at the item's start deadline.
+EXPIRED = "expired"
+
+
 @dataclass(frozen=True)
 class Hold:
     work_id: str
@@ -49,12 +55,13 @@ class Hold:
     acknowledged_at: str | None
     #: the heartbeat value an earlier holder (the old leader) left: the first heartbeat's expected value
     resume_from: str | None = None
+    deadline_s: float | None = None  # seconds from the hold's start to the start deadline
 
 
 #: Records the value a hold holds its lease with (None: the hold ended for good).
 Record = Callable[[Hold, str | None], Awaitable[None]]
 #: How a hold that ends for good ended.
-ENDED: Final = frozenset({"taken_over", "stopping", "lost"})
+ENDED: Final = frozenset({"taken_over", "stopping", "lost", "expired"})
 
 
 async def _no_record(_hold: Hold, _value: str | None) -> None:
@@ -146,7 +153,15 @@ class LeaseHolder:
     ) -> str:
         last, ttl = item.resume_from or lease.NO_HEARTBEAT, lease.ASSUMED_TTL_S
         last_ok = self.monotonic()
+        until = None if item.deadline_s is None else last_ok + item.deadline_s
         while True:
+            if until is not None and self.monotonic() >= until:
+                logger.warning(
+                    "the held work item's session did not start within its start deadline: no heartbeats "
+                    "past it",
+                    extra={**fields, "deadline_s": item.deadline_s},
+                )
+                return EXPIRED
             try:
                 beat = await queue.heartbeat(client, item.work_id, last)
             except QueueError as exc:
@@ -162,7 +177,7 @@ class LeaseHolder:
                     )
                     return "lost"
                 logger.warning("heartbeat of a held work item failed", extra={**fields, "error": str(exc)})
-                await asyncio.sleep(lease.operator_interval(ttl))
+                await asyncio.sleep(_pause(lease.operator_interval(ttl), until, self.monotonic()))
                 continue
             last, last_ok = str(beat.get("last_heartbeat") or ""), self.monotonic()
             self.values[item.work_id] = last
@@ -175,7 +190,7 @@ class LeaseHolder:
                 )
                 return "stopping"
             await self._record(item, last, fields)
-            await asyncio.sleep(lease.operator_interval(ttl))
+            await asyncio.sleep(_pause(lease.operator_interval(ttl), until, self.monotonic()))
 
     def _refused(self, item: Hold, exc: QueueError, fields: dict[str, Any]) -> str:
         if lease.takeover_value(exc.lease) is None:
@@ -189,3 +204,8 @@ class LeaseHolder:
             metrics.HANDOVER_SECONDS.observe(gap)
         logger.info("the runner took the work item's lease over", extra={**fields, "handover_s": gap})
         return "taken_over"
+
+
+def _pause(interval: float, until: float | None, now: float) -> float:
+    """The next heartbeat's wait, never past the start deadline ``until`` (monotonic)."""
+    return interval if until is None else max(0.0, min(interval, until - now))

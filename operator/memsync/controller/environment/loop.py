@@ -29,12 +29,14 @@ from memsync.api.secret import WorkSecretError, decode_work_secret
 from memsync.contracts import runner
 from memsync.controller.conditions import format_time, now_utc
 from memsync.controller.environment import decisions as d
+from memsync.controller.environment import starts
 from memsync.controller.environment.claims import Claims
 from memsync.controller.environment.holder import Hold, LeaseHolder
 from memsync.controller.environment.objects import EnvironmentObjects
 from memsync.controller.environment.queue import QueueError, WorkQueue
 from memsync.controller.kube import KubeApiError
 from memsync.controller.objects import meta_of
+from memsync.controller.settings import DEFAULT_START_DEADLINE
 from memsync.crd.agentenv import AgentEnvironmentSpec, validate_environment_spec
 from memsync.crd.spec_messages import InvalidSpecError
 
@@ -59,6 +61,7 @@ class EnvironmentLoop:
         clock: Callable[[], datetime] = now_utc,
         jitter: Callable[[], float] = random.random,
         host: str | None = None,
+        start_deadline: float = DEFAULT_START_DEADLINE,
     ) -> None:
         self.objects = objects
         self.namespace = namespace
@@ -77,7 +80,9 @@ class EnvironmentLoop:
         )  # work items of finished SessionMemories, stopped by this process
         self.unavailable: tuple[int | None, str] | None = None  # (generation, why) of a final poll refusal
         self.holder = LeaseHolder(self._log, record=self._record_held)
-        self.claims = Claims(objects, namespace, self.holder, self.tally, self._log, jitter)
+        self.claims = Claims(
+            objects, namespace, self.holder, self.tally, self._log, jitter, start_deadline=start_deadline
+        )
         self.resumed = False  # the holds an earlier leader left were looked for
 
     def _log(self, **fields: Any) -> dict[str, Any]:
@@ -152,7 +157,7 @@ class EnvironmentLoop:
             await self._write_status(env, _with(seen, unavailable=self.unavailable[1]))
             return RECHECK_S * 6
         self.unavailable = None
-        if d.capacity(spec.max_concurrent_sessions, active) == 0:
+        if d.capacity(spec.max_concurrent_sessions, active, smems) == 0:
             await self._write_status(env, seen)
             return AT_CAPACITY_WAIT_S
         started = time.monotonic()
@@ -248,7 +253,10 @@ class EnvironmentLoop:
             logger.info(
                 "resuming the hold of a work item an earlier leader held", extra=self._log(work_id=work_id)
             )
-            self.holder.hold(queue, Hold(work_id, session_id, sessions_token, None, resume_from=value))
+            smem = next((s for s in smems if meta_of(s).name == d.object_name(session_id)), None)
+            deadline = starts.resumed_hold_deadline(smem, self.claims.start_deadline, self.clock())
+            hold = Hold(work_id, session_id, sessions_token, None, resume_from=value, deadline_s=deadline)
+            self.holder.hold(queue, hold)
         self.resumed = True
 
     async def _record_held(self, hold: Hold, value: str | None) -> None:

@@ -13,6 +13,7 @@ import kopf
 
 from memsync.controller import metrics
 from memsync.controller.environment import daemon as environment_daemon
+from memsync.controller.forbidden import tolerate_forbidden_watches
 from memsync.controller.kube import KubeApi, KubeApiError
 from memsync.controller.leadership.fence import Fence
 from memsync.controller.liveness import Liveness
@@ -22,6 +23,7 @@ from memsync.controller.sessionmemory.digest import object_digest, pod_digest
 from memsync.controller.sessionmemory.finalize import finalize
 from memsync.controller.sessionmemory.health import HealthWatches
 from memsync.controller.sessionmemory.ownership import Claims, session_claim
+from memsync.controller.sessionmemory.phases import holds_finalizer
 from memsync.controller.sessionmemory.podwatch import derive_later, see_pod_event
 from memsync.controller.sessionmemory.reconcile import note_spec_change, recheck, reconcile
 from memsync.controller.sessionmemory.state import SessionMemories
@@ -107,13 +109,14 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
     controller's own calls share one set of credentials. Without it, kopf's ``login_via_client`` (the
     official client's in-cluster or kubeconfig configuration, which ``KubeApi.from_environment`` reads too).
     """
+    tolerate_forbidden_watches()  # a namespace the operator may no longer watch never stops it
     registry = kopf.OperatorRegistry()
     kopf.on.login(registry=registry, id="login")(login or kopf.login_via_client)
     _register_sessions(registry)
     _register_periodic(registry, config)
     _register_pods(registry)
     if config.environments:
-        environment_daemon.register(registry)
+        environment_daemon.register(registry, start_deadline=config.start_deadline)
     return registry
 
 
@@ -150,7 +153,12 @@ def _register_sessions(registry: kopf.OperatorRegistry) -> None:
         state.handler_started()
         await guarded(state, obj, lambda: finalize(state, obj, runtime.total_seconds()))
 
-    kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, id="cleanup")(on_delete)
+    # The finalizer (and so this handler) is kept only until the session's outcome is recorded: kopf removes
+    # it from a SessionMemory whose status is final, so a finished object never waits on the operator.
+    def keeps_finalizer(status: Mapping[str, Any], **_: Any) -> bool:
+        return holds_finalizer(status or {})
+
+    kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, id="cleanup", when=keeps_finalizer)(on_delete)
 
 
 def _register_periodic(registry: kopf.OperatorRegistry, config: ControllerConfig) -> None:

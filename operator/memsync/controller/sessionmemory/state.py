@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
@@ -20,15 +21,20 @@ from typing import Any, Final
 from memsync.controller import metrics
 from memsync.controller.coalescing import Coalescer
 from memsync.controller.conditions import now_utc
-from memsync.controller.kube import CALL_THREADS, KubeApi
+from memsync.controller.kube import CALL_THREADS, KubeApi, KubeApiError
 from memsync.controller.objects import ObjectRef, meta_of
 from memsync.controller.sessionmemory.digest import StorePaths, object_digest, pod_digest, store_paths
+from memsync.controller.sessionmemory.pod import attempt_of_pod
 from memsync.controller.settings import ControllerConfig
+
+logger = logging.getLogger(__name__)
 
 #: Handler steps that run at once. kopf starts a handler for every object at once: a burst of 1,000 new
 #: SessionMemories would otherwise hold 1,000 objects, Pod manifests and responses while they all queue
 #: for the API client's threads (which serve ``CALL_THREADS`` calls at a time anyway).
 HANDLER_SLOTS: Final = 2 * CALL_THREADS
+#: How long a Node read is reused: one read per node and interval, however many sessions run there.
+NODE_CACHE_SECONDS: Final = 5.0
 
 _Key = tuple[str, str]
 
@@ -70,6 +76,12 @@ class SessionMemories:
         self._objects: dict[_Key, dict[str, Any]] = {}
         # The store paths of each SessionMemory's spec (uid -> generation, paths).
         self._paths: dict[str, tuple[int | None, StorePaths]] = {}
+        # Node reads (name -> (monotonic time, the Node or None when gone)); the nodes the operator may not
+        # read (logged once).
+        self._nodes: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        self._nodes_forbidden = False
+        # Retries of a session waiting without a Pod (a quota): its backoff.
+        self._waits: dict[_Key, int] = {}
 
     # --- the handlers and the periodic loop --------------------------------------------------------------
 
@@ -118,7 +130,15 @@ class SessionMemories:
         return True
 
     def see_pod(self, namespace: str, name: str, uid: str, pod: Mapping[str, Any], *, gone: bool) -> None:
-        """Remember one Pod event's state (its digest) for SessionMemory ``uid``."""
+        """Remember one Pod event's state (its digest) for SessionMemory ``uid``; a Pod of an earlier attempt
+        than the one remembered (its late events, after a restart) is not."""
+        before = self._seen_pods.get((namespace, name))
+        if (
+            before is not None
+            and before.owner_uid == uid
+            and attempt_of_pod(before.pod) > attempt_of_pod(pod)
+        ):
+            return
         self._seen_pods[(namespace, name)] = SeenPod(
             owner_uid=uid, pod=pod_digest(pod), gone=gone, at=time.monotonic()
         )
@@ -150,6 +170,39 @@ class SessionMemories:
 
     def service_account_found(self, namespace: str, name: str) -> None:
         self._service_account_missing_since.pop((namespace, name), None)
+
+    def waited(self, namespace: str, name: str) -> int:
+        """Count one more retry of a session waiting without a Pod; how many there were."""
+        key = (namespace, name)
+        self._waits[key] = self._waits.get(key, 0) + 1
+        return self._waits[key]
+
+    def wait_over(self, namespace: str, name: str) -> None:
+        self._waits.pop((namespace, name), None)
+
+    # --- the Nodes -------------------------------------------------------------------------------------
+
+    async def node(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """(known, the Node or None when it does not exist); known is False when the operator may not read
+        Nodes (no lost-node checks then: logged once) or the read failed."""
+        now = time.monotonic()
+        cached = self._nodes.get(name)
+        if cached is not None and now - cached[0] < NODE_CACHE_SECONDS:
+            return True, cached[1]
+        try:
+            node = await self.kube.get_node(name)
+        except KubeApiError as exc:
+            if exc.status == 403 and not self._nodes_forbidden:
+                self._nodes_forbidden = True
+                logger.warning(
+                    "the operator may not read Nodes: sessions on a lost node are not detected",
+                    extra={"error": str(exc)},
+                )
+            return False, None
+        self._nodes[name] = (now, node)
+        if len(self._nodes) > 4096:  # nodes come and go; keep the cache bounded
+            self._nodes = {k: v for k, v in self._nodes.items() if now - v[0] < NODE_CACHE_SECONDS}
+        return True, node
 
     # --- the SessionMemories ---------------------------------------------------------------------------
 
@@ -205,5 +258,6 @@ class SessionMemories:
         self._locks.pop(key, None)
         self._gone_since.pop(key, None)
         self._service_account_missing_since.pop(key, None)
+        self._waits.pop(key, None)
         self._seen_pods.pop(key, None)
         metrics.show_sessionmemories(self._objects.values())
