@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -326,20 +327,19 @@ def _cleanup(config: AgentConfig, folder: Path, store_id: str, code: int, base: 
 
 
 def _print_where(run: DevRun, store: MemoryStore | None, code: int, kept: list[Kept]) -> None:
+    db, key = shlex.quote(str(run.db_path)), shlex.quote(str(run.key_path))
+    url = f"http://127.0.0.1:{run.port}"
     lines = [
         "",
         f"memsync dev stopped (exit {code}). The store lives on in {run.db_path}",
         *describe(kept),
         f"  admin key file: {run.key_path}",
-        f"  API (while a server runs): http://127.0.0.1:{run.port}",
-        "  serve it again:   memsync store serve --db "
-        f"{run.db_path} --port {run.port} --admin-key-file {run.key_path}",
+        f"  API (while a server runs): {url}",
+        f"  serve it again:   memsync store serve --db {db} --port {run.port} --admin-key-file {key}",
     ]
     if store is not None:
-        lines.append(
-            f"  export it:        memsync store export {store.id} ./demo-export "
-            f"--url http://127.0.0.1:{run.port} --admin-key-file {run.key_path}"
-        )
+        export = f"memsync store export {store.id} ./demo-export --url {url} --admin-key-file {key}"
+        lines.append(f"  export it:        {export}")
     lines.append("  or run `memsync dev` again: it reuses the same store")
     click.echo("\n".join(lines), err=True)
 
