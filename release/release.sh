@@ -23,7 +23,8 @@ for tool in docker skopeo; do
 done
 say() { echo "[release] $*" >&2; }
 
-find "$dist" -mindepth 1 -delete
+# An earlier release's files go (nothing else in the folder is touched).
+rm -f -- "$dist"/memsync-* "$dist/index.yaml" "$dist/SHA256SUMS" "$dist/values-image.yaml"
 say "wheel and sdist"
 "$python" -m build --outdir "$dist" . >&2
 
@@ -42,6 +43,6 @@ echo "$digest" > "$dist/memsync-$version.image-digest"
 say "chart (image digest $digest)"
 make --no-print-directory chart CHART_OUT="$dist" CHART_IMAGE=memsync CHART_IMAGE_DIGEST="$digest" >&2
 
-(cd "$dist" && sha256sum -- * > SHA256SUMS)
+(cd "$dist" && sha256sum -- memsync-* index.yaml > SHA256SUMS)
 say "done: $dist"
-ls -1 "$dist"
+(cd "$dist" && ls -1 -- memsync-* index.yaml SHA256SUMS)
