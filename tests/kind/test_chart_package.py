@@ -36,6 +36,28 @@ def release_namespace(kind_env: KindEnv) -> Iterator[str]:
     kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
+@pytest.fixture
+def own_image(kind_env: KindEnv) -> Iterator[str]:
+    tag = image_of_its_own(kind_env.image)
+    yield tag
+    run("docker", "rmi", tag, check=False)
+
+
+def image_of_its_own(image: str) -> str:
+    """The image under test with one label more, so a config of its own. The node holds the image under
+    test already (the kind overlay's): containerd keeps one record per config, and the CRI does not learn
+    a second image's names for a config it holds, so the archive of that very image would not be found by
+    its digest (a registry's pull would record it)."""
+    tag = "memsync:release-test"
+    built = subprocess.run(
+        ["docker", "build", "--quiet", "--tag", tag, "-"],
+        input=f"FROM {image}\nLABEL org.opencontainers.image.version={VERSION}-kind-test\n",
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    return tag
+
+
 def release(dist: Path, image: str, helm: Path) -> str:
     """``make release`` of ``image`` into ``dist``; its stdout (the files it made)."""
     env = {"RELEASE_IMAGE": image, "PYTHON": sys.executable, "HELM": str(helm)}
@@ -55,12 +77,16 @@ def load_as_a_registry_would(archive: Path) -> None:
     assert loaded.returncode == 0, f"ctr images import: {loaded.stdout}\n{loaded.stderr}"
 
 
+def node_images() -> str:
+    return run("docker", "exec", NODE, "ctr", "-n", "k8s.io", "images", "ls").stdout
+
+
 def test_a_release_installs_from_its_folder_alone_pinned_by_digest(
-    kind_env: KindEnv, release_namespace: str, tmp_path: Path
+    kind_env: KindEnv, own_image: str, release_namespace: str, tmp_path: Path
 ) -> None:
     helm = tool("helm")
     dist = tmp_path / "dist with space"
-    release(dist, kind_env.image, helm)
+    release(dist, own_image, helm)
     names = sorted(p.name for p in dist.iterdir())
     assert names == sorted(
         [
@@ -84,6 +110,9 @@ def test_a_release_installs_from_its_folder_alone_pinned_by_digest(
     assert [e["urls"] for e in index["entries"]["memsync"]] == [[f"memsync-{VERSION}.tgz"]]
 
     load_as_a_registry_would(dist / f"memsync-{VERSION}.oci.tar")
+    listed = node_images()
+    refs = {line.split()[0]: line.split()[2] for line in listed.splitlines()[1:] if line.strip()}
+    assert refs.get(f"docker.io/library/memsync:{VERSION}") == digest, listed  # the archive's own digest
     values = tmp_path / "values.yaml"
     values.write_text(
         yaml.safe_dump(
@@ -102,7 +131,9 @@ def test_a_release_installs_from_its_folder_alone_pinned_by_digest(
         "--wait", "--timeout", "5m",
         env=env, check=False, timeout=400,
     )  # fmt: skip
-    assert installed.returncode == 0, f"{installed.stdout}\n{installed.stderr}\n{dump_cluster_state()}"
+    assert installed.returncode == 0, (
+        f"{installed.stdout}\n{installed.stderr}\n{node_images()}\n{dump_cluster_state()}"
+    )
     kubectl(
         "-n", release_namespace, "rollout", "status", "deployment/memsync-operator", "--timeout=300s",
         timeout=330,
