@@ -49,9 +49,10 @@ def namespaced_grants(deployed: Cluster) -> Iterator[tuple[str, str, str]]:
         }
     )
     objs = rendered_rbac("overlays/namespaced") + rendered_rbac("environments/namespaced")
-    assert {o["metadata"]["namespace"] for o in objs} == {SERVED}
+    # The grants of the served namespace, and the leader election's Lease in the operator's own namespace.
+    assert {o["metadata"]["namespace"] for o in objs} == {SERVED, SYSTEM_NS}
     for obj in objs:
-        obj["metadata"]["namespace"] = served
+        obj["metadata"]["namespace"] = served if obj["metadata"]["namespace"] == SERVED else system
         for subject in obj.get("subjects") or []:
             assert subject["namespace"] == SYSTEM_NS
             subject["namespace"] = system
@@ -95,6 +96,12 @@ def test_namespaced_mode_grants_only_in_the_served_namespace(
     # Secrets are never listed, watched or changed in place, even where they are served.
     for verb in ("list", "watch", "update", "patch"):
         assert not can(deployed, user, verb, "secrets", served), f"{verb} secrets"
+    # The leader election's Lease: in the operator's own namespace only, and by name once created.
+    system = user.split(":")[2]
+    assert can(deployed, user, "create", "leases.coordination.k8s.io", system)
+    assert can(deployed, user, "update", "leases.coordination.k8s.io/memsync-operator", system)
+    assert not can(deployed, user, "update", "leases.coordination.k8s.io/kube-scheduler", system)
+    assert not can(deployed, user, "create", "leases.coordination.k8s.io", served)
 
 
 def test_cluster_mode_grants_secrets_get_everywhere_and_nothing_more(deployed: Cluster) -> None:

@@ -307,7 +307,7 @@ def test_metrics_off_and_image_by_digest(tmp_path: Path) -> None:
     assert "--metrics-port" not in container["command"]
     assert [p["name"] for p in container["ports"]] == ["health"]
     # One image setting: the operator, the sandbox Pods' memsync containers and the store server.
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     store = objs[("Deployment", NAMESPACE, "memsync-store")]["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == env["MEMSYNC_AGENT_IMAGE"] == store["image"] == f"reg.test/memsync@{digest}"
 
@@ -335,7 +335,7 @@ def test_helm_only_objects_validate_offline(tmp_path: Path) -> None:
     }
     objs = helm_objects(tmp_path, values)
     assert {o["kind"] for o in objs} >= {"Role", "RoleBinding", "Deployment", "PersistentVolumeClaim"}
-    env = {e["name"]: e["value"] for e in operator_container(by_key(objs))["env"]}
+    env = {e["name"]: e.get("value") for e in operator_container(by_key(objs))["env"]}
     parsed = parse_memsync_env(env["MEMSYNC_OPERATOR_MEMSYNC_ENV"])  # what the operator reads at start
     assert [(e.name, e.value) for e in parsed] == [("HTTPS_PROXY", "http://p:3128")]
     validate_offline(objs)
@@ -430,3 +430,86 @@ def test_the_runbook_urls_are_prefixed_with_where_the_docs_are_published(tmp_pat
     for alert in alerts:
         url = alert["annotations"]["runbook_url"]
         assert url == f"{base}/docs/operations.md#{alert['alert'].lower()}", url
+
+
+def test_the_operator_runs_two_electing_replicas_with_the_scheduling_values(tmp_path: Path) -> None:
+    values = {
+        "imagePullSecrets": [{"name": "regcred"}],
+        "operator": {
+            "priorityClassName": "memsync-critical",
+            "nodeSelector": {"pool": "system"},
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "system", "effect": "NoSchedule"}
+            ],
+            "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+            "nodeLostTolerationSeconds": 20,
+        },
+    }
+    objs = by_key(helm_objects(tmp_path, values))
+    deployment = objs[("Deployment", NAMESPACE, "memsync-operator")]
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "memsync-critical"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["nodeSelector"] == {"pool": "system"}
+    assert pod["affinity"] == values["operator"]["affinity"]  # replaces the default spread
+    assert [(t["key"], t.get("tolerationSeconds")) for t in pod["tolerations"]] == [
+        ("node.kubernetes.io/not-ready", 20),
+        ("node.kubernetes.io/unreachable", 20),
+        ("dedicated", None),
+    ]
+    assert ("PodDisruptionBudget", NAMESPACE, "memsync-operator") in objs
+    assert ("Role", NAMESPACE, "memsync-operator-leader-election") in objs
+    assert "--no-leader-elect" not in operator_container(objs)["command"]
+
+
+def test_without_leader_election_one_replica_is_recreated(tmp_path: Path) -> None:
+    objs = by_key(helm_objects(tmp_path, {"operator": {"leaderElection": {"enabled": False}, "replicas": 3}}))
+    deployment = objs[("Deployment", NAMESPACE, "memsync-operator")]
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert ("PodDisruptionBudget", NAMESPACE, "memsync-operator") not in objs
+    assert operator_container(objs)["command"][-1] == "--no-leader-elect"
+
+
+def test_the_store_browser_can_be_exposed_by_an_ingress(tmp_path: Path) -> None:
+    ui = {
+        "ingress": {
+            "enabled": True,
+            "host": "memory.example.com",
+            "className": "nginx",
+            "annotations": {"nginx.ingress.kubernetes.io/whitelist-source-range": "10.0.0.0/8"},
+            "tls": [{"secretName": "memory-tls", "hosts": ["memory.example.com"]}],
+        }
+    }
+    objs = store_objects(tmp_path, {"enabled": True, "ui": ui})
+    validate_offline(list(objs.values()))
+    ingress = objs[("Ingress", NAMESPACE, "memsync-store-ui")]
+    spec = ingress["spec"]
+    assert spec["ingressClassName"] == "nginx" and spec["tls"] == ui["ingress"]["tls"]
+    assert ingress["metadata"]["annotations"] == ui["ingress"]["annotations"]
+    (rule,) = spec["rules"]
+    assert rule["host"] == "memory.example.com"
+    # only the browser's paths: the memory store API stays inside the cluster
+    assert [(p["path"], p["pathType"]) for p in rule["http"]["paths"]] == [
+        ("/ui", "Prefix"),
+        ("/docs", "Prefix"),
+        ("/openapi.json", "Exact"),
+    ]
+    assert {p["backend"]["service"]["name"] for p in rule["http"]["paths"]} == {"memsync-store"}
+    # off by default; the browser itself on by default, and off with ui.enabled: false
+    default = store_objects(tmp_path, {"enabled": True})
+    assert not [k for k in default if k[0] == "Ingress"]
+    container = default[("Deployment", NAMESPACE, "memsync-store")]["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    assert "MEMSYNC_STORE_UI" not in {e["name"] for e in container["env"]}
+    off = store_objects(tmp_path, {"enabled": True, "ui": {**ui, "enabled": False}})
+    assert not [k for k in off if k[0] == "Ingress"]
+    container = off[("Deployment", NAMESPACE, "memsync-store")]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "MEMSYNC_STORE_UI", "value": "false"} in container["env"]
+    refused = helm_template(
+        tmp_path, {"storeServer": {"enabled": True, "ui": {"ingress": {"enabled": True}}}}
+    )
+    assert refused.returncode != 0
+    assert "storeServer.ui.ingress.enabled needs storeServer.ui.ingress.host" in refused.stderr

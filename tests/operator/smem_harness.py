@@ -30,7 +30,7 @@ import itertools
 import json
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,14 +39,16 @@ from typing import Any
 import kmock as km
 import kopf
 import yaml
+from aiohttp import web
 from kmock._internal import enums, rendering
 
+from memsync.controller import runtime
 from memsync.controller.kube import KubeApi
-from memsync.controller.sessionmemory.registry import build_memo, build_registry
+from memsync.controller.leadership.fence import Fence
+from memsync.controller.runtime import Process
 from memsync.controller.settings import (
     ControllerConfig,
     WatchTimeouts,
-    bounded_session,
     configure_settings,
 )
 from memsync.crd.models import API_VERSION, GROUP, KIND, PLURAL, VERSION, sandbox_template
@@ -61,6 +63,8 @@ POD_RES = km.resource("v1/pods")
 EVENT_RES = km.resource("v1/events")
 SECRET_RES = km.resource("v1/secrets")
 SMEM_RES = km.resource(SMEM)
+LEASES = "coordination.k8s.io/v1/leases"
+LEASE_RES = km.resource(LEASES)
 
 
 class _ResourceVersions:
@@ -288,6 +292,25 @@ def declare_resources(kmock: km.KubernetesEmulator) -> None:
     kmock.resources[SMEM] = km.ResourceInfo(
         kind=KIND, namespaced=True, verbs=_VERBS, subresources={"status"}, shortnames={"smem"}
     )
+    kmock.resources[LEASES] = km.ResourceInfo(kind="Lease", namespaced=True, verbs=_VERBS)
+
+
+@contextlib.asynccontextmanager
+async def serve_get(
+    path: str, handler: Callable[[web.Request], Awaitable[web.Response]]
+) -> AsyncIterator[str]:
+    """An HTTP server on a free loopback port answering ``GET path`` with ``handler``; yields the URL."""
+    app = web.Application()
+    app.router.add_get(path, handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}{path}"
+    finally:
+        await runner.cleanup()
 
 
 async def eventually(probe: Callable[[], Any], *, timeout: float = 15.0, what: str = "condition") -> Any:
@@ -373,7 +396,9 @@ class Cluster:
     async def request_json(
         self, method: str, path: str, body: Any = None, *, content_type: str | None = None
     ) -> Any:
-        headers = {"Content-Type": content_type} if content_type else {}
+        headers = {"User-Agent": self.user_agent}
+        if content_type:
+            headers["Content-Type"] = content_type
         async with self.kmock.request(method, path, json=body, headers=headers) as response:
             payload = await response.json(content_type=None)
             if response.status >= 400:
@@ -411,6 +436,16 @@ class Cluster:
 
     def smem_status(self, name: str) -> dict[str, Any]:
         return (self.smem(name) or {}).get("status") or {}
+
+    #: The ``User-Agent`` of the test's own requests (``request_json``).
+    user_agent = "memsync-tests"
+
+    def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The leader election's Lease as the emulator holds it."""
+        key = (LEASE_RES, namespace, name)
+        if key not in self.kmock.objects or self.kmock.objects[key].deleted:
+            return None
+        return copy.deepcopy(self.kmock.objects[key].raw)
 
     def pod(self, name: str) -> dict[str, Any] | None:
         key = (POD_RES, self.namespace, name)
@@ -503,35 +538,39 @@ class RunningOperator:
 
 @contextlib.asynccontextmanager
 async def run_operator(
-    cluster: Cluster, config: ControllerConfig = FAST, *, clusterwide: bool = False
+    cluster: Cluster,
+    config: ControllerConfig = FAST,
+    *,
+    clusterwide: bool = False,
+    fence: Fence | None = None,
+    **process_options: Any,
 ) -> AsyncIterator[RunningOperator]:
-    """kopf in a thread with its own event loop (as ``kopf.testing.KopfRunner`` does), pointed at the
-    emulator, which keeps serving from the test's loop. Stopped, and checked for a crash, on exit.
+    """The operator process (``controller/runtime.py``) in a thread with its own event loop (as
+    ``kopf.testing.KopfRunner`` does), pointed at the emulator, which keeps serving from the test's loop.
+    Stopped, and checked for a crash, on exit.
 
-    ``clusterwide``: serve every namespace (as the manifests deploy it), else only the test's namespace.
+    ``clusterwide``: serve every namespace (as the manifests deploy it), else only the test's namespace;
+    ``process_options``: more of ``runtime.Process`` (an election, a liveness URL).
     """
     kube = KubeApi.for_host(cluster.url)
-
-    async def login(**_: Any) -> kopf.AiohttpSession:
-        return bounded_session(kube.connection_info(), watches=2)  # as the operator's CLI logs in
-
-    registry = build_registry(config, login=login)
+    process = Process(
+        settings=fast_settings(), namespaces=() if clusterwide else (cluster.namespace,), **process_options
+    )
     stop_flag = threading.Event()
     ready_flag = threading.Event()
     errors: list[BaseException] = []
 
     def main() -> None:
         try:
+            # as ``memsync operator`` runs it, with leader election only when a test asks for it
             asyncio.run(
-                kopf.operator(
-                    registry=registry,
-                    settings=fast_settings(),
-                    memo=build_memo(kube, config),
-                    standalone=True,
-                    namespaces=[] if clusterwide else [cluster.namespace],
-                    clusterwide=clusterwide,
-                    stop_flag=stop_flag,
-                    ready_flag=ready_flag,
+                runtime.run(
+                    kube,
+                    config,
+                    process,
+                    fence=fence or Fence(elected=False),
+                    stop=stop_flag,
+                    ready=ready_flag,
                 )
             )
         except BaseException as exc:  # reported to the test below

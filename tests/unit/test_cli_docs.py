@@ -146,8 +146,8 @@ def test_docs_cli_names_only_commands_and_flags_the_real_help_has() -> None:
     ctx = click.Context(cli)
     store = cli.get_command(ctx, "store")
     assert isinstance(store, click.Group)
-    # serve and admin-key are documented where the server is (docs/store-api.md, docs/store-server.md)
-    assert sorted(set(store.list_commands(click.Context(store))) - {"serve", "admin-key"}) == sorted(names)
+    # serve is documented where the server is (docs/store-api.md)
+    assert sorted(set(store.list_commands(click.Context(store))) - {"serve"}) == sorted(names)
 
 
 @pytest.mark.parametrize(

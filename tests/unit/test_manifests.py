@@ -101,8 +101,10 @@ def test_the_crd_is_the_generated_one_and_namespaced_objects_live_in_memsync_sys
     }
     cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
     for obj in objs:
-        if obj["kind"] in {"Role", "RoleBinding"}:  # the namespaced overlay's grants
-            assert obj["metadata"].get("namespace") == SERVED, obj["metadata"]["name"]
+        if obj["kind"] in {"Role", "RoleBinding"} and "leader-election" not in obj["metadata"]["name"]:
+            assert obj["metadata"].get("namespace") == SERVED, obj["metadata"][
+                "name"
+            ]  # the namespaced grants
         elif obj["kind"] not in cluster_scoped:
             assert obj["metadata"].get("namespace") == "memsync-system", obj["metadata"]["name"]
 
@@ -138,16 +140,38 @@ def test_workloads_meet_the_restricted_standard(overlay: str) -> None:
     ],
 )
 def test_operator_deployment(overlay: str, image: str) -> None:
-    operator = by_kind(render(f"overlays/{overlay}"), "Deployment")["memsync-operator"]
-    assert operator["spec"]["replicas"] == 1
-    assert operator["spec"]["strategy"] == {"type": "Recreate"}
+    objs = render(f"overlays/{overlay}")
+    operator = by_kind(objs, "Deployment")["memsync-operator"]
+    # Two replicas electing a leader: a rolling update starts the new one before the old one goes (it lets the
+    # Lease go as it stops), a drain takes one at a time, and a lost node's replica goes after 30 s.
+    assert operator["spec"]["replicas"] == 2
+    assert operator["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    pdb = by_kind(objs, "PodDisruptionBudget")["memsync-operator"]["spec"]
+    assert pdb == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": {"app.kubernetes.io/name": "memsync-operator"}},
+    }
     pod = operator["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "memsync-operator"
+    spread = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert [t["podAffinityTerm"]["topologyKey"] for t in spread] == ["kubernetes.io/hostname"]
+    assert {(t["key"], t["tolerationSeconds"]) for t in pod["tolerations"]} == {
+        ("node.kubernetes.io/not-ready", 30),
+        ("node.kubernetes.io/unreachable", 30),
+    }
     (container,) = pod["containers"]
     assert container["image"].startswith(image)
     env = {e["name"]: e.get("value") for e in container["env"]}
     # The sandbox Pods' memsync containers must run the operator's own image.
     assert env["MEMSYNC_AGENT_IMAGE"] == container["image"]
+    # Its Lease identity and the Lease's namespace, from the downward API.
+    fields = {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "valueFrom" in e
+    }
+    assert fields == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
     assert container["command"][:2] == ["memsync", "operator"]
     liveness = container["livenessProbe"]["httpGet"]
     assert liveness["path"] == "/healthz"
@@ -197,7 +221,9 @@ def test_store_server_only_in_the_kind_overlay() -> None:
     assert set(by_kind(production, "Deployment")) == {"memsync-operator"}
     assert set(by_kind(production, "Service")) == {"memsync-operator-metrics"}
     assert not by_kind(production, "PersistentVolumeClaim")
-    assert not by_kind(production, "Secret") and not by_kind(production, "PodDisruptionBudget")
+    assert not by_kind(production, "Secret") and set(by_kind(production, "PodDisruptionBudget")) == {
+        "memsync-operator"
+    }
     assert not by_kind(production, "NetworkPolicy")
 
 
@@ -262,6 +288,17 @@ def test_rbac_is_least_privilege() -> None:
         ]
 
 
+LEASE_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "resourceNames": ["memsync-operator"],
+        "verbs": ["get", "update"],
+    },
+]
+
+
 def _rules_of(objs: list[dict[str, Any]], kind: str) -> dict[tuple[str, str], list[dict[str, Any]]]:
     return {
         (o["metadata"].get("namespace", ""), o["metadata"]["name"]): o["rules"]
@@ -276,8 +313,13 @@ def test_namespaced_rbac_grants_base_rules_in_the_served_namespace_only() -> Non
     assert not kinds & {"ClusterRole", "ClusterRoleBinding"}, "namespaced RBAC grants nothing cluster-wide"
     cluster_wide = _rules_of(render("overlays/production"), "ClusterRole")
     roles = _rules_of(objs, "Role")
+    # The leader election's Lease is in the operator's own namespace, whatever it serves.
+    assert roles.pop(("memsync-system", "memsync-operator-leader-election")) == LEASE_RULES
     assert roles == {(SERVED, name): rules for (_, name), rules in cluster_wide.items()}
     for binding in by_kind(objs, "RoleBinding").values():
+        if binding["metadata"]["name"] == "memsync-operator-leader-election":
+            assert binding["metadata"]["namespace"] == "memsync-system"
+            continue
         assert binding["metadata"]["namespace"] == SERVED
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
@@ -287,7 +329,9 @@ def test_namespaced_rbac_grants_base_rules_in_the_served_namespace_only() -> Non
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "memsync-operator", "namespace": "memsync-system"}
         ]
-    assert set(by_kind(objs, "RoleBinding")) == {name for _, name in roles}
+    assert set(by_kind(objs, "RoleBinding")) == {name for _, name in roles} | {
+        "memsync-operator-leader-election"
+    }
     command = by_kind(objs, "Deployment")["memsync-operator"]["spec"]["template"]["spec"]["containers"][0][
         "command"
     ]

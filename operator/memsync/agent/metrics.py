@@ -6,6 +6,7 @@ prometheus_client's own aiohttp handler (content negotiation, OpenMetrics, compr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -14,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from memsync.contracts.health import STATUS_PATH, SyncHealth, encode_health
+from memsync.contracts.health import STATUS_PATH, WAIT_PARAM, SyncHealth, encode_health, tag, wait_seconds
 from memsync.contracts.runner import FINAL_PATH
 
 if TYPE_CHECKING:  # aiohttp is imported only when the endpoint starts: mount and flush start faster
@@ -128,6 +129,8 @@ class MetricsServer:
         self.final = final
         self.host = host
         self.port = port
+        # How often a held watch of /status looks for a change (the operator sees one at most this late).
+        self.watch_check_s = 0.25
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:
@@ -166,10 +169,28 @@ class MetricsServer:
         return web.Response(status=503, text=f"not ready: {', '.join(waiting) or 'starting'}\n")
 
     async def _status(self, request: web.Request) -> web.Response:
+        """The health document with its tag; a watch (``?wait=S`` with ``If-None-Match``) is answered when
+        the tag changes, or with 304 after ``S`` seconds (``memsync.contracts.health``)."""
         from aiohttp import web  # noqa: PLC0415
 
         assert self.health is not None
-        return web.Response(body=encode_health(self.health()), content_type="application/json")
+        health = self.health()
+        current = tag(health)
+        wait = wait_seconds(request.query.get(WAIT_PARAM))
+        seen = request.headers.get("If-None-Match")
+        if wait and seen == current:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + wait
+            while current == seen:
+                left = deadline - loop.time()
+                if left <= 0:
+                    return web.Response(status=304, headers={"ETag": current})
+                await asyncio.sleep(min(self.watch_check_s, left))
+                health = self.health()
+                current = tag(health)
+        return web.Response(
+            body=encode_health(health), content_type="application/json", headers={"ETag": current}
+        )
 
     async def _final(self, request: web.Request) -> web.Response:
         from aiohttp import web  # noqa: PLC0415

@@ -71,3 +71,21 @@ def count_phases(objects: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 def show_sessionmemories(objects: Iterable[Mapping[str, Any]]) -> None:
     for phase, count in count_phases(objects).items():
         SESSIONMEMORIES.labels(phase=phase).set(count)
+
+
+LEADER: Final = Gauge(
+    "memsync_operator_leader",
+    "1 while this replica holds the leader election's Lease and acts, 0 while it stands by.",
+)
+LAST_RECONCILE: Final = Gauge(
+    "memsync_operator_last_reconcile_timestamp_seconds",
+    "Unix time when this replica last finished reconciling a SessionMemory (a handler or a periodic job).",
+)
+LAST_PERIODIC_ROUND: Final = Gauge(
+    "memsync_operator_periodic_round_timestamp_seconds",
+    "Unix time when the periodic loop (re-checks and sync-health watches) last completed a round.",
+)
+WITHOUT_STATUS: Final = Gauge(
+    "memsync_operator_sessionmemories_without_status",
+    "SessionMemories that have had no status for more than two minutes since their creation.",
+)

@@ -21,7 +21,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -50,15 +50,21 @@ class ControllerConfig:
     - ``recheck_interval``: how often a SessionMemory refused before any Pod existed (missing Secret or
       key, duplicate session, invalid spec) is evaluated again, so it starts once the cause is fixed; and
       how often a session with a Pod and no outcome yet is reconciled against its Pod (a status write of
-      the Pod watcher that failed, or a missed watch event, is repaired by then).
+      the Pod watcher that failed is repaired by then).
+    - ``pod_reread_interval``: the re-check of an active session starts from the Pod as the watcher saw it
+      within this many seconds, and reads the Pod from the API otherwise (a missed watch event is repaired
+      within it); a running fleet of 5,000 sessions then reads a few Pods a second, not 166.
     - ``delete_recheck_delay``: while deleting, how often the operator checks whether the Pod is gone.
     - ``delete_extra_seconds``: the deletion waits for the Pod at most its ``terminationGracePeriodSeconds``
       plus this, then gives up waiting, warns, and releases the SessionMemory (``delete_timeout_seconds``,
       when set, replaces that bound with a fixed one).
     - ``report_settle_seconds``: once the Pod is gone, how long the deletion waits for the Pod watcher to
       record the Pod's last termination messages before recording the final flush as not reported.
-    - ``health_interval``: how often the sync sidecar's ``/status`` of a running session is read (the
-      ``Synced`` condition then turns False within a pass plus this of a failing pass).
+    - ``health_interval``: how often the sync sidecar's ``/status`` of a running session is read when it
+      cannot be watched (a sidecar of an older version, or one that could not be reached); a watched one
+      reports a change at once (``sessionmemory/health.py``).
+    - ``health_connections``: at most this many sidecars are watched over open connections at once (0: no
+      bound); beyond it, watches wait for a free connection and their changes arrive later.
     - ``health_address``: the URL of a Pod's ``/status`` (default: the Pod IP and the sidecar's metrics
       port); a test that runs Pods on one machine with remapped ports passes its own.
     - ``service_account_wait``: how long a Pod create refused because its ServiceAccount does not exist is
@@ -76,12 +82,14 @@ class ControllerConfig:
     agent_image: str = DEFAULT_AGENT_IMAGE
     agent_image_pull_policy: str = "IfNotPresent"
     recheck_interval: float = 30.0
+    pod_reread_interval: float = 600.0
     delete_recheck_delay: float = 5.0
     delete_extra_seconds: float = 60.0
     delete_timeout_seconds: float | None = None
     report_settle_seconds: float = 10.0
     default_grace_seconds: float = 120.0
     health_interval: float = 5.0
+    health_connections: int = 0
     service_account_wait: float = 60.0
     sidecar_start_timeout: float = 300.0
     memory_volume_size_limit: str = DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
@@ -139,15 +147,34 @@ def configure_settings(
     return settings
 
 
-def bounded_session(info: kopf.ConnectionInfo, *, watches: int) -> kopf.AiohttpSession:
+def watches_per_namespace(*, environments: bool) -> int:
+    """The watches kopf holds per namespace served (or cluster-wide): SessionMemories and Pods, and
+    AgentEnvironments when the operator serves them."""
+    return 3 if environments else 2
+
+
+def bounded_session(
+    info: kopf.ConnectionInfo,
+    *,
+    watches: int | None,
+    traces: Sequence[aiohttp.TraceConfig] = (),
+    user_agent: str | None = None,
+) -> kopf.AiohttpSession:
     """kopf's API session for ``info``'s server and credentials, with at most ``KOPF_REQUESTS`` requests in
-    flight besides its ``watches`` (each holds a connection for as long as it runs). Call it in the event
-    loop (kopf's login handlers are)."""
+    flight besides its ``watches`` (each holds a connection for as long as it runs; None: a number not known
+    in advance, as with namespace globs, and no bound). ``traces`` see every request (the leadership fence,
+    the liveness probe's watch signals). Call it in the event loop (kopf's login handlers are)."""
+    headers = dict(info.as_http_headers())
+    if user_agent:
+        headers["User-Agent"] = user_agent
     session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=KOPF_REQUESTS + watches, ssl=info.as_ssl_context()),
-        headers=info.as_http_headers(),
+        connector=aiohttp.TCPConnector(
+            limit=0 if watches is None else KOPF_REQUESTS + watches, ssl=info.as_ssl_context()
+        ),
+        headers=headers,
         proxy=info.proxy_url,
         trust_env=info.trust_env,
+        trace_configs=list(traces),
     )
     return kopf.AiohttpSession(
         server=info.server,

@@ -34,6 +34,9 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 LABEL_ENVIRONMENT: Final = f"{GROUP}/agentenvironment"
 LABEL_WORK_ID: Final = f"{GROUP}/work-id"  # cut to a label's 63 characters; the annotation is exact
 ANNOTATION_WORK_ID: Final = f"{GROUP}/work-id"
+#: In the AgentEnvironment's status, work id -> the last heartbeat value the operator holds the item's lease
+#: with, so a new leader of the operator can go on holding from there (``controller/environment/holder.py``).
+STATUS_HELD_HEARTBEATS: Final = "heldHeartbeats"
 
 ENVIRONMENT_ID_PATTERN: Final = r"^env_[A-Za-z0-9_-]+$"
 ENVIRONMENT_ID_MAX: Final = 128

@@ -112,6 +112,16 @@ def status_schema() -> dict[str, Any]:
             ),
             "lastPollTime": string_node("When the queue was last polled successfully.", format="date-time"),
             "lastError": string_node("The latest error, if the last pass failed.", maxLength=m.MESSAGE_MAX),
+            a.STATUS_HELD_HEARTBEATS: {
+                "type": "object",
+                "description": (
+                    "Work items whose lease the operator holds until their Pod's runner takes it over, by "
+                    "work id: the last heartbeat value it holds each with (a new leader of the operator goes "
+                    "on from there)."
+                ),
+                "additionalProperties": {"type": "string", "maxLength": 128},
+                "maxProperties": 1000,
+            },
             "tally": {
                 "type": "object",
                 "description": "The operator's running counts behind claimed, succeeded and failed.",

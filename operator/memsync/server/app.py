@@ -3,6 +3,9 @@
 Endpoints are plain ``def`` functions, so FastAPI runs them in its threadpool and database work never blocks
 the event loop. Request bodies are read by an async dependency that enforces the size cap while streaming
 (``http/envelope.py``).
+
+The app's OpenAPI document is ``app.openapi()`` (``http/openapi.py``); with ``ui`` (the default) the app also
+serves the store browser at ``/ui/`` and the API reference at ``/docs`` and ``/openapi.json`` (``ui/``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from memsync.server.http import access as access_routes
 from memsync.server.http import environments as environment_routes
 from memsync.server.http import memories as memory_routes
 from memsync.server.http import observe
+from memsync.server.http import openapi as openapi_document
 from memsync.server.http import sessions as session_routes
 from memsync.server.http import stores as store_routes
 from memsync.server.http import versions as version_routes
@@ -33,6 +37,8 @@ from memsync.server.http.envelope import RequestIdMiddleware, install_error_hand
 from memsync.server.http.probe import ProbeAnswers, ProbeMiddleware, listing_route
 from memsync.server.storage.backends import open_database
 from memsync.server.stores.service import StoreService
+from memsync.server.ui import BrowserHeadersMiddleware
+from memsync.server.ui import install as install_browser
 
 logger = logging.getLogger("memsync.server")
 
@@ -47,6 +53,7 @@ class AppSettings(TypedDict, total=False):
     lease_ttl_s: int
     first_heartbeat_s: int
     db_pool_size: int
+    ui: bool
 
 
 def create_app(
@@ -124,7 +131,9 @@ def create_app(
         AdmissionMiddleware, limits=admission or AdmissionLimits.derived(), render=scope_error_response
     )
     app.add_middleware(observe.ObserveMiddleware, access_logs=access_logs)
-    app.add_middleware(RequestIdMiddleware)  # added last: outermost, so the access log has the request id
+    app.add_middleware(RequestIdMiddleware)  # outermost but one, so the access log has the request id
+    if settings.get("ui", True):
+        app.add_middleware(BrowserHeadersMiddleware)  # outermost: every browser answer has its headers
     install_error_handlers(app)
     for router in (
         environment_routes.router(extension.envs),
@@ -137,4 +146,7 @@ def create_app(
         access_routes.router(access),
     ):
         app.include_router(router)
+    openapi_document.install(app)
+    if settings.get("ui", True):
+        install_browser(app, service, access)
     return app

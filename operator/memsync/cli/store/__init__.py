@@ -1,11 +1,11 @@
 """``memsync store``: run the self-hosted store server, and administer one over HTTP.
 
 ``serve`` (``memsync.cli.store.serve``) runs the server; ``backup`` and ``restore`` (``backup``) work on
-its SQLite file; ``create``, ``list``, ``token`` and ``admin-key`` (``admin``), ``import`` (``importing``)
-and ``export`` (``exporting``, both over ``transfer``) and ``show``, ``delete``, ``archive``, ``memories``,
-``history``, ``cat`` and ``redact`` (``inspect``) talk to a running server with the store client and the
-admin key. This module is only the group: each command's module is imported only when one of its commands
-runs, so the admin commands never load the server.
+its SQLite file; ``create``, ``list``, ``token``, ``admin-key`` and ``viewer-key`` (``admin``), ``import``
+(``importing``) and ``export`` (``exporting``, both over ``transfer``) and ``show``, ``delete``,
+``archive``, ``memories``, ``history``, ``cat`` and ``redact`` (``inspect``) talk to a running server with
+the store client and the admin key. This module is only the group: each command's module is imported only
+when one of its commands runs, so the admin commands never load the server.
 """
 
 from __future__ import annotations
@@ -86,6 +86,12 @@ COMMANDS: Final = {
         _INSPECT,
         "show",
         "Show a store: name, description, times, metadata, and how many memories it holds.",
+    ),
+    "viewer-key": Lazy(
+        _ADMIN,
+        "viewer_key",
+        "Named viewer keys: read-only keys for the store browser (/ui/) and the API's reads; they list and "
+        "read every store and write nothing.",
     ),
     "token": Lazy(
         _ADMIN,

@@ -1,4 +1,5 @@
-"""``memsync store create|list|token|admin-key``: administer a store server over HTTP with the admin key.
+"""``memsync store create|list|token|admin-key|viewer-key``: administer a store server over HTTP with the
+admin key.
 
 The admin key is never a command-line value (it would show in ``ps``): it comes from ``MEMSYNC_ADMIN_KEY``
 or a file. ``run_with_client`` is how every admin command (here, in ``transfer`` and in
@@ -12,7 +13,7 @@ import os
 import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import click
 
@@ -236,51 +237,72 @@ def token_revoke(*, session_id: str, url: str, admin_key_file: Path | None) -> N
     click.echo(f"revoked the sessions token of {session_id}", err=True)
 
 
-# --- admin keys -----------------------------------------------------------------------------------------
+# --- named keys: admin keys and viewer keys --------------------------------------------------------------
 
 
-@click.group("admin-key")
-def admin_key() -> None:
-    """Named admin keys: several may be current at once, so a key can be rotated (create the new key,
-    move the clients to it, revoke the old one)."""
+def key_group(kind: str, help_text: str) -> click.Group:
+    """``memsync store {kind}-key create|list|revoke`` over ``/v1/memsync/{kind}_keys``."""
+    noun, collection = f"{kind} key", f"{kind}_keys"
 
+    @click.group(f"{kind}-key", help=help_text)
+    def group() -> None:
+        pass
 
-@admin_key.command("create")
-@click.argument("name")
-@admin_options
-def admin_key_create(*, name: str, url: str, admin_key_file: Path | None) -> None:
-    """Create an admin key; print the key (shown only this once) on stdout, its id on stderr."""
-    made = run_with_client(url, admin_key_file, lambda c: c.admin_keys("POST", body={"name": name}))
-    click.echo(f"created admin key {made['id']} ({made['name']})", err=True)
-    click.echo(made["key"])
-
-
-@admin_key.command("list")
-@output_options
-@admin_options
-def admin_key_list(*, output: str, url: str, admin_key_file: Path | None) -> None:
-    """List admin keys (ids and names; never the keys)."""
-    listed = run_with_client(url, admin_key_file, lambda c: c.admin_keys("GET"))
-    rows = [row for row in listed["data"] if isinstance(row, dict)]
-    if is_data(output):
-        click.echo(dump(listing({k: v for k, v in row.items() if k != "key"} for row in rows), output))
-        return
-    states = [f"revoked {row['revoked_at']}" if row["revoked_at"] else "current" for row in rows]
-    click.echo(
-        table(
-            ["ID", "NAME", "CREATED", "STATE"],
-            [
-                [row["id"], row["name"], row["created_at"], state]
-                for row, state in zip(rows, states, strict=True)
-            ],
-        )
+    @group.command(
+        "create",
+        help=f"Create a{'n' if kind[0] in 'aeiou' else ''} {noun}; print the key (shown "
+        "only this once) on stdout, its id on stderr.",
     )
+    @click.argument("name")
+    @admin_options
+    def create(*, name: str, url: str, admin_key_file: Path | None) -> None:
+        made = run_with_client(
+            url, admin_key_file, lambda c: c.named_keys(collection, "POST", body={"name": name})
+        )
+        click.echo(f"created {noun} {made['id']} ({made['name']})", err=True)
+        click.echo(made["key"])
+
+    @group.command("list", help=f"List {noun}s (ids and names; never the keys).")
+    @output_options
+    @admin_options
+    def list_keys(*, output: str, url: str, admin_key_file: Path | None) -> None:
+        listed = run_with_client(url, admin_key_file, lambda c: c.named_keys(collection, "GET"))
+        rows = [row for row in listed["data"] if isinstance(row, dict)]
+        if is_data(output):
+            click.echo(dump(listing({k: v for k, v in row.items() if k != "key"} for row in rows), output))
+            return
+        states = [f"revoked {row['revoked_at']}" if row["revoked_at"] else "current" for row in rows]
+        click.echo(
+            table(
+                ["ID", "NAME", "CREATED", "STATE"],
+                [
+                    [row["id"], row["name"], row["created_at"], state]
+                    for row, state in zip(rows, states, strict=True)
+                ],
+            )
+        )
+
+    @group.command("revoke", help=REVOKE_HELP[kind])
+    @click.argument("key_id", type=ID)
+    @admin_options
+    def revoke(*, key_id: str, url: str, admin_key_file: Path | None) -> None:
+        run_with_client(url, admin_key_file, lambda c: c.named_keys(collection, "POST", f"/{key_id}/revoke"))
+        click.echo(f"revoked {noun} {key_id}", err=True)
+
+    return group
 
 
-@admin_key.command("revoke")
-@click.argument("key_id", type=ID)
-@admin_options
-def admin_key_revoke(*, key_id: str, url: str, admin_key_file: Path | None) -> None:
-    """Revoke an admin key by id (apikey_...); the last current key cannot be revoked."""
-    run_with_client(url, admin_key_file, lambda c: c.admin_keys("POST", f"/{key_id}/revoke"))
-    click.echo(f"revoked admin key {key_id}", err=True)
+REVOKE_HELP: Final = {
+    "admin": "Revoke an admin key by id (apikey_...); the last current key cannot be revoked.",
+    "viewer": "Revoke a viewer key by id (viewerkey_...); its store browser sessions end at once.",
+}
+ADMIN_KEY_HELP: Final = (
+    "Named admin keys: several may be current at once, so a key can be rotated (create the new key, move "
+    "the clients to it, revoke the old one)."
+)
+VIEWER_KEY_HELP: Final = (
+    "Named viewer keys: read-only keys for the store browser (/ui/) and the API's reads; they list and "
+    "read every store and write nothing."
+)
+admin_key = key_group("admin", ADMIN_KEY_HELP)
+viewer_key = key_group("viewer", VIEWER_KEY_HELP)

@@ -233,6 +233,15 @@ def _derived_bound(
     show_envvar=True,
     help="One structured INFO line per request (no headers, no query strings).",
 )
+@click.option(
+    "--ui/--no-ui",
+    default=True,
+    show_default=True,
+    envvar="MEMSYNC_STORE_UI",
+    show_envvar=True,
+    help="Serve the store browser (/ui/) and the API reference (/docs, /openapi.json), signed in with an "
+    "admin key or a viewer key.",
+)
 @click.pass_context
 def serve(  # noqa: PLR0913 - click passes each of the command's options as a parameter
     ctx: click.Context,
@@ -259,6 +268,7 @@ def serve(  # noqa: PLR0913 - click passes each of the command's options as a pa
     max_queued: int | None,
     max_in_flight_per_credential: int | None,
     max_loop_lag: float,
+    ui: bool,
 ) -> None:
     """Run the store server (FastAPI + uvicorn over an SQLite file or PostgreSQL)."""
     if (ssl_certfile is None) != (ssl_keyfile is None):
@@ -294,6 +304,7 @@ def serve(  # noqa: PLR0913 - click passes each of the command's options as a pa
         max_queued=max_queued,
         max_in_flight_per_credential=max_in_flight_per_credential,
         max_loop_lag_s=max_loop_lag,
+        ui=ui,
         log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()),
         log_format=_root_params(ctx).get("log_format") or "text",
     )

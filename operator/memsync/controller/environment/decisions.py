@@ -446,6 +446,8 @@ def _parse(stamp: Any) -> datetime | None:
 def worth_writing(previous: Mapping[str, Any], new: Mapping[str, Any], poll_time_every_s: float) -> bool:
     """Whether ``new`` differs from ``previous`` in more than a ``lastPollTime`` moved by less than
     ``poll_time_every_s`` (a pass polls about once a second; the status need not say so each time)."""
+    # The held heartbeats are the holder's own record (written by it, never by the pass).
+    previous = {k: v for k, v in previous.items() if k != a.STATUS_HELD_HEARTBEATS}
     if new == previous:
         return False
     if {k: v for k, v in new.items() if k != "lastPollTime"} != {
@@ -454,3 +456,19 @@ def worth_writing(previous: Mapping[str, Any], new: Mapping[str, Any], poll_time
         return True
     before, after = _parse(previous.get("lastPollTime")), _parse(new.get("lastPollTime"))
     return before is None or after is None or (after - before).total_seconds() >= poll_time_every_s
+
+
+def holds_to_resume(
+    env: Mapping[str, Any], smems: Sequence[Mapping[str, Any]], held: set[str]
+) -> list[tuple[str, str, str]]:
+    """(work id, session id, heartbeat value) of the items an earlier holder (the old leader) recorded in the
+    environment's status whose SessionMemory is still active and which this process does not hold."""
+    recorded = (env.get("status") or {}).get(a.STATUS_HELD_HEARTBEATS) or {}
+    out = []
+    for smem in smems:
+        work_id = work_id_of(smem)
+        session_id = (smem.get("spec") or {}).get("sessionId")
+        value = recorded.get(work_id) if isinstance(recorded, Mapping) and work_id else None
+        if work_id and work_id not in held and isinstance(session_id, str) and is_active(smem) and value:
+            out.append((work_id, session_id, str(value)))
+    return out

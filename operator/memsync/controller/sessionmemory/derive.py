@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, cast
 
 from pydantic.alias_generators import to_camel
@@ -377,8 +377,3 @@ def status_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dic
         if key not in new and key != "kopf":
             patch[key] = None
     return patch
-
-
-def now_utc() -> datetime:
-    """The one impure helper: handlers pass its value into the functions above."""
-    return datetime.now(tz=UTC)

@@ -279,8 +279,9 @@ async def recheck(
 ) -> None:
     """The periodic re-check. A session with its Pod and no outcome yet is checked against its Pod alone,
     from the SessionMemory as this process last read or wrote it (only this operator writes the status, so
-    that copy's status is current; a write it makes still carries that copy's resourceVersion): the Pod is
-    read, and a gone Pod is recorded from the watcher's last view. Anything else (a refusal, which needs the
+    that copy's status is current; a write it makes still carries that copy's resourceVersion): the Pod as
+    the watcher saw it within ``pod_reread_interval`` (else it is read), and a gone Pod is recorded from the
+    watcher's last view. Anything else (a refusal, which needs the
     spec; an object this process holds no copy of) is reconciled in full."""
     meta = meta_of(event_body)
     namespace, name, uid = str(meta.namespace), str(meta.name), str(meta.uid)
@@ -291,7 +292,14 @@ async def recheck(
         await reconcile(state, event_body, claims)
         return
     pod_name = str(status["podName"])
-    pod = await state.kube.get_pod(namespace, pod_name)
+    # The Pod as the watcher saw it lately (kopf's watch of Pods delivers every change, and the liveness probe
+    # fails when a watch stalls), so a running fleet costs few reads; read when it saw none lately (a missed
+    # event is repaired within ``pod_reread_interval``).
+    seen = state.seen_pod(namespace, name, uid, pod_name)
+    fresh = (
+        seen is not None and not seen.gone and time.monotonic() - seen.at < state.config.pod_reread_interval
+    )
+    pod = seen.pod if fresh and seen is not None else await state.kube.get_pod(namespace, pod_name)
     if pod is None:
         await record_gone_pod(state, ObjectRef(namespace, name, uid), pod_name)
     else:

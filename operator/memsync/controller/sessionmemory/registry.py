@@ -14,11 +14,13 @@ import kopf
 from memsync.controller import metrics
 from memsync.controller.environment import daemon as environment_daemon
 from memsync.controller.kube import KubeApi, KubeApiError
+from memsync.controller.leadership.fence import Fence
+from memsync.controller.liveness import Liveness
 from memsync.controller.objects import ObjectRef, meta_of
 from memsync.controller.periodic import HEALTH, RECHECK, Job, Schedule, jobs_of, run_jobs
 from memsync.controller.sessionmemory.digest import object_digest, pod_digest
 from memsync.controller.sessionmemory.finalize import finalize
-from memsync.controller.sessionmemory.health import poll_health_of
+from memsync.controller.sessionmemory.health import HealthWatches
 from memsync.controller.sessionmemory.ownership import Claims, session_claim
 from memsync.controller.sessionmemory.podwatch import derive_later, see_pod_event
 from memsync.controller.sessionmemory.reconcile import note_spec_change, recheck, reconcile
@@ -33,14 +35,28 @@ RECONCILE_ERROR_DELAY: Final = 10.0
 #: (which the AgentEnvironment daemon uses too).
 STATE_KEY: Final = "sessionmemories"
 KUBE_KEY: Final = "kube"
+LIVENESS_KEY: Final = "liveness"
+FENCE_KEY: Final = "fence"
 LoginFn = Callable[..., Any]
 
 
-def build_memo(kube: KubeApi, config: ControllerConfig) -> kopf.Memo:
+def build_memo(
+    kube: KubeApi, config: ControllerConfig, liveness: Liveness | None = None, fence: Fence | None = None
+) -> kopf.Memo:
+    """What every handler shares: the API client, the SessionMemories' state, the liveness probe's signals,
+    and the leadership fence (the environments' work queues ask it before every call)."""
     memo = kopf.Memo()
     memo[KUBE_KEY] = kube
     memo[STATE_KEY] = SessionMemories(kube=kube, config=config)
+    memo[LIVENESS_KEY] = liveness or Liveness()
+    memo[FENCE_KEY] = fence
     return memo
+
+
+def liveness_of(memo: Any) -> Liveness:
+    liveness = memo[LIVENESS_KEY]
+    assert isinstance(liveness, Liveness)
+    return liveness
 
 
 def state_of(memo: Any) -> SessionMemories:
@@ -57,6 +73,7 @@ async def guarded(
     try:
         async with state.slots:
             await step()
+        metrics.LAST_RECONCILE.set_to_current_time()
     except KubeApiError as exc:
         metrics.API_ERRORS.labels(status=str(exc.status)).inc()
         meta = meta_of(body)
@@ -153,16 +170,21 @@ def _register_periodic(registry: kopf.OperatorRegistry, config: ControllerConfig
             ident = ref.as_body(API_VERSION, KIND)
             await guarded(state, ident, lambda: recheck(state, ident, claims))
 
-        async def health_one(ref: ObjectRef) -> None:
-            await guarded(state, ref.as_body(API_VERSION, KIND), lambda: poll_health_of(state, ref))
-
-        jobs = [
-            Job(RECHECK, Schedule(config.recheck_interval, config.recheck_interval), recheck_one),
-            Job(HEALTH, Schedule(config.health_interval, 0.0), health_one),
-        ]
+        watches = HealthWatches(state, connections=config.health_connections)
+        jobs = [Job(RECHECK, Schedule(config.recheck_interval, config.recheck_interval), recheck_one)]
+        liveness = liveness_of(memo)
         state.start_periodic(
-            run_jobs(jobs, kwargs[PERIODIC_INDEX], state.indexed, error_delay=RECONCILE_ERROR_DELAY)
+            run_jobs(
+                jobs,
+                kwargs[PERIODIC_INDEX],
+                state.indexed,
+                error_delay=RECONCILE_ERROR_DELAY,
+                followers={HEALTH: watches.sync},
+                on_round=liveness.round_done,
+            ),
+            watches.close,
         )
+        liveness.periodic_ended = state.periodic_ended
 
     kopf.on.startup(registry=registry, id="periodic")(start_periodic)
 

@@ -12,15 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-from collections.abc import Callable, Coroutine, Mapping
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from memsync.controller import metrics
 from memsync.controller.coalescing import Coalescer
+from memsync.controller.conditions import now_utc
 from memsync.controller.kube import CALL_THREADS, KubeApi
 from memsync.controller.objects import ObjectRef, meta_of
-from memsync.controller.sessionmemory.derive import now_utc
 from memsync.controller.sessionmemory.digest import StorePaths, object_digest, pod_digest, store_paths
 from memsync.controller.settings import ControllerConfig
 
@@ -39,6 +40,7 @@ class SeenPod:
     owner_uid: str
     pod: Mapping[str, Any]
     gone: bool
+    at: float = 0.0  # when the watcher saw it (monotonic seconds)
 
 
 class SessionMemories:
@@ -56,6 +58,7 @@ class SessionMemories:
         # Set by the first handler kopf runs; the periodic jobs wait for it (``handler_started``).
         self.indexed = asyncio.Event()
         self._periodic: asyncio.Task[None] | None = None
+        self._periodic_close: Callable[[], Awaitable[None]] | None = None
         self._locks: dict[_Key, asyncio.Lock] = {}
         self._gone_since: dict[_Key, float] = {}
         self._service_account_missing_since: dict[_Key, float] = {}
@@ -75,8 +78,22 @@ class SessionMemories:
         tells the periodic jobs (which need the whole index for the duplicate check) that they may start."""
         self.indexed.set()
 
-    def start_periodic(self, loop: Coroutine[Any, Any, None]) -> None:
+    def start_periodic(
+        self, loop: Coroutine[Any, Any, None], close: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Run the periodic loop; ``close`` releases what it holds (the health watches) when it stops."""
         self._periodic = asyncio.create_task(loop)
+        self._periodic_close = close
+
+    def periodic_ended(self) -> str | None:
+        """Why the periodic loop is no longer running (None while it runs, or before it started)."""
+        task = self._periodic
+        if task is None or not task.done():
+            return None
+        if task.cancelled():
+            return "cancelled"
+        error = task.exception()
+        return f"{type(error).__name__}: {error}" if error is not None else "returned"
 
     async def stop(self) -> None:
         """Stop the periodic loop and the Pod watcher's pending derivations."""
@@ -84,6 +101,8 @@ class SessionMemories:
             self._periodic.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._periodic
+        if self._periodic_close is not None:
+            await self._periodic_close()
         await self.pod_updates.close()
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
@@ -100,7 +119,9 @@ class SessionMemories:
 
     def see_pod(self, namespace: str, name: str, uid: str, pod: Mapping[str, Any], *, gone: bool) -> None:
         """Remember one Pod event's state (its digest) for SessionMemory ``uid``."""
-        self._seen_pods[(namespace, name)] = SeenPod(owner_uid=uid, pod=pod_digest(pod), gone=gone)
+        self._seen_pods[(namespace, name)] = SeenPod(
+            owner_uid=uid, pod=pod_digest(pod), gone=gone, at=time.monotonic()
+        )
 
     def last_seen(self, namespace: str, name: str) -> SeenPod | None:
         """The watcher's last view of the SessionMemory's Pod, whichever it was."""

@@ -14,8 +14,11 @@ from memsync.server.bodies import parse_json_object
 from memsync.server.environments.events import SessionEvents, check_posted
 from memsync.server.environments.extension import EnvironmentExtension
 from memsync.server.http.deps import Body, EnvironmentCaller
+from memsync.server.http.documents import PostEventsRequest
 from memsync.server.http.envelope import JSONResponse
+from memsync.server.http.openapi import SdkModel, documented
 
+_EVENTS = "anthropic.types.beta.sessions"
 PING_EVERY_S = 15.0
 RECHECK_S = 1.0  # a stream re-reads its session this often (another replica may have appended events)
 
@@ -24,24 +27,59 @@ def router(extension: EnvironmentExtension) -> APIRouter:
     router = APIRouter()
     events = extension.events
 
-    @router.get("/v1/sessions/{session_id}")
+    @router.get(
+        "/v1/sessions/{session_id}",
+        **documented(
+            ok=SdkModel("anthropic.types.beta", "BetaManagedAgentsSession"),
+            errors=(403, 404),
+            summary="Get a session",
+        ),
+    )
     def get_session(c: EnvironmentCaller, session_id: str) -> JSONResponse:
         return JSONResponse(extension.session(c, session_id))
 
-    @router.get("/v1/sessions/{session_id}/events")
+    @router.get(
+        "/v1/sessions/{session_id}/events",
+        **documented(
+            ok=SdkModel(_EVENTS, "BetaManagedAgentsSessionEvent", page=True),
+            errors=(403, 404),
+            summary="List a session's events",
+        ),
+    )
     def list_events(
         c: EnvironmentCaller, session_id: str, limit: int | None = None, page: str | None = None
     ) -> JSONResponse:
         extension.session(c, session_id)
         return JSONResponse(events.page(session_id, limit, page))
 
-    @router.post("/v1/sessions/{session_id}/events")
+    @router.post(
+        "/v1/sessions/{session_id}/events",
+        **documented(
+            ok=SdkModel(_EVENTS, "BetaManagedAgentsSendSessionEvents"),
+            body=PostEventsRequest,
+            errors=(403, 404, 409, 413),
+            summary="Send events to a session",
+        ),
+    )
     def post_events(c: EnvironmentCaller, session_id: str, raw: Body) -> JSONResponse:
         extension.session(c, session_id)
         posted = check_posted(parse_json_object(raw).get("events"), agent_side=c.kind == "admin")
         return JSONResponse({"data": events.post(session_id, posted)})
 
-    @router.get("/v1/sessions/{session_id}/events/stream")
+    @router.get(
+        "/v1/sessions/{session_id}/events/stream",
+        **documented(
+            errors=(403, 404),
+            summary="Follow a session's events (server-sent events)",
+            extra={
+                200: {
+                    "description": "Server-sent events: one `event: <type>` frame per event, `ping` "
+                    "frames while quiet.",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                }
+            },
+        ),
+    )
     async def stream(c: EnvironmentCaller, session_id: str, request: Request) -> StreamingResponse:
         await asyncio.to_thread(extension.session, c, session_id)
         start = await asyncio.to_thread(events.last_seq, session_id)

@@ -6,8 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
+from memsync.api.models import MemoryVersion
 from memsync.server.http.deps import Beta, Caller, CreatedGte, CreatedLte, PagingQuery, ViewQuery
+from memsync.server.http.documents import MemoryVersionPage
 from memsync.server.http.envelope import JSONResponse
+from memsync.server.http.openapi import documented
 from memsync.server.stores.service import StoreService
 
 
@@ -38,7 +41,10 @@ VersionFilters = Annotated[dict[str, str | None], Depends(version_filters)]
 def router(service: StoreService) -> APIRouter:
     router = APIRouter()
 
-    @router.get("/v1/memory_stores/{store_id}/memory_versions")
+    @router.get(
+        "/v1/memory_stores/{store_id}/memory_versions",
+        **documented(ok=MemoryVersionPage, errors=(404,), summary="List memory versions"),
+    )
     def list_versions(
         *, p: Caller, store_id: str, paging: PagingQuery, filters: VersionFilters, beta: Beta = None
     ) -> JSONResponse:
@@ -48,13 +54,21 @@ def router(service: StoreService) -> APIRouter:
             )
         )
 
-    @router.get("/v1/memory_stores/{store_id}/memory_versions/{version_id}")
+    @router.get(
+        "/v1/memory_stores/{store_id}/memory_versions/{version_id}",
+        **documented(ok=MemoryVersion, errors=(404,), summary="Get a memory version"),
+    )
     def get_version(
         *, p: Caller, store_id: str, version_id: str, view: ViewQuery = None, beta: Beta = None
     ) -> JSONResponse:
         return JSONResponse(service.get_version(p, store_id, version_id, view))
 
-    @router.post("/v1/memory_stores/{store_id}/memory_versions/{version_id}/redact")
+    @router.post(
+        "/v1/memory_stores/{store_id}/memory_versions/{version_id}/redact",
+        **documented(
+            ok=MemoryVersion, errors=(403, 404, 409), summary="Redact a version: erase its content for good"
+        ),
+    )
     def redact_version(*, p: Caller, store_id: str, version_id: str, beta: Beta = None) -> JSONResponse:
         return JSONResponse(service.redact_version(p, store_id, version_id))
 
