@@ -44,10 +44,8 @@ def own_image(kind_env: KindEnv) -> Iterator[str]:
 
 
 def image_of_its_own(image: str) -> str:
-    """The image under test with one label more, so a config of its own. The node holds the image under
-    test already (the kind overlay's): containerd keeps one record per config, and the CRI does not learn
-    a second image's names for a config it holds, so the archive of that very image would not be found by
-    its digest (a registry's pull would record it)."""
+    """The image under test with one label more: a config, and so an image, the node does not hold from the
+    kind overlay, so what the release's operator runs can only have come from the release's archive."""
     tag = "memsync:release-test"
     built = subprocess.run(
         ["docker", "build", "--quiet", "--tag", tag, "-"],
