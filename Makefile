@@ -9,8 +9,8 @@ KIND_CLUSTER ?= memsync-e2e
 KIND_CONFIG  ?= kind-config.yaml
 PYTEST_ARGS ?=
 
-.PHONY: browser chart soak install constraints tools test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean core-schema \
-	controlplane cluster-up cluster-down cluster-test kind-tier
+.PHONY: browser chart soak install constraints tools test check lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean core-schema \
+	controlplane cluster-up cluster-down cluster-test kind-tier release pin-image
 
 # Two stamps: the runtime alone (`make dev`: what a user of memsync needs, no test tooling), and the runtime
 # with the test extra (`make install`, `make test` and every target that runs the tests or the linters).
@@ -78,11 +78,16 @@ browser: $(STAMP)
 	$(BIN)/pytest -p no:xdist -m browser tests/browser $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 tests/unit $(PYTEST_ARGS)
+
+# The fast contributor check, before `make test`: lint, types and the unit tier (no server, no cluster).
+check: lint typecheck unit
 
 # The whole lifecycle on this machine: embedded store server, demo store, a synced folder; Ctrl-C flushes.
+# ARGS passes flags to memsync dev, e.g. make dev ARGS="--port 8701 --conflict-policy keepLocalCopy".
+ARGS ?=
 dev: $(RUNTIME_STAMP)
-	$(BIN)/memsync dev
+	$(BIN)/memsync dev $(ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/store_server.py
@@ -126,6 +131,8 @@ deploy:
 	  crd/sessionmemories.agents.memsync.dev crd/agentenvironments.agents.memsync.dev
 	kubectl kustomize manifests/overlays/kind | sed 's#memsync:kind#$(IMAGE):$(TAG)#g' \
 	  | kubectl --context kind-$(KIND_CLUSTER) apply --server-side -f -
+	kubectl --context kind-$(KIND_CLUSTER) -n memsync-system rollout status deployment/memsync-operator --timeout=300s
+	kubectl --context kind-$(KIND_CLUSTER) -n memsync-system rollout status deployment/memsync-store --timeout=300s
 
 # Creates the cluster, builds and loads the image, deploys overlays/kind, runs the kind scenarios,
 # and deletes the cluster unless KEEP_CLUSTER=1 (with your docker, kind and the published node image).
@@ -152,7 +159,9 @@ tools:
 cluster-up: $(STAMP) controlplane
 	PYTHONPATH=tests $(BIN)/python -m cluster.tier up
 
+# Stops what the local control plane's quickstart started (its store server), then the cluster.
 cluster-down: $(STAMP)
+	examples/quickstart/local-control-plane.sh stop
 	PYTHONPATH=tests $(BIN)/python -m cluster.tier down
 
 # The cluster scenarios: one control plane for the whole pytest session (never under xdist).
@@ -171,15 +180,36 @@ HELM            ?= $(shell p="$$(tests/tools/build.sh helm --check 2>/dev/null)"
 CHART_OUT       ?= build/chart
 CHART_IMAGE     ?= memsync
 CHART_IMAGE_TAG ?=
+CHART_IMAGE_DIGEST ?=
 CHART_URL       ?=
 chart:
-	rm -rf $(CHART_OUT)/src && mkdir -p $(CHART_OUT)/src
-	cp -RL charts/memsync $(CHART_OUT)/src/memsync
-	sed -i -e '/^image:/,/^[^ #]/{s#^  repository: .*#  repository: $(CHART_IMAGE)#;s#^  tag: .*#  tag: "$(CHART_IMAGE_TAG)"#;}' \
-	  $(CHART_OUT)/src/memsync/values.yaml
-	$(HELM) package $(CHART_OUT)/src/memsync --version $(VERSION) --app-version $(VERSION) --destination $(CHART_OUT)
-	$(HELM) repo index $(CHART_OUT) $(if $(CHART_URL),--url $(CHART_URL))
-	rm -rf $(CHART_OUT)/src
+	rm -rf "$(CHART_OUT)/src" && mkdir -p "$(CHART_OUT)/src"
+	cp -RL charts/memsync "$(CHART_OUT)/src/memsync"
+	sed -i -e '/^image:/,/^[^ #]/{s#^  repository: .*#  repository: $(CHART_IMAGE)#;s#^  tag: .*#  tag: "$(CHART_IMAGE_TAG)"#;s#^  digest: .*#  digest: "$(CHART_IMAGE_DIGEST)"#;}' \
+	  "$(CHART_OUT)/src/memsync/values.yaml"
+	$(HELM) package "$(CHART_OUT)/src/memsync" --version $(VERSION) --app-version $(VERSION) --destination "$(CHART_OUT)"
+	$(HELM) repo index "$(CHART_OUT)" $(if $(CHART_URL),--url $(CHART_URL))
+	rm -rf "$(CHART_OUT)/src"
+
+# A release into DIST (default dist/): the wheel and the sdist, the image as an OCI archive with its digest,
+# and the chart packaged with that digest, plus SHA256SUMS (release/release.sh; docker, skopeo and helm).
+# RELEASE_IMAGE=memsync:TAG archives an image built already instead of building memsync:VERSION.
+DIST ?= dist
+release: $(STAMP)
+	release/release.sh "$(DIST)"
+
+# After pushing the release's image (skopeo copy --preserve-digests oci-archive:dist/memsync-VERSION.oci.tar
+# docker://REPOSITORY:VERSION), point both installs at it by digest in one step: the production overlay's
+# `images:` (newName, digest) and DIST/values-image.yaml for `helm install -f`.
+REPOSITORY ?=
+OVERLAY    ?= manifests/overlays/production
+pin-image:
+	@test -n "$(REPOSITORY)" || { echo "usage: make pin-image REPOSITORY=registry.example.com/memsync" >&2; exit 2; }
+	@digest="$$(cat "$(DIST)/memsync-$(VERSION).image-digest")" || exit 2; \
+	sed -i -e "/^  - name: memsync$$/,/^[^ ]/{s#^    newName: .*#    newName: $(REPOSITORY)#;s#^    newTag: .*#    digest: $$digest#;s#^    digest: .*#    digest: $$digest#;}" \
+	  "$(OVERLAY)/kustomization.yaml"; \
+	printf 'image:\n  repository: %s\n  digest: "%s"\n' "$(REPOSITORY)" "$$digest" > "$(DIST)/values-image.yaml"; \
+	echo "$(OVERLAY): $(REPOSITORY)@$$digest; helm: -f $(DIST)/values-image.yaml"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .memsync

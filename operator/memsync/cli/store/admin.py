@@ -17,8 +17,9 @@ from typing import Any, Final, TypeVar
 
 import click
 
+from memsync import pid1
 from memsync.api.models import MemoryStore, MemoryStoreResource
-from memsync.cli.failures import store_failure
+from memsync.cli.failures import CliError, ExitCode, store_failure
 from memsync.cli.output import dump, is_data, listing, output_options, timestamp
 from memsync.cli.params import ID, check_url
 from memsync.client import StoreClient, errors
@@ -34,12 +35,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def read_key_file(path: Path) -> str:
+    """The key in ``path``; a file that cannot be read, or holds nothing, is a configuration error (2)."""
     try:
         key = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise click.ClickException(f"cannot read the admin key file {path}: {exc.strerror}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise CliError(f"--admin-key-file: cannot read {path}: {why}", ExitCode.USAGE) from None
     if not key:
-        raise click.ClickException(f"the admin key file {path} is empty")
+        raise CliError(f"--admin-key-file: {path} is empty", ExitCode.USAGE)
     return key
 
 
@@ -90,15 +93,27 @@ def admin_options(func: F) -> F:
 T = TypeVar("T")
 
 
-def run_with_client(url: str, key_file: Path | None, work: Callable[[StoreClient], Awaitable[T]]) -> T:
+def run_with_client(
+    url: str,
+    key_file: Path | None,
+    work: Callable[[StoreClient], Awaitable[T]],
+    *,
+    interruptible: str | None = None,
+) -> T:
+    """``work`` with a client of the server at ``url``; a store error becomes one line and its exit code.
+    ``interruptible`` (what the work is, for the log): SIGINT and SIGTERM cancel the work at its next await
+    and raise ``pid1.Signalled``, so the command can say what it had done before it exits 130 or 143."""
     key = admin_key_from(key_file)
 
     async def main() -> T:
         async with StoreClient(url, api_key=key) as client:
             return await work(client)
 
+    async def guarded() -> T:
+        return await pid1.cancel_on_signal(main, what=interruptible or "the command")
+
     try:
-        return asyncio.run(main())
+        return asyncio.run(guarded() if interruptible else main())
     except errors.StoreError as exc:
         raise store_failure(exc, url) from exc
 
@@ -106,16 +121,14 @@ def run_with_client(url: str, key_file: Path | None, work: Callable[[StoreClient
 @click.command()
 @click.argument("name")
 @click.option("--description", default=None, help="Shown to the agent; at most 1,024 characters.")
-@click.option("--json", "as_json", is_flag=True, help="Print the whole store object as JSON.")
+@output_options
 @admin_options
-def create(
-    *, name: str, description: str | None, as_json: bool, url: str, admin_key_file: Path | None
-) -> None:
-    """Create a memory store; print its id."""
+def create(*, name: str, description: str | None, output: str, url: str, admin_key_file: Path | None) -> None:
+    """Create a memory store; print its id (-o json|yaml: the whole store object)."""
 
     async def work(client: StoreClient) -> None:
         created = await client.create_store(name, description=description)
-        click.echo(created.model_dump_json() if as_json else created.id)
+        click.echo(dump(created.model_dump(mode="json"), output) if is_data(output) else created.id)
 
     run_with_client(url, admin_key_file, work)
 
