@@ -4,10 +4,13 @@ SessionMemory's ``Synced`` condition says so) and Pods ended (how long until its
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Final
 
+from _common import percentile
 from cluster.tier.kubeapi import KubeApi
 from fleet import stages
 from fleet.observe import Fleet, until
@@ -15,31 +18,43 @@ from fleet.processes import HealthStub
 from memsync.controller.sessionmemory import phases as ph
 from memsync.controller.sessionmemory.pod import pod_name_for
 
+#: A latency not seen within the probe's bound: longer than any, and reported as such.
+MISSED: Final = math.inf
+
 
 @dataclass
 class Timings:
-    """Two latencies per probe in seconds (``main``, the one with a target, and ``side``), each ascending, and
-    how many probes timed out."""
+    """Two latencies per probe in seconds, ascending: ``main`` (the one with a target) and ``side``; a
+    latency not seen within the bound is ``MISSED``."""
 
     main: list[float] = field(default_factory=list)
     side: list[float] = field(default_factory=list)
-    missed: int = 0
+
+    def percentile(self, pct: float, *, side: bool = False) -> float | None:
+        """The latency at ``pct`` (``MISSED`` when it was not seen), None when there was no probe."""
+        values = self.side if side else self.main
+        return percentile(values, pct) if values else None
+
+    @property
+    def seen(self) -> int:
+        return sum(1 for v in self.main if v != MISSED)
+
+    @property
+    def missed(self) -> int:
+        return len(self.main) - self.seen
 
 
 async def spread(
-    names: list[str], spacing: float, probe: Callable[[str], Awaitable[tuple[float, float] | None]]
+    names: list[str], spacing: float, probe: Callable[[str], Awaitable[tuple[float, float]]]
 ) -> Timings:
     """``probe`` each name, one every ``spacing`` seconds (they overlap when a probe takes longer)."""
     timings = Timings()
 
     async def one(index: int, name: str) -> None:
         await asyncio.sleep(index * spacing)
-        got = await probe(name)
-        if got is None:
-            timings.missed += 1
-        else:
-            timings.main.append(got[0])
-            timings.side.append(got[1])
+        main, side = await probe(name)
+        timings.main.append(main)
+        timings.side.append(side)
 
     await asyncio.gather(*(one(i, n) for i, n in enumerate(names)))
     timings.main.sort()
@@ -51,13 +66,13 @@ async def flips(
     fleet: Fleet, stub: HealthStub, names: list[str], *, spacing: float, within: float
 ) -> Timings:
     """Turn each named session's sidecar unhealthy and wait for ``Synced=False`` (``main``), then healthy
-    again and wait for ``Synced=True`` (``side``)."""
+    again and wait for ``Synced=True`` (``side``), each for at most ``within`` seconds."""
 
-    async def probe(name: str) -> tuple[float, float] | None:
+    async def probe(name: str) -> tuple[float, float]:
         pod = fleet.pod_of(name)
         seen = fleet.session(name).synced
         if pod is None or pod.ip is None:
-            return None
+            return MISSED, MISSED
         took: list[float] = []
         for healthy, value in ((False, "False"), (True, "True")):
             started = time.monotonic()
@@ -66,10 +81,7 @@ async def flips(
             def reached(value: str = value, started: float = started) -> bool:
                 return seen.value == value and seen.last[value] >= started
 
-            if await until(reached, within) is None:
-                await stub.set_healthy(pod.ip, True)
-                return None
-            took.append(seen.last[value] - started)
+            took.append(MISSED if await until(reached, within) is None else seen.last[value] - started)
         return took[0], took[1]
 
     return await spread(names, spacing, probe)
@@ -81,21 +93,20 @@ async def ends(
     """End each named session's Pod: from the Pod's end to the SessionMemory's phase ``Succeeded`` (``main``;
     another phase counts as missed), and from the label to the Pod's end as kwok played it (``side``)."""
 
-    async def probe(name: str) -> tuple[float, float] | None:
+    async def probe(name: str) -> tuple[float, float]:
         pod = fleet.pod_of(name)
         phase = fleet.session(name).phase
         if pod is None:
-            return None
+            return MISSED, MISSED
         labelled = time.monotonic()
         path = f"/api/v1/namespaces/{namespace}/pods/{pod_name_for(name)}"
         await api.patch(path, {"metadata": {"labels": {stages.END_LABEL: "true"}}}, strategic=False)
         if await until(lambda: "Succeeded" in pod.phase.first, within) is None:
-            return None
+            return MISSED, MISSED
         ended = pod.phase.first["Succeeded"]
-        if await until(lambda: phase.value in ph.TERMINAL_PHASES, within) is None:
-            return None
-        if phase.value != ph.SUCCEEDED:  # the Pod ended well: any other phase is a wrong status
-            return None
+        reached = await until(lambda: phase.value in ph.TERMINAL_PHASES, within)
+        if reached is None or phase.value != ph.SUCCEEDED:  # the Pod ended well: another phase is wrong
+            return MISSED, ended - labelled
         return phase.first[ph.SUCCEEDED] - ended, ended - labelled
 
     return await spread(names, spacing, probe)
