@@ -47,7 +47,7 @@ typecheck: $(STAMP)
 
 # The test command CI runs: lint, types, then every tier that this machine can run, each phase timed by
 # tests/timed.sh (with MEMSYNC_PHASE_LOG set, .ci/run prints the phases' times as a table at its end).
-# 0. with Go installed, helm and promtool are built first (cached outside the clone);
+# 0. with Go installed, helm, promtool and kwok are built first (cached outside the clone);
 # 1. every tier but kind, cluster and browser, on two xdist workers (with the randomized soak's default mix;
 #    its final-flush outage, the weighted variants and the long mode run on demand, `make soak`); then the
 #    store browser in Debian's chromium through Playwright (tests/browser; skipped, naming the package, where
@@ -61,7 +61,7 @@ TIMED := tests/timed.sh
 test:
 	@$(TIMED) "virtualenv" $(MAKE) --no-print-directory install
 	@$(TIMED) "lint, types" $(MAKE) --no-print-directory lint typecheck
-	@if command -v go >/dev/null 2>&1; then $(TIMED) "helm, promtool" $(MAKE) --no-print-directory tools; fi
+	@if command -v go >/dev/null 2>&1; then $(TIMED) "helm, promtool, kwok" $(MAKE) --no-print-directory tools; fi
 	$(TIMED) "xdist tier" $(BIN)/pytest -n 2 -m "not kind and not cluster and not soak_on_demand and not browser" $(PYTEST_ARGS)
 	$(TIMED) "browser tier" $(BIN)/pytest -p no:xdist -m browser tests/browser $(PYTEST_ARGS)
 	$(TIMED) "kind tier" tests/kind/tier.sh $(BIN)/pytest -p no:xdist -m kind tests/kind $(PYTEST_ARGS)
@@ -149,11 +149,13 @@ kind-tier: $(STAMP)
 controlplane:
 	nice -n 10 tests/cluster/controlplane/build.sh
 
-# helm and promtool for the chart and alert-rule tests, built from the pinned Go modules in tests/tools into a
-# cache outside the clone (reused when current; the tests build them on first use too).
+# helm and promtool for the chart and alert-rule tests, and kwok for the fleet benchmark
+# (bench/operator_fleet.py), built from the pinned Go modules in tests/tools into a cache outside the clone
+# (reused when current; the tests build them on first use too).
 tools:
 	nice -n 10 tests/tools/build.sh helm >/dev/null
 	nice -n 10 tests/tools/build.sh promtool >/dev/null
+	nice -n 10 tests/tools/build.sh kwok >/dev/null
 
 # A local cluster to try memsync with kubectl: prints KUBECONFIG=...; runs until `make cluster-down`.
 cluster-up: $(STAMP) controlplane
