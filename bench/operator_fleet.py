@@ -57,7 +57,14 @@ from fleet.report import PEAK_SPAN_S, Result, print_table  # noqa: E402
 from memsync.agent.config import DEFAULT_INTERVAL_S  # noqa: E402
 from memsync.controller.sessionmemory import phases as ph  # noqa: E402
 from memsync.crd.models import sandbox_template  # noqa: E402
-from operator_scale import OperatorWatch, audit_requests, create_all, kubectl, smem  # noqa: E402
+from operator_scale import (  # noqa: E402
+    OperatorWatch,
+    audit_requests,
+    create_all,
+    kubectl,
+    one_replica,
+    smem,
+)
 
 NAMESPACE = "fleet"
 OPERATOR_DEPLOYMENT = ("-n", "memsync-system", "deployment/memsync-operator")
@@ -137,6 +144,7 @@ async def deploy(info: ClusterInfo, count: int) -> OperatorWatch:
     """The operator (``manifests/overlays/kind``), the kwok Nodes, the namespace and its Secret."""
     run: Callable[..., str] = lambda *a, **k: kubectl(info, *a, **k)  # noqa: E731
     await asyncio.to_thread(run, "apply", "--server-side", "-k", str(REPO / "manifests/overlays/kind"))
+    await asyncio.to_thread(one_replica, info)
     await asyncio.to_thread(
         run,
         *OPERATOR_DEPLOYMENT[:2],

@@ -129,6 +129,31 @@ def create_all(info: ClusterInfo, count_: int, make: Callable[[int], dict[str, A
             raise RuntimeError(f"kubectl create: {proc.stderr.read() if proc.stderr else ''}")
 
 
+def one_replica(info: ClusterInfo) -> None:
+    """The benchmarks measure one operator process: the Deployment (two replicas electing a leader) is
+    scaled to one, which takes the Lease and acts."""
+    kubectl(info, "scale", *OPERATOR_DEPLOYMENT, "--replicas=1")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pods = json.loads(
+            kubectl(
+                info,
+                "-n",
+                "memsync-system",
+                "get",
+                "pods",
+                "-l",
+                "app.kubernetes.io/name=memsync-operator",
+                "-o",
+                "json",
+            )
+        )["items"]
+        if len(pods) == 1:
+            return
+        time.sleep(1)
+    raise RuntimeError("the operator's second replica did not go away")
+
+
 def operator_status(info: ClusterInfo) -> dict[str, Any]:
     """The operator container's status (its ``containerID`` is ``process://<pid>`` on this tier)."""
     pods = json.loads(
@@ -145,7 +170,11 @@ def operator_status(info: ClusterInfo) -> dict[str, Any]:
         )
     )["items"]
     [status] = [
-        c for p in pods for c in p["status"].get("containerStatuses") or [] if c["name"] == "operator"
+        c
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")  # the replica scaled away may linger a moment
+        for c in p["status"].get("containerStatuses") or []
+        if c["name"] == "operator"
     ]
     result: dict[str, Any] = status
     return result
@@ -267,6 +296,7 @@ def run(
         try:
             info = wait_ready(state, proc)
             kubectl(info, "apply", "--server-side", "-k", str(REPO / "manifests/overlays/kind"))
+            one_replica(info)
             if trace_memory is not None:
                 trace_operator(info)
             if operator_env:
