@@ -149,6 +149,8 @@ class MemsyncEmulator(km.KubernetesEmulator):
     forbidden: frozenset[Any] = frozenset()
 
     async def _handle(self, request: rendering.Request) -> Any:
+        while self.mute_watches and str(request.params.get("watch")) in ("true", "1"):
+            await asyncio.sleep(0.1)  # no answer, not even its headers
         if request.resource is not None:
             if request.resource in self.forbidden:
                 raise km.KubernetesError(
@@ -165,11 +167,29 @@ class MemsyncEmulator(km.KubernetesEmulator):
         payload["metadata"] = {"resourceVersion": str(_rv.current)}
         return payload
 
+    #: While set, a new watch gets no answer at all and a running one sends nothing more (a stalled
+    #: connection, or a stuck API server: what the operator's liveness probe must notice).
+    mute_watches: bool = False
+
     async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[Any]:
-        """A watch from resourceVersion N sends only what changed after N (kmock replays everything)."""
+        """A watch from resourceVersion N sends only what changed after N (kmock replays everything), and
+        ends after its ``timeoutSeconds``, as the API server ends it (the client then watches again)."""
         since = str(request.params.get("resourceVersion") or "")
         floor = int(since) if since.isdigit() else None
-        async for event in super()._serve_watch(request):
+        loop = asyncio.get_running_loop()
+        timeout = str(request.params.get("timeoutSeconds") or "")
+        deadline = loop.time() + int(timeout) if timeout.isdigit() else None
+        events = super()._serve_watch(request).__aiter__()
+        while True:
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return
+            try:
+                event = await asyncio.wait_for(events.__anext__(), left)
+            except (StopAsyncIteration, TimeoutError):
+                return
+            while self.mute_watches:
+                await asyncio.sleep(0.1)
             if floor is not None and isinstance(event, dict):
                 version = str(
                     ((event.get("object") or {}).get("metadata") or {}).get("resourceVersion") or ""
@@ -611,19 +631,21 @@ async def run_operator(
     clusterwide: bool = False,
     fence: Fence | None = None,
     settings: kopf.OperatorSettings | None = None,
+    namespaces: tuple[str, ...] | None = None,
     **process_options: Any,
 ) -> AsyncIterator[RunningOperator]:
     """The operator process (``controller/runtime.py``) in a thread with its own event loop (as
     ``kopf.testing.KopfRunner`` does), pointed at the emulator, which keeps serving from the test's loop.
     Stopped, and checked for a crash, on exit.
 
-    ``clusterwide``: serve every namespace (as the manifests deploy it), else only the test's namespace;
+    ``clusterwide``: serve every namespace (as the manifests deploy it), else only the test's namespace (or
+    ``namespaces``);
     ``process_options``: more of ``runtime.Process`` (an election, a liveness URL).
     """
     kube = KubeApi.for_host(cluster.url)
     process = Process(
         settings=settings or fast_settings(),
-        namespaces=() if clusterwide else (cluster.namespace,),
+        namespaces=namespaces if namespaces is not None else () if clusterwide else (cluster.namespace,),
         **process_options,
     )
     stop_flag = threading.Event()

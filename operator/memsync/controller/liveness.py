@@ -3,10 +3,10 @@
 kopf's own probe answers as long as the event loop turns. Here ``/healthz`` (at ``memsync operator
 --liveness URL``) fails, naming why, when:
 
-- a watch of the API server has received nothing for ``watch_silence_s`` (the API server sends a bookmark
-  about once a minute and kopf renews each watch every few minutes, so a healthy watch is never silent
-  that long; a silent one is a stalled connection or a stuck watcher, and the operator would start no
-  session);
+- a watch of the API server has not been answered for ``watch_silence_s``: the API server ends every watch
+  after ``WatchTimeouts.server_timeout`` (300 s) and kopf watches again at once, so a healthy watch is
+  answered anew within that time (bound: 400 s); one that is not is a stuck watcher or an API server that
+  no longer answers, and the operator would start no session;
 - the periodic loop (re-checks and sync-health watches, ``periodic.py``) has ended, or has not completed a
   round for ``periodic_stall_s`` (it completes one every second);
 - the leader election's loop has not tried to take or renew the Lease for ``elector_stall_s``.
@@ -120,14 +120,15 @@ class Liveness:
             if (key := watch_key(params)) is not None:
                 self.watch_started(key)
 
-        async def on_heard(_: Any, __: Any, params: Any) -> None:
+        async def on_answered(_: Any, __: Any, params: Any) -> None:
             if (key := watch_key(params)) is not None:
                 self.watch_heard(key)
 
+        # aiohttp reports a streamed body's chunks to no trace (kopf reads a watch line by line), so a watch
+        # is heard when its answer starts: at every renewal.
         trace = TraceConfig()
         trace.on_request_start.append(on_start)
-        trace.on_request_end.append(on_heard)  # the response's headers arrived
-        trace.on_response_chunk_received.append(on_heard)
+        trace.on_request_end.append(on_answered)
         return trace
 
     # --- the probe -------------------------------------------------------------------------------------

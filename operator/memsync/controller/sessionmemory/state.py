@@ -49,6 +49,18 @@ class SeenPod:
     at: float = 0.0  # when the watcher saw it (monotonic seconds)
 
 
+def _report_end(task: asyncio.Task[None]) -> None:
+    """Log the periodic loop's end unless it was stopped (cancelled): it must never end by itself."""
+    if task.cancelled():
+        return
+    error = task.exception()
+    logger.critical(
+        "the periodic loop ended: no re-check and no sync-health watch runs until the operator restarts "
+        "(its liveness probe fails)",
+        exc_info=error,
+    )
+
+
 class SessionMemories:
     """The shared state of one operator process: the API client, the configuration, and its memory."""
 
@@ -95,6 +107,7 @@ class SessionMemories:
     ) -> None:
         """Run the periodic loop; ``close`` releases what it holds (the health watches) when it stops."""
         self._periodic = asyncio.create_task(loop)
+        self._periodic.add_done_callback(_report_end)
         self._periodic_close = close
 
     def periodic_ended(self) -> str | None:
@@ -111,7 +124,8 @@ class SessionMemories:
         """Stop the periodic loop and the Pod watcher's pending derivations."""
         if self._periodic is not None:
             self._periodic.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # A loop that died has said so (``_report_end``, and the liveness probe): stopping goes on.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._periodic
         if self._periodic_close is not None:
             await self._periodic_close()
