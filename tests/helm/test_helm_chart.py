@@ -210,12 +210,12 @@ def test_namespaced_rbac_grants_the_same_rules_in_each_watched_namespace(tmp_pat
     objs = by_key(helm_objects(tmp_path, {**namespaced, **MONITORING}))
     cluster = by_key(helm_objects(tmp_path, {}))
     cluster_wide = {k for k in objs if k[0] in ("ClusterRole", "ClusterRoleBinding")}
-    # cluster-wide only Node reads and what releases a deleted namespace's SessionMemories
-    assert cluster_wide == {
-        ("ClusterRole", "", "memsync-operator-cluster"),
-        ("ClusterRoleBinding", "", "memsync-operator-cluster"),
-    }
-    assert objs[("ClusterRole", "", "memsync-operator-cluster")]["rules"] == [
+    # cluster-wide only Node reads and what releases a deleted namespace's SessionMemories, named after the
+    # release's namespace so that a namespaced release per team namespace can coexist
+    grant = f"memsync-operator-cluster-{NAMESPACE}"
+    assert cluster_wide == {("ClusterRole", "", grant), ("ClusterRoleBinding", "", grant)}
+    assert objs[("ClusterRoleBinding", "", grant)]["roleRef"]["name"] == grant
+    assert objs[("ClusterRole", "", grant)]["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
         {"apiGroups": ["agents.memsync.dev"], "resources": ["sessionmemories"], "verbs": ["get", "patch"]},
         {"apiGroups": ["agents.memsync.dev"], "resources": ["sessionmemories/status"], "verbs": ["patch"]},

@@ -38,7 +38,7 @@ from support.k8s_scenarios import (
     wait_store_has,
 )
 
-from .conftest import IN_CLUSTER_STORE_URL, KindEnv, apply, kubectl, kubectl_json
+from .conftest import CLUSTER, IN_CLUSTER_STORE_URL, KindEnv, apply, kubectl, kubectl_json
 from .scenario import (
     LogFollower,
     agent,
@@ -69,18 +69,40 @@ def started_at(state: dict[str, Any], key: str = "startedAt") -> datetime:
 
 
 async def statuses_until_gone(namespace: str, name: str, timeout: float = 300) -> list[dict[str, Any]]:
-    """Every distinct status of a SessionMemory being deleted, until the object is gone."""
+    """Every distinct status of a SessionMemory being deleted, until the object is gone.
+
+    Watched, not polled: the final status and the finalizer's removal are two writes milliseconds apart,
+    so a poll would mostly miss the status that says how the session ended."""
+    watch = await asyncio.create_subprocess_exec(
+        "kubectl", "--context", f"kind-{CLUSTER}", "-n", namespace, "get", "smem", name,
+        "--watch", "--output-watch-events", "-o", "json", "--request-timeout", "0",
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert watch.stdout is not None
     seen: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = kubectl("-n", namespace, "get", "smem", name, "-o", "json", "--ignore-not-found", check=False)
-        if not out.strip():
-            return seen
-        current = json.loads(out).get("status") or {}
-        if not seen or seen[-1] != current:
-            seen.append(current)
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"SessionMemory {namespace}/{name} was not gone after {timeout} s")
+    decoder, text = json.JSONDecoder(), ""
+    try:
+        async with asyncio.timeout(timeout):
+            while chunk := await watch.stdout.read(65536):
+                text += chunk.decode()
+                while text.strip():
+                    try:
+                        event, end = decoder.raw_decode(text.lstrip())
+                    except json.JSONDecodeError:
+                        break  # the rest of this event has not arrived yet
+                    text = text.lstrip()[end:]
+                    current = event["object"].get("status") or {}
+                    if not seen or seen[-1] != current:
+                        seen.append(current)
+                    if event["type"] == "DELETED":
+                        return seen
+    except TimeoutError:
+        pass
+    finally:
+        if watch.returncode is None:
+            watch.kill()
+        await watch.wait()
+    raise AssertionError(f"SessionMemory {namespace}/{name} was not gone after {timeout} s: {seen}")
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -312,13 +312,12 @@ def _rules_of(objs: list[dict[str, Any]], kind: str) -> dict[tuple[str, str], li
 def test_namespaced_rbac_grants_base_rules_in_the_served_namespace_only() -> None:
     objs = render("overlays/namespaced")
     # Cluster-wide only Node reads, and the get and patch of SessionMemories (and their status) that
-    # release a deleted namespace's SessionMemories once its RoleBindings are gone.
-    assert (
-        set(by_kind(objs, "ClusterRole"))
-        == set(by_kind(objs, "ClusterRoleBinding"))
-        == {"memsync-operator-cluster"}
-    )
-    assert by_kind(objs, "ClusterRole")["memsync-operator-cluster"]["rules"] == [
+    # release a deleted namespace's SessionMemories once its RoleBindings are gone; named after the
+    # operator's namespace, so that one namespaced install per team namespace can coexist.
+    grant = "memsync-operator-cluster-memsync-system"
+    assert set(by_kind(objs, "ClusterRole")) == set(by_kind(objs, "ClusterRoleBinding")) == {grant}
+    assert by_kind(objs, "ClusterRoleBinding")[grant]["roleRef"]["name"] == grant
+    assert by_kind(objs, "ClusterRole")[grant]["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
         {"apiGroups": ["agents.memsync.dev"], "resources": ["sessionmemories"], "verbs": ["get", "patch"]},
         {"apiGroups": ["agents.memsync.dev"], "resources": ["sessionmemories/status"], "verbs": ["patch"]},
