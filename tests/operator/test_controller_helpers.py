@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from datetime import UTC, datetime
@@ -398,3 +399,30 @@ async def test_kopf_session_bounds_its_requests_and_keeps_the_credentials() -> N
         assert bounded.aiohttp_session.headers["Authorization"] == "Bearer t0ken"
     finally:
         await bounded.aiohttp_session.close()
+
+
+async def test_every_session_on_a_node_shares_one_read_of_it() -> None:
+    """A periodic round asks for the Node of every running session at once: one read per node, shared (a
+    herd of reads of one Node timed out at the API server with 1,000 sessions on two nodes)."""
+    reads: list[str] = []
+    release = asyncio.Event()
+
+    class Kube:
+        async def get_node(self, name: str) -> dict[str, Any]:
+            reads.append(name)
+            await release.wait()
+            return {"metadata": {"name": name}}
+
+    runtime = sm_state.SessionMemories(kube=cast(Any, Kube()), config=ControllerConfig(agent_image="i"))
+    asks = [asyncio.create_task(runtime.node(f"node-{i % 2}")) for i in range(200)]
+    await asyncio.sleep(0.01)
+    asks[0].cancel()  # one asker gone: the read goes on for the others
+    release.set()
+    answers = await asyncio.gather(*asks[1:])
+    assert sorted(reads) == ["node-0", "node-1"]
+    assert {(known, node["metadata"]["name"]) for known, node in answers if node} == {
+        (True, "node-0"),
+        (True, "node-1"),
+    }
+    assert await runtime.node("node-0") == (True, {"metadata": {"name": "node-0"}})  # from the cache
+    assert len(reads) == 2

@@ -92,6 +92,9 @@ class SessionMemories:
         # read (logged once).
         self._nodes: dict[str, tuple[float, dict[str, Any] | None]] = {}
         self._nodes_forbidden = False
+        # The read of each Node in flight: every session on a node asks at once (a periodic round, a burst of
+        # Pod events), and they all share its one read instead of sending one each.
+        self._node_reads: dict[str, asyncio.Future[tuple[bool, dict[str, Any] | None]]] = {}
         # Retries of a session waiting without a Pod (a quota): its backoff.
         self._waits: dict[_Key, int] = {}
 
@@ -198,11 +201,18 @@ class SessionMemories:
 
     async def node(self, name: str) -> tuple[bool, dict[str, Any] | None]:
         """(known, the Node or None when it does not exist); known is False when the operator may not read
-        Nodes (no lost-node checks then: logged once) or the read failed."""
-        now = time.monotonic()
+        Nodes (no lost-node checks then: logged once) or the read failed. One read per node at a time and
+        per ``NODE_CACHE_SECONDS``, however many sessions ask."""
         cached = self._nodes.get(name)
-        if cached is not None and now - cached[0] < NODE_CACHE_SECONDS:
+        if cached is not None and time.monotonic() - cached[0] < NODE_CACHE_SECONDS:
             return True, cached[1]
+        pending = self._node_reads.get(name)
+        if pending is None:
+            pending = self._node_reads[name] = asyncio.ensure_future(self._read_node(name))
+            pending.add_done_callback(lambda _: self._node_reads.pop(name, None))
+        return await asyncio.shield(pending)  # one asker cancelled leaves the read to the others
+
+    async def _read_node(self, name: str) -> tuple[bool, dict[str, Any] | None]:
         try:
             node = await self.kube.get_node(name)
         except KubeApiError as exc:
@@ -213,6 +223,7 @@ class SessionMemories:
                     extra={"error": str(exc)},
                 )
             return False, None
+        now = time.monotonic()
         self._nodes[name] = (now, node)
         if len(self._nodes) > 4096:  # nodes come and go; keep the cache bounded
             self._nodes = {k: v for k, v in self._nodes.items() if now - v[0] < NODE_CACHE_SECONDS}
