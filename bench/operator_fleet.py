@@ -32,10 +32,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import datetime as dt
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -94,20 +96,40 @@ def progress(count: int, text: str) -> None:
     print(f"[fleet N={count}] {time.strftime('%H:%M:%S')} {text}", file=sys.stderr, flush=True)
 
 
-class CpuSamples:
-    """The operator's CPU time, sampled every second by a task, with its peak RSS and restarts."""
+#: How long the operator's process may be missing (between two containers) before the run is given up.
+OPERATOR_GONE_S = 90.0
 
-    def __init__(self, operator: OperatorWatch) -> None:
+
+class CpuSamples:
+    """The operator's CPU time, sampled every second by a task, with its peak RSS and restarts. When its
+    process stays missing for ``OPERATOR_GONE_S`` (its Pod evicted, say: the process kubelet's only node
+    turned unreachable under load and the 30 s toleration ran out), it cancels ``run_task``: every later
+    wait would only run out its bound."""
+
+    def __init__(self, operator: OperatorWatch, count: int, run_task: asyncio.Task[Any]) -> None:
         self.operator = operator
+        self.count = count
+        self.run_task = run_task
         self.samples: list[tuple[float, float]] = []
+        self.gone: str | None = None
 
     async def run(self) -> None:
+        missing_since: float | None = None
         while True:
             try:
                 await asyncio.to_thread(self.operator.sample)
             except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:  # between two containers
-                progress(0, f"could not sample the operator: {exc}")
+                now = time.monotonic()
+                missing_since = missing_since or now
+                if missing_since == now:
+                    progress(self.count, f"cannot sample the operator ({exc}); waiting for its process")
+                if now - missing_since > OPERATOR_GONE_S:
+                    self.gone = f"the operator's process was gone for {OPERATOR_GONE_S:.0f} s: {exc}"
+                    progress(self.count, f"{self.gone}; giving this run up")
+                    self.run_task.cancel()
+                    return
             else:
+                missing_since = None
                 self.samples.append((time.monotonic(), self.operator.cpu))
             await asyncio.sleep(1)
 
@@ -196,7 +218,9 @@ async def measure(info: ClusterInfo, args: argparse.Namespace, count: int, state
     fig = result.figures
     operator = await deploy(info, count)
     api = api_client(info)
-    cpu = CpuSamples(operator)
+    this = asyncio.current_task()
+    assert this is not None
+    cpu = CpuSamples(operator, count, this)
     sampler = asyncio.create_task(cpu.run())
     stub: processes.HealthStub | None = None
     kwok: subprocess.Popen[bytes] | None = None
@@ -266,13 +290,19 @@ async def measure(info: ClusterInfo, args: argparse.Namespace, count: int, state
                 "end missed": end.missed,
                 "kwok end p50": end.percentile(50, side=True),
             }
+    except asyncio.CancelledError:
+        if cpu.gone is None:
+            raise
+        this.uncancel()
+        result.notes.append(cpu.gone)
     finally:
         sampler.cancel()
         if stub is not None:
             await stub.stop()
         processes.stop(kwok)
         await api.aclose()
-        operator.sample()
+        with contextlib.suppress(RuntimeError, ValueError, subprocess.SubprocessError):
+            operator.sample()
         fig["rss"] = operator.peak
         fig["restarts"] = float(operator.restarts - operator.restarts_before)
     return result
@@ -372,6 +402,8 @@ def main() -> int:
         "--keep", type=Path, metavar="DIR", help="keep each run's logs (the cluster tier's, kwok's) under DIR"
     )
     args = parser.parse_args()
+    # SIGTERM (a timeout, a CI job cancelled) stops what the benchmark started, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     return asyncio.run(main_async(args))
 
 
