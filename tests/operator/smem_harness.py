@@ -159,8 +159,28 @@ class MemsyncEmulator(km.KubernetesEmulator):
                     message=f'{request.resource} is forbidden: User "system:serviceaccount:memsync-system:'
                     'memsync-operator" cannot access it in the namespace',
                 )
+            if request.method == enums.method.PUT and request.resource == LEASE_RES and request.name:
+                return self._replace(request)  # kmock serves no PUT; the leader election replaces Leases
             self._emulate(request)
         return await super()._handle(request)
+
+    def _replace(self, request: rendering.Request) -> web.Response:
+        """PUT of a whole object, as the API server does it: 404 when absent, 409 when the body's
+        resourceVersion is not the object's, else the body with a new resourceVersion."""
+        current = self._current(request)
+        if current is None:
+            raise km.KubernetesError(status=404, reason="NotFound", message=f"{request.name} not found")
+        body = copy.deepcopy(request.data) if isinstance(request.data, dict) else {}
+        meta = body.setdefault("metadata", {})
+        if meta.get("resourceVersion") != current["metadata"].get("resourceVersion"):
+            raise km.KubernetesError(
+                status=409, reason="Conflict", message="the object has been modified; please apply again"
+            )
+        keep = ("uid", "creationTimestamp", "namespace", "name")
+        meta |= {k: current["metadata"][k] for k in keep if k in current["metadata"]}
+        meta["resourceVersion"] = _rv.next()
+        self.objects[(request.resource, request.namespace, request.name)].create(body)
+        return web.json_response(body)
 
     async def _serve_list(self, request: rendering.Request) -> Any:
         payload = await super()._serve_list(request)

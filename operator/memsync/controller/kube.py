@@ -16,6 +16,7 @@ response is parsed and never logged.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -238,11 +239,26 @@ class KubeApi:
     ``fence``, when set, is asked before every write (``controller/leadership/fence.py``): a replica that
     may no longer be the leader never sends one. The elector's own Lease calls are the exception."""
 
-    def __init__(self, configuration: kubernetes.client.Configuration) -> None:
-        configuration.connection_pool_maxsize = CALL_THREADS
-        self._executor = ThreadPoolExecutor(max_workers=CALL_THREADS, thread_name_prefix="kube-api")
+    def __init__(
+        self,
+        configuration: kubernetes.client.Configuration,
+        *,
+        threads: int = CALL_THREADS,
+        name: str = "kube-api",
+    ) -> None:
+        configuration.connection_pool_maxsize = threads
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
         self._client = kubernetes.client.ApiClient(configuration)
         self.fence: Callable[[str, str], None] | None = None
+
+    def own_lane(self, name: str, threads: int = 2) -> KubeApi:
+        """A client of the same API server and credentials (token refresh included) with threads and
+        connections of its own: for calls that must never wait behind the work. The leader election's
+        renewal is one: during a burst of thousands of writes, queued behind them in the shared pool, it
+        missed its renew deadline and the leader exited. Unfenced; close it when done."""
+        lane = KubeApi(copy.deepcopy(self._client.configuration), threads=threads, name=name)
+        lane.user_agent = self.user_agent
+        return lane
 
     @property
     def user_agent(self) -> str:

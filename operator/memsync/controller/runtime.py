@@ -136,12 +136,14 @@ async def run(
         _stop_on_signals(stop)
     elector: LeaderElector | None = None
     keeper: asyncio.Task[None] | None = None
+    # The election's calls have threads and connections of their own: a renewal never waits behind the work.
+    lane = kube.own_lane("kube-api-lease") if process.election is not None else None
     async with _serving(process.liveness_url, liveness):
         try:
-            if process.election is not None:
+            if process.election is not None and lane is not None:
                 e = process.election
                 elector = LeaderElector(
-                    kube,
+                    lane,
                     namespace=e.namespace,
                     name=e.name,
                     identity=e.identity,
@@ -163,6 +165,8 @@ async def run(
                     await keeper
             if elector is not None:
                 await elector.release()
+            if lane is not None:
+                lane.close()
 
 
 async def _operate(
