@@ -44,10 +44,19 @@ _RETRYABLE_TRANSPORT_ERRORS: Final = (httpx.TimeoutException, httpx.NetworkError
 
 
 def seg(value: str) -> str:
-    """One path segment: an id is quoted whole, so it can never add or climb a path segment."""
-    if not value:
-        raise ValueError("an id in the request path must not be empty")
-    return quote(value, safe="")
+    """One path segment: an id is quoted whole, so it can never add or climb a path segment.
+
+    '.' and '..' are refused, not quoted: percent-encoding leaves them as they are, and the URL they would
+    go into is normalised (RFC 3986 removes dot segments), so ``..`` would climb one. The refusal never
+    repeats the value: it may be a credential pasted where an id belongs."""
+    if value in ("", ".", ".."):
+        raise ValueError("an id in the request path must not be empty, '.' or '..'")
+    try:
+        return quote(value, safe="")
+    except UnicodeEncodeError as exc:  # a lone surrogate: no URL can carry it
+        raise ValueError(
+            f"an id in the request path must be valid Unicode (a lone surrogate at position {exc.start + 1})"
+        ) from None
 
 
 def rfc3339(name: str, value: datetime) -> str:
@@ -176,7 +185,12 @@ class ClientCore:
         return text
 
     def _scrubbed(self, error: errors.StoreError) -> errors.StoreError:
+        """``error`` with this client's credentials out of every text the server chose: the message, the
+        error type and the request id (a proxy may echo a request's headers in any of them)."""
         error.message = self._scrub(error.message)
+        error.error_type = self._scrub(error.error_type)
+        if error.request_id is not None:
+            error.request_id = self._scrub(error.request_id)
         error.args = (error.status, error.error_type, error.message, error.request_id)
         return error
 
