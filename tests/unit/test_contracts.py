@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
 from memsync.contracts import env
+from memsync.contracts.health import StoreHealth, SyncHealth, decode_health, encode_health
 from memsync.contracts.report import (
     FlushReport,
     MountFailure,
@@ -103,3 +105,33 @@ def test_the_report_keeps_its_wire_shape_for_older_readers() -> None:
         '{"complete":true,"phase":"flushed","stores":{"memstore_a":'
         '{"conflicts":0,"deleted":1,"refused":0,"unsent":0,"uploaded":2}}}'
     )
+
+
+def test_the_health_document_is_valid_utf8_when_a_text_is_not_valid_unicode() -> None:
+    """Found by the health fuzz target: a lone surrogate (an error naming a file whose name was not UTF-8,
+    as Python escapes it) made encode_health raise (in a value) or write bytes no UTF-8 reader takes (in a
+    key). Each is written as U+FFFD now; the rest of the document is unchanged."""
+    health = SyncHealth(
+        healthy=False,
+        stores={
+            "memstore_a": StoreHealth(
+                healthy=False,
+                outcome="failed",
+                last_error="cannot read /mnt/memory/notes/caf\udce9.md",
+                totals=StoreCounts(uploaded=1, unreadable=1, unreadable_paths=["caf\udce9.md"]),
+            )
+        },
+    )
+    document = encode_health(health)
+    text = document.decode("utf-8")
+    assert json.loads(text)["stores"]["memstore_a"]["outcome"] == "failed"
+    back = decode_health(document)
+    assert back is not None
+    assert back.stores["memstore_a"].last_error == "cannot read /mnt/memory/notes/caf\ufffd.md"
+    assert back.stores["memstore_a"].totals.unreadable_paths == ["caf\ufffd.md"]
+    keyed = decode_health(encode_health(SyncHealth(healthy=True, stores={"\udbdb": StoreHealth()})))
+    assert keyed is not None
+    assert list(keyed.stores) == ["\ufffd"]
+    assert back.stores["memstore_a"].totals.uploaded == 1
+    ordinary = SyncHealth(healthy=True, stores={"memstore_a": StoreHealth(last_error="é ok")})
+    assert decode_health(encode_health(ordinary)) == ordinary

@@ -7,7 +7,9 @@ last pass of any store failed (or left transfers to retry), True once every stor
 
 from __future__ import annotations
 
-from dataclasses import field
+import json
+import re
+from dataclasses import asdict, field
 from datetime import UTC, datetime
 from typing import Final
 
@@ -37,10 +39,15 @@ class SyncHealth:
 
 
 _ADAPTER: Final = TypeAdapter(SyncHealth)
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 def encode_health(health: SyncHealth) -> bytes:
-    return _ADAPTER.dump_json(health)
+    """The document as UTF-8 JSON, whatever its texts hold: a lone surrogate (an error naming a file whose
+    name was not UTF-8, as Python escapes it) cannot be UTF-8, so it is written as U+FFFD. (pydantic's own
+    serializer raises on one in a value and writes bytes no UTF-8 reader takes for one in a key.)"""
+    text = json.dumps(asdict(health), ensure_ascii=False, separators=(",", ":"))
+    return _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8")
 
 
 def decode_health(data: bytes | str) -> SyncHealth | None:
