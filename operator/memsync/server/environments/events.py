@@ -15,6 +15,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from memsync.server.bodies import validate_stored_text
 from memsync.server.errors import invalid
 from memsync.server.ids import new_id, now_ts
 from memsync.server.storage.database import Database, Tx
@@ -81,6 +82,7 @@ def check_posted(events: Any, *, agent_side: bool) -> list[dict[str, Any]]:
     for i, event in enumerate(events):
         if not isinstance(event, dict) or not isinstance(event.get("type"), str):
             raise invalid(f"events[{i}] must be an object with a string 'type'")
+        validate_stored_text(event["type"], f"events[{i}].type")
         if not agent_side and not event["type"].startswith("user."):
             raise invalid(f"events[{i}].type {event['type']!r}: a worker may post only user.* events")
     return events
