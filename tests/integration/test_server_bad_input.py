@@ -458,6 +458,10 @@ def test_extreme_but_valid_created_at_filters_still_work(store_api: StoreApi) ->
     assert len(store_api.admin("GET", url, params=wide).json()["data"]) == 1
     future = {"created_at[gte]": "9999-12-31T23:59:59Z"}
     assert store_api.admin("GET", url, params=future).json()["data"] == []
+    # a year before 1000 (found by the server_listing fuzz target: it sorted after every real time)
+    early = "0999-12-31T23:59:59Z"
+    assert len(store_api.admin("GET", url, params={"created_at[gte]": early}).json()["data"]) == 1
+    assert store_api.admin("GET", url, params={"created_at[lte]": early}).json()["data"] == []
 
 
 @pytest.mark.parametrize(

@@ -278,6 +278,12 @@ def test_timestamp_filters_normalise_to_utc() -> None:
     assert rules.parse_timestamp_filter("2026-01-31T12:00:00Z", "x") == "2026-01-31T12:00:00.000000Z"
     assert rules.parse_timestamp_filter("2026-01-31T14:00:00+02:00", "x") == "2026-01-31T12:00:00.000000Z"
     assert rules.parse_timestamp_filter("2026-01-31T12:00:00", "x") == "2026-01-31T12:00:00.000000Z"
+    # found by the server_listing fuzz target: years before 1000 came out unpadded ('999-12-31...'), which
+    # sorts after '2026-...': a created_at[gte] that early matched nothing, a [lte] everything
+    early = rules.parse_timestamp_filter("0999-12-31T23:59:59Z", "x")
+    assert early == "0999-12-31T23:59:59.000000Z"
+    assert early < str(rules.parse_timestamp_filter("2026-01-31T12:00:00Z", "x"))
+    assert rules.parse_timestamp_filter("0001-01-01T01:00:00+01:00", "x") == "0001-01-01T00:00:00.000000Z"
     with pytest.raises(ApiError) as exc:
         rules.parse_timestamp_filter("yesterday", "created_at[gte]")
     assert "created_at[gte] must be an RFC 3339 timestamp" in _400(exc)
