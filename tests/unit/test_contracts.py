@@ -12,6 +12,7 @@ import pytest
 from memsync.contracts import env
 from memsync.contracts.health import StoreHealth, SyncHealth, decode_health, encode_health
 from memsync.contracts.report import (
+    REPORT_MAX_BYTES,
     FlushReport,
     MountFailure,
     MountReport,
@@ -95,6 +96,28 @@ def test_env_names_cover_what_the_pod_sets() -> None:
 )
 def test_what_the_agent_writes_the_operator_reads(report: MountReport | MountFailure | FlushReport) -> None:
     assert parse_report(render_report(report)) == report
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        # found by the report fuzz target: the error was cut by its UTF-8 length, but the line escapes every
+        # character outside ASCII (6 bytes each), so the report came out at 4,021 bytes
+        "\u0a0a\u7726\u7777\u7777" + "\ud7d7" * 9 + "b" * 5000,
+        "é" * 300 + "a" * 3000,  # 4,295 bytes before: past the kubelet's 4 KiB, so nothing could be read
+        "\U0001f600" * 50 + "x" * 4000,
+        "\n" * 3000,
+    ],
+)
+def test_a_long_error_is_cut_to_fit_however_it_is_escaped(error: str) -> None:
+    line = render_report(MountFailure(store="memstore_a", error=error))
+    assert len(line.encode("utf-8")) <= REPORT_MAX_BYTES
+    back = parse_report(line)
+    assert isinstance(back, MountFailure)
+    assert back.error.endswith("...")
+    kept = back.error.removesuffix("...")
+    assert error.startswith(kept)
+    assert len(line.encode("utf-8")) > REPORT_MAX_BYTES - 12  # cut no shorter than needed
 
 
 def test_the_report_keeps_its_wire_shape_for_older_readers() -> None:

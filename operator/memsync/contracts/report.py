@@ -174,6 +174,17 @@ def _line(payload: dict[str, Any]) -> str:
     return json.dumps(payload, separators=(",", ":"), sort_keys=True)
 
 
+def _escaped_start(text: str, room: int) -> str:
+    """The longest start of ``text`` whose JSON string takes at most ``room`` bytes as ``_line`` writes it
+    (every character outside ASCII is a 6- or 12-byte escape there)."""
+    used = 0
+    for i, ch in enumerate(text):
+        used += len(json.dumps(ch)) - 2
+        if used > room:
+            return text[:i]
+    return text
+
+
 def render_report(report: Report) -> str:
     """One line of JSON under ``REPORT_MAX_BYTES``: path samples go first, then the error is shortened."""
     line = _line(report_payload(report))
@@ -182,8 +193,9 @@ def render_report(report: Report) -> str:
     payload = report_payload(report, samples=False)
     line = _line(payload)
     if len(line.encode("utf-8")) > REPORT_MAX_BYTES and isinstance(report, MountFailure):
-        room = REPORT_MAX_BYTES - (len(line.encode("utf-8")) - len(report.error.encode("utf-8")))
-        payload["error"] = report.error[: max(0, room - 8)] + "..."
+        # The line is ASCII (JSON escapes the rest): room is counted in the error's escaped form.
+        room = REPORT_MAX_BYTES - (len(line) - (len(json.dumps(report.error)) - 2)) - len("...")
+        payload["error"] = _escaped_start(report.error, room) + "..."
         line = _line(payload)
     if len(line.encode("utf-8")) > REPORT_MAX_BYTES and "totals" in payload:
         del payload["totals"]
