@@ -16,6 +16,7 @@ from typing import Any, TypedDict, Unpack
 
 from fastapi import Depends, FastAPI
 
+from memsync import __version__
 from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, AccessService
 from memsync.server.environments.extension import EnvironmentExtension
 from memsync.server.environments.rules import DEFAULT_FIRST_HEARTBEAT_S
@@ -23,7 +24,7 @@ from memsync.server.environments.work import DEFAULT_LEASE_TTL_S
 from memsync.server.http import access as access_routes
 from memsync.server.http import environments as environment_routes
 from memsync.server.http import memories as memory_routes
-from memsync.server.http import observe
+from memsync.server.http import observe, openapi
 from memsync.server.http import sessions as session_routes
 from memsync.server.http import stores as store_routes
 from memsync.server.http import versions as version_routes
@@ -105,6 +106,7 @@ def create_app(
 
     app = FastAPI(
         title="memsync store server",
+        version=__version__,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
@@ -127,6 +129,7 @@ def create_app(
     app.add_middleware(observe.ObserveMiddleware, access_logs=access_logs)
     app.add_middleware(RequestIdMiddleware)  # added last: outermost, so the access log has the request id
     install_error_handlers(app)
+    app.openapi = openapi.document(app)  # type: ignore[method-assign]
     for router in (
         environment_routes.router(extension.envs),
         work_routes.router(extension.work),

@@ -15,6 +15,8 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from memsync.server.bodies import validate_stored_text
 from memsync.server.errors import invalid
 from memsync.server.ids import new_id, now_ts
@@ -33,6 +35,14 @@ STATUS_OF_EVENT = {
 }
 EVENTS_PER_POST_MAX = 100
 LIST_LIMIT_MAX = 1000
+
+
+class PostEventsRequest(BaseModel):
+    """The body of an events post: the events, each an object with a string ``type`` (``check_posted``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    events: list[dict[str, Any]]
 
 
 # --- pure rules -------------------------------------------------------------------------------------------

@@ -9,8 +9,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header
 from fastapi.responses import Response
 
+from memsync.api.models import (
+    CreateMemoryRequest,
+    Memory,
+    MemoryDeleted,
+    MemoryListItem,
+    Page,
+    UpdateMemoryRequest,
+)
 from memsync.server.http.deps import Beta, Body, Caller, PagingQuery, ViewQuery
 from memsync.server.http.envelope import JSONResponse, header_lines
+from memsync.server.http.openapi import answers, body
 from memsync.server.stores.service import StoreService
 
 _CACHE_CONTROL = "private, no-cache"  # a client may keep a listing, and must ask before reusing it
@@ -51,13 +60,17 @@ def not_modified(default_headers: list[tuple[bytes, bytes]], etag: str, request_
 def router(service: StoreService) -> APIRouter:
     router = APIRouter()
 
-    @router.post("/v1/memory_stores/{store_id}/memories")
+    @router.post(
+        "/v1/memory_stores/{store_id}/memories",
+        responses=answers(Memory, 403, 404, 409, 413),
+        openapi_extra=body(CreateMemoryRequest),
+    )
     def create_memory(
         *, p: Caller, store_id: str, body: Body, view: ViewQuery = None, beta: Beta = None
     ) -> JSONResponse:
         return JSONResponse(service.create_memory(p, store_id, body, view))
 
-    @router.get("/v1/memory_stores/{store_id}/memories")
+    @router.get("/v1/memory_stores/{store_id}/memories", responses=answers(Page[MemoryListItem], 304, 404))
     def list_memories(
         *,
         p: Caller,
@@ -80,19 +93,25 @@ def router(service: StoreService) -> APIRouter:
         )
         return listing_response(body, etag)
 
-    @router.get("/v1/memory_stores/{store_id}/memories/{memory_id}")
+    @router.get("/v1/memory_stores/{store_id}/memories/{memory_id}", responses=answers(Memory, 404))
     def get_memory(
         *, p: Caller, store_id: str, memory_id: str, view: ViewQuery = None, beta: Beta = None
     ) -> JSONResponse:
         return JSONResponse(service.get_memory(p, store_id, memory_id, view))
 
-    @router.post("/v1/memory_stores/{store_id}/memories/{memory_id}")
+    @router.post(
+        "/v1/memory_stores/{store_id}/memories/{memory_id}",
+        responses=answers(Memory, 403, 404, 409, 413),
+        openapi_extra=body(UpdateMemoryRequest),
+    )
     def update_memory(
         *, p: Caller, store_id: str, memory_id: str, body: Body, view: ViewQuery = None, beta: Beta = None
     ) -> JSONResponse:
         return JSONResponse(service.update_memory(p, store_id, memory_id, body, view))
 
-    @router.delete("/v1/memory_stores/{store_id}/memories/{memory_id}")
+    @router.delete(
+        "/v1/memory_stores/{store_id}/memories/{memory_id}", responses=answers(MemoryDeleted, 403, 404, 409)
+    )
     def delete_memory(
         *,
         p: Caller,

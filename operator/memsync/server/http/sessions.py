@@ -10,11 +10,13 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from memsync.server.bodies import parse_json_object
-from memsync.server.environments.events import SessionEvents, check_posted
+from memsync.api.models import Session
+from memsync.server.bodies import parse_body
+from memsync.server.environments.events import PostEventsRequest, SessionEvents, check_posted
 from memsync.server.environments.extension import EnvironmentExtension
 from memsync.server.http.deps import Body, EnvironmentCaller
 from memsync.server.http.envelope import JSONResponse
+from memsync.server.http.openapi import answers, body
 
 PING_EVERY_S = 15.0
 RECHECK_S = 1.0  # a stream re-reads its session this often (another replica may have appended events)
@@ -24,24 +26,32 @@ def router(extension: EnvironmentExtension) -> APIRouter:
     router = APIRouter()
     events = extension.events
 
-    @router.get("/v1/sessions/{session_id}")
+    @router.get("/v1/sessions/{session_id}", responses=answers(Session, 404))
     def get_session(c: EnvironmentCaller, session_id: str) -> JSONResponse:
         return JSONResponse(extension.session(c, session_id))
 
-    @router.get("/v1/sessions/{session_id}/events")
+    @router.get("/v1/sessions/{session_id}/events", responses=answers(None, 404))
     def list_events(
         c: EnvironmentCaller, session_id: str, limit: int | None = None, page: str | None = None
     ) -> JSONResponse:
         extension.session(c, session_id)
         return JSONResponse(events.page(session_id, limit, page))
 
-    @router.post("/v1/sessions/{session_id}/events")
+    @router.post(
+        "/v1/sessions/{session_id}/events",
+        responses=answers(None, 403, 404, 413),
+        openapi_extra=body(PostEventsRequest),
+    )
     def post_events(c: EnvironmentCaller, session_id: str, raw: Body) -> JSONResponse:
         extension.session(c, session_id)
-        posted = check_posted(parse_json_object(raw).get("events"), agent_side=c.kind == "admin")
+        posted = check_posted(parse_body(PostEventsRequest, raw).events, agent_side=c.kind == "admin")
         return JSONResponse({"data": events.post(session_id, posted)})
 
-    @router.get("/v1/sessions/{session_id}/events/stream")
+    @router.get(
+        "/v1/sessions/{session_id}/events/stream",
+        response_class=StreamingResponse,
+        responses=answers(None, 404, media="text/event-stream"),
+    )
     async def stream(c: EnvironmentCaller, session_id: str, request: Request) -> StreamingResponse:
         await asyncio.to_thread(extension.session, c, session_id)
         start = await asyncio.to_thread(events.last_seq, session_id)

@@ -6,9 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
+from memsync.api.models import MemoryVersion, Page
 from memsync.server.bodies import validate_id
 from memsync.server.http.deps import Beta, Caller, CreatedGte, CreatedLte, PagingQuery, ViewQuery
 from memsync.server.http.envelope import JSONResponse
+from memsync.server.http.openapi import answers
 from memsync.server.stores.service import StoreService
 
 
@@ -47,7 +49,7 @@ VersionFilters = Annotated[dict[str, str | None], Depends(version_filters)]
 def router(service: StoreService) -> APIRouter:
     router = APIRouter()
 
-    @router.get("/v1/memory_stores/{store_id}/memory_versions")
+    @router.get("/v1/memory_stores/{store_id}/memory_versions", responses=answers(Page[MemoryVersion], 404))
     def list_versions(
         *, p: Caller, store_id: str, paging: PagingQuery, filters: VersionFilters, beta: Beta = None
     ) -> JSONResponse:
@@ -57,13 +59,18 @@ def router(service: StoreService) -> APIRouter:
             )
         )
 
-    @router.get("/v1/memory_stores/{store_id}/memory_versions/{version_id}")
+    @router.get(
+        "/v1/memory_stores/{store_id}/memory_versions/{version_id}", responses=answers(MemoryVersion, 404)
+    )
     def get_version(
         *, p: Caller, store_id: str, version_id: str, view: ViewQuery = None, beta: Beta = None
     ) -> JSONResponse:
         return JSONResponse(service.get_version(p, store_id, version_id, view))
 
-    @router.post("/v1/memory_stores/{store_id}/memory_versions/{version_id}/redact")
+    @router.post(
+        "/v1/memory_stores/{store_id}/memory_versions/{version_id}/redact",
+        responses=answers(MemoryVersion, 403, 404, 409),
+    )
     def redact_version(*, p: Caller, store_id: str, version_id: str, beta: Beta = None) -> JSONResponse:
         return JSONResponse(service.redact_version(p, store_id, version_id))
 
