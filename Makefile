@@ -50,6 +50,8 @@ typecheck: $(STAMP)
 # 0. with Go installed, helm and promtool are built first (cached outside the clone);
 # 1. every tier but kind and cluster, on two xdist workers (with the randomized soak's default mix; its
 #    final-flush outage, the weighted variants and the long mode run on demand, `make soak`);
+#    then the schema-driven tests of the store server's API (tests/api_schema, on SQLite and PostgreSQL), a
+#    phase of its own;
 # 2. the kind tier, serially, through tests/kind/tier.sh: it starts dockerd when none runs, builds kind, the
 #    node image and the memsync image here (cached outside the clone), and makes a kind test that would skip
 #    fail instead; without docker or Go installed the kind tests skip, each with the reason;
@@ -60,7 +62,8 @@ test:
 	@$(TIMED) "virtualenv" $(MAKE) --no-print-directory install
 	@$(TIMED) "lint, types" $(MAKE) --no-print-directory lint typecheck
 	@if command -v go >/dev/null 2>&1; then $(TIMED) "helm, promtool" $(MAKE) --no-print-directory tools; fi
-	$(TIMED) "xdist tier" $(BIN)/pytest -n 2 -m "not kind and not cluster and not soak_on_demand" $(PYTEST_ARGS)
+	$(TIMED) "xdist tier" $(BIN)/pytest -n 2 -m "not kind and not cluster and not soak_on_demand and not api_schema" $(PYTEST_ARGS)
+	$(TIMED) "API schema" $(BIN)/pytest -n 2 -m api_schema tests/api_schema $(PYTEST_ARGS)
 	$(TIMED) "kind tier" tests/kind/tier.sh $(BIN)/pytest -p no:xdist -m kind tests/kind $(PYTEST_ARGS)
 	@if command -v go >/dev/null 2>&1; then $(TIMED) "control plane" $(MAKE) --no-print-directory controlplane; fi
 	$(TIMED) "cluster tier" $(BIN)/pytest -p no:xdist -m cluster tests/cluster $(PYTEST_ARGS)
