@@ -9,7 +9,7 @@ KIND_CLUSTER ?= memsync-e2e
 KIND_CONFIG  ?= kind-config.yaml
 PYTEST_ARGS ?=
 
-.PHONY: chart soak install constraints tools test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean core-schema \
+.PHONY: fuzz chart soak install constraints tools test lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean core-schema \
 	controlplane cluster-up cluster-down cluster-test kind-tier
 
 # Two stamps: the runtime alone (`make dev`: what a user of memsync needs, no test tooling), and the runtime
@@ -50,8 +50,8 @@ typecheck: $(STAMP)
 # 0. with Go installed, helm and promtool are built first (cached outside the clone);
 # 1. every tier but kind and cluster, on two xdist workers (with the randomized soak's default mix; its
 #    final-flush outage, the weighted variants and the long mode run on demand, `make soak`);
-#    then the schema-driven tests of the store server's API (tests/api_schema, on SQLite and PostgreSQL), a
-#    phase of its own;
+#    then every fuzz target of tests/fuzz for 30 s (two at a time), and the schema-driven tests of the store
+#    server's API (tests/api_schema, on SQLite and PostgreSQL), each a phase of its own;
 # 2. the kind tier, serially, through tests/kind/tier.sh: it starts dockerd when none runs, builds kind, the
 #    node image and the memsync image here (cached outside the clone), and makes a kind test that would skip
 #    fail instead; without docker or Go installed the kind tests skip, each with the reason;
@@ -63,6 +63,7 @@ test:
 	@$(TIMED) "lint, types" $(MAKE) --no-print-directory lint typecheck
 	@if command -v go >/dev/null 2>&1; then $(TIMED) "helm, promtool" $(MAKE) --no-print-directory tools; fi
 	$(TIMED) "xdist tier" $(BIN)/pytest -n 2 -m "not kind and not cluster and not soak_on_demand and not api_schema" $(PYTEST_ARGS)
+	$(TIMED) "fuzz" $(BIN)/python tests/fuzz/runner.py run --seconds 30 --jobs 2
 	$(TIMED) "API schema" $(BIN)/pytest -n 2 -m api_schema tests/api_schema $(PYTEST_ARGS)
 	$(TIMED) "kind tier" tests/kind/tier.sh $(BIN)/pytest -p no:xdist -m kind tests/kind $(PYTEST_ARGS)
 	@if command -v go >/dev/null 2>&1; then $(TIMED) "control plane" $(MAKE) --no-print-directory controlplane; fi
@@ -72,6 +73,14 @@ test:
 # final-flush outage and the weighted variants (make test runs the first); each prints its seed.
 soak: $(STAMP)
 	$(BIN)/pytest -m soak tests/soak $(PYTEST_ARGS)
+
+# Coverage-guided fuzzing, the long run (docs/testing.md): every target of tests/fuzz for FUZZ_SECONDS (two at a
+# time); the inputs that reached new code are merged into its corpus (tests/fuzz/corpus/<target>, to commit),
+# and a table shows the coverage each reached. An input that broke a property fails it, printed with its replay.
+FUZZ_SECONDS ?= 300
+FUZZ_JOBS    ?= 2
+fuzz: $(STAMP)
+	$(BIN)/python tests/fuzz/runner.py run --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS) --merge $(FUZZ_TARGETS)
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
