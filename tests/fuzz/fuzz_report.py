@@ -95,8 +95,18 @@ def report_from(fdp: Provider) -> Report:
     return FlushReport(complete=fdp.ConsumeBool(), stores=stores, totals=totals)
 
 
+def as_json_reads(text: str) -> str:
+    """``text`` as JSON reads it back: its escapes join a high and a low lone surrogate into one character."""
+    read: str = json.loads(json.dumps(text))
+    return read
+
+
 def without_samples(c: StoreCounts) -> StoreCounts:
     return replace(c, **{n: [] for n in PATHS})
+
+
+def as_sent(c: StoreCounts) -> StoreCounts:
+    return replace(c, **{n: [as_json_reads(p) for p in getattr(c, n)] for n in PATHS})
 
 
 def as_totals(c: StoreCounts) -> StoreCounts:
@@ -117,8 +127,7 @@ def check_round_trip(report: Report) -> None:
         holds(isinstance(back, MountFailure) and back.store == report.store, f"{report} came back as {back}")
         assert isinstance(back, MountFailure)
         kept = back.error.removesuffix("...")
-        # JSON's escapes join a high and a low lone surrogate into one character: compare as JSON reads it
-        sent = json.loads(json.dumps(report.error))
+        sent = as_json_reads(report.error)
         full = sent[:MESSAGE_LIMIT]
         holds(back.error == full or (back.error.endswith("...") and sent.startswith(kept)), f"{back.error!r}")
         return
@@ -127,7 +136,7 @@ def check_round_trip(report: Report) -> None:
         return
     assert isinstance(back, FlushReport)
     totals = {sid: as_totals(c) for sid, c in report.totals.items()}
-    full = replace(report, totals=totals)
+    full = replace(report, stores={sid: as_sent(c) for sid, c in report.stores.items()}, totals=totals)
     lean = replace(full, stores={sid: without_samples(c) for sid, c in report.stores.items()})
     holds(back in (full, lean, replace(lean, totals={})), f"{report} came back as {back}")
 
