@@ -8,7 +8,8 @@ The client's real ``StoreClient``, over a transport that answers what the input 
 a page: ``InvalidResponse``), whose message never holds the client's API key, even when the server echoes
 it; it sends at most 1 + ``max_retries`` requests and never waits longer than 60 s before one. A page the
 server renders (any memories and prefixes, any cursor) is read back equal. ``list_memories``, following
-``next_page`` over any sequence of answers, ends: it never follows a cursor it has followed before.
+``next_page`` over any sequence of answers, ends: it never follows a cursor it has followed before. Any body
+of a session (``get_session``, where a mount reads its stores) is a ``Session`` or ``InvalidResponse``.
 """
 
 from __future__ import annotations
@@ -185,5 +186,18 @@ def check_walk(fdp: Provider) -> None:
         LOOP.run_until_complete(store.aclose())
 
 
+def check_session(fdp: Provider) -> None:
+    """The session a mount reads its stores from: any 200 body is a ``Session`` or ``InvalidResponse``."""
+    body = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 8000))
+    store = client([httpx.Response(200, content=body)], [])
+    try:
+        session = LOOP.run_until_complete(store.get_session("sesn_a"))
+    except store_errors.InvalidResponse:
+        return
+    finally:
+        LOOP.run_until_complete(store.aclose())
+    holds(all(r.type == "memory_store" for r in session.resources), f"{body!r} gave {session}")
+
+
 def test_one_input(data: bytes) -> None:
-    one_of(data, check_one_call, check_page_round_trip, check_walk)
+    one_of(data, check_one_call, check_page_round_trip, check_walk, check_session)
