@@ -629,9 +629,20 @@ async def test_list_stores_and_versions_follow_next_page() -> None:
 async def test_a_cursor_that_repeats_stops_the_listing() -> None:
     recorder = Recorder(ok({"data": [store_json()], "next_page": "page_same"}))
     async with make_client(recorder) as client:
-        with pytest.raises(errors.InvalidResponse, match="same page cursor"):
+        with pytest.raises(errors.InvalidResponse, match="page cursor it had returned before"):
             [s async for s in client.list_stores()]
     assert len(recorder.requests) == 2
+
+
+async def test_cursors_that_go_round_stop_the_listing() -> None:
+    """Found by the client_page fuzz target: a server answering next_page 'page_c', then 'page_a', then
+    'page_c' again had the walk go round for ever (only the same cursor twice in a row was caught)."""
+    cursors = iter(["page_c", "page_a"] * 50)
+    recorder = Recorder(lambda _: ok({"data": [], "next_page": next(cursors)}))
+    async with make_client(recorder) as client:
+        with pytest.raises(errors.InvalidResponse, match="page cursor it had returned before"):
+            [m async for m in client.list_memories("memstore_1")]
+    assert len(recorder.requests) == 3
 
 
 # --- errors ---------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from memsync.client import errors
 from memsync.client.retry import retry_delay
 from memsync.client.transport import PooledClient
 
-__all__ = ["ClientCore", "Params", "Sleep", "rfc3339", "seg"]
+__all__ = ["ClientCore", "PageCursors", "Params", "Sleep", "rfc3339", "seg"]
 
 logger = logging.getLogger("memsync.client")
 
@@ -106,6 +106,28 @@ class ClientHooks(TypedDict, total=False):
 
     transport: httpx.AsyncBaseTransport | None
     sleep: Sleep | None
+
+
+class PageCursors:
+    """The cursors of one listing walk. Each ``next_page`` is followed once: a server that hands one out again
+    (at once, or after others) would have the walk go round for ever, so the listing fails instead of being
+    cut short or repeated (a listing read as complete when it is not could look like deleted memories)."""
+
+    def __init__(self) -> None:
+        self._followed: set[str] = set()
+
+    def follow(self, next_page: str | None) -> str | None:
+        """The page to read next (None: the listing is complete), or ``InvalidResponse``."""
+        if not next_page:
+            return None
+        if next_page in self._followed:
+            raise errors.InvalidResponse(
+                200,
+                "invalid_response",
+                "the server returned a page cursor it had returned before; stopping the listing",
+            )
+        self._followed.add(next_page)
+        return next_page
 
 
 class ClientCore:
@@ -316,23 +338,12 @@ class ClientCore:
     @classmethod
     async def _paginate(cls, fetch_page: Callable[..., Awaitable[Page[T]]]) -> AsyncIterator[T]:
         """Every item of a listing: ``fetch_page(page=...)`` from the first page, following ``next_page``."""
+        cursors = PageCursors()
         page: str | None = None
         while True:
             result = await fetch_page(page=page)
             for item in result.data:
                 yield item
-            page = cls._next(page, result.next_page)
+            page = cursors.follow(result.next_page)
             if page is None:
                 return
-
-    @staticmethod
-    def _next(current: str | None, next_page: str | None) -> str | None:
-        if not next_page:
-            return None
-        if next_page == current:
-            raise errors.InvalidResponse(
-                200,
-                "invalid_response",
-                "the server returned the same page cursor again; stopping the listing",
-            )
-        return next_page
