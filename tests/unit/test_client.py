@@ -508,6 +508,15 @@ async def test_version_endpoints_encoding() -> None:
         assert recorder.last.content == b""
 
 
+@pytest.mark.parametrize("body", [b"[" * 3000, b'{"id": ' + b"[" * 3000, b"not json"])
+async def test_a_session_that_is_not_json_is_an_invalid_response(body: bytes) -> None:
+    """A body nested past the recursion limit raised RecursionError out of get_session, where a mount reads
+    its stores (found by review of the client_page fuzz target's property; its corpus holds it now)."""
+    async with make_client(Recorder(httpx.Response(200, content=body))) as client:
+        with pytest.raises(errors.InvalidResponse):
+            await client.get_session("sesn_1")
+
+
 async def test_session_endpoints() -> None:
     hosted = session_json()
     hosted["resources"].insert(0, {"type": "github_repository", "url": "https://example.test/r"})

@@ -158,3 +158,10 @@ def test_the_health_document_is_valid_utf8_when_a_text_is_not_valid_unicode() ->
     assert back.stores["memstore_a"].totals.uploaded == 1
     ordinary = SyncHealth(healthy=True, stores={"memstore_a": StoreHealth(last_error="é ok")})
     assert decode_health(encode_health(ordinary)) == ordinary
+
+
+@pytest.mark.parametrize("text", ['{"phase":' + "[" * 3000, "log line\n" + '{"a":' + "{" * 3000])
+def test_a_report_nested_past_the_recursion_limit_reads_as_none(text: str) -> None:
+    """Found by review of the report fuzz target's property (parse_report never fails): such a termination
+    message raised RecursionError into the operator (the target's corpus holds these inputs now)."""
+    assert parse_report(text) is None

@@ -21,6 +21,8 @@ from pydantic import BeforeValidator, Field
 from pydantic.dataclasses import dataclass
 from pydantic.fields import FieldInfo
 
+from memsync.api import json_text
+
 REPORT_MAX_BYTES: Final = 4000  # the kubelet keeps at most 4 KiB of a termination message
 MESSAGE_LIMIT: Final = 4096
 SAMPLE_MAX: Final = 5  # paths named per kind of problem (refused, unreadable, held deletes)
@@ -216,7 +218,7 @@ def _json_object(text: str) -> dict[str, Any] | None:
         if not candidate.startswith("{"):
             continue
         try:
-            value = json.loads(candidate)
+            value = json_text.loads(candidate)
         except ValueError:
             continue
         if isinstance(value, dict):
