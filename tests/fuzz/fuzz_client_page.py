@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import httpx
 from harness import Provider, holds, one_of, pick
@@ -28,6 +29,7 @@ from memsync.client import errors as store_errors
 KEY = "sk-ant-api03-fuzz-SECRET-key"
 SHA = "0" * 64
 LOOP = asyncio.new_event_loop()
+T = TypeVar("T")
 STATUSES = (200, 201, 204, 304, 400, 401, 403, 404, 408, 409, 412, 413, 429, 500, 502, 503, 529, 302, 418)
 HEADER_NAMES = ("retry-after", "retry-after-ms", "x-should-retry", "request-id", "content-type", "etag")
 HEADER_VALUES = (
@@ -93,21 +95,38 @@ def page_body(fdp: Provider) -> dict[str, Any]:
     return {"data": items, "next_page": cursor}
 
 
-def client(responses: list[httpx.Response], waits: list[float]) -> StoreClient:
-    sent: list[httpx.Request] = []
+class Server:
+    """A scripted server: answers the ``responses`` in turn, again and again (as a server may), and keeps
+    what it was sent and how long the client waited between attempts."""
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        sent.append(request)
-        if len(sent) > 40:
+    def __init__(self, responses: list[httpx.Response]) -> None:
+        self.responses = responses
+        self.sent: list[httpx.Request] = []
+        self.waits: list[float] = []
+
+    def answer(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(request)
+        if len(self.sent) > 40:
             raise WalkDoesNotEnd
-        return responses[(len(sent) - 1) % len(responses)]  # the script again and again, as a server may
+        return self.last
 
-    async def sleep(seconds: float) -> None:
-        waits.append(seconds)
+    @property
+    def last(self) -> httpx.Response:
+        return self.responses[(len(self.sent) - 1) % len(self.responses)]
 
-    store = StoreClient("http://store.test", api_key=KEY, transport=httpx.MockTransport(answer), sleep=sleep)
-    store.sent = sent  # type: ignore[attr-defined]
-    return store
+    def client(self) -> StoreClient:
+        async def sleep(seconds: float) -> None:
+            self.waits.append(seconds)
+
+        transport = httpx.MockTransport(self.answer)
+        return StoreClient("http://store.test", api_key=KEY, transport=transport, sleep=sleep)
+
+    def call(self, request: Callable[[StoreClient], Awaitable[T]]) -> T:
+        store = self.client()
+        try:
+            return LOOP.run_until_complete(request(store))
+        finally:
+            LOOP.run_until_complete(store.aclose())
 
 
 def any_response(fdp: Provider) -> httpx.Response:
@@ -126,15 +145,12 @@ def any_response(fdp: Provider) -> httpx.Response:
 
 
 def check_one_call(fdp: Provider) -> None:
-    responses = [any_response(fdp) for _ in range(fdp.ConsumeIntInRange(1, 4))]
-    waits: list[float] = []
-    store = client(responses, waits)
+    server = Server([any_response(fdp) for _ in range(fdp.ConsumeIntInRange(1, 4))])
     try:
-        page = LOOP.run_until_complete(store.list_memories_page("memstore_a"))
+        page = server.call(lambda store: store.list_memories_page("memstore_a"))
     except store_errors.StoreError as exc:
-        last = responses[(len(store.sent) - 1) % len(responses)]  # type: ignore[attr-defined]
         holds(KEY not in str(exc) and KEY not in repr(exc), f"{exc!r} shows the API key")
-        holds(exc.status == last.status_code, f"{exc!r} for a {last.status_code}")
+        holds(exc.status == server.last.status_code, f"{exc!r} for a {server.last.status_code}")
         expected = CLASSES.get(
             exc.status, store_errors.ServerError if exc.status >= 500 else store_errors.StoreError
         )
@@ -144,59 +160,46 @@ def check_one_call(fdp: Provider) -> None:
             expected = store_errors.PathConflict  # the error type names the conflict, whatever the status
         holds(isinstance(exc, expected), f"{exc!r} for a {exc.status} is not a {expected.__name__}")
     else:
-        answered = responses[(len(store.sent) - 1) % len(responses)]  # type: ignore[attr-defined]
-        holds(200 <= answered.status_code < 300, f"a page from {responses}")
+        holds(200 <= server.last.status_code < 300, f"a page from {server.responses}")
         holds(all(isinstance(i, Memory | MemoryPrefix) for i in page.data), f"page items {page.data}")
-    finally:
-        LOOP.run_until_complete(store.aclose())
-    holds(len(store.sent) <= 1 + store.max_retries, f"{len(store.sent)} requests for one call")  # type: ignore[attr-defined]
-    holds(all(0 <= w <= 60 for w in waits), f"waited {waits} between attempts")
+    holds(len(server.sent) <= 1 + 2, f"{len(server.sent)} requests for one call (2 retries at most)")
+    holds(all(0 <= w <= 60 for w in server.waits), f"waited {server.waits} between attempts")
 
 
 def check_page_round_trip(fdp: Provider) -> None:
     body = page_body(fdp)
-    store = client([httpx.Response(200, json=body)], [])
-    try:
-        page = LOOP.run_until_complete(store.list_memories_page("memstore_a"))
-    finally:
-        LOOP.run_until_complete(store.aclose())
+    page = Server([httpx.Response(200, json=body)]).call(lambda store: store.list_memories_page("memstore_a"))
     back = json.loads(page.model_dump_json())
     holds(back == json.loads(json.dumps(body)), f"{body} was read as {back}")
 
 
 def check_walk(fdp: Provider) -> None:
     cursors = [None, "page_a", "page_b", "page_c", ""]
-    responses = [
+    answers = [
         httpx.Response(200, json={"data": [], "next_page": pick(fdp, cursors)})
         for _ in range(fdp.ConsumeIntInRange(1, 6))
     ]
-    store = client(responses, [])
 
-    async def walk() -> None:
+    async def walk(store: StoreClient) -> None:
         async for _ in store.list_memories("memstore_a"):
             pass
 
     try:
-        LOOP.run_until_complete(walk())
+        Server(answers).call(walk)
     except store_errors.InvalidResponse:
         pass
     except WalkDoesNotEnd:
-        pages = [r.json()["next_page"] for r in responses]
+        pages = [r.json()["next_page"] for r in answers]
         holds(False, f"a walk over answers with next_page {pages} does not end")
-    finally:
-        LOOP.run_until_complete(store.aclose())
 
 
 def check_session(fdp: Provider) -> None:
     """The session a mount reads its stores from: any 200 body is a ``Session`` or ``InvalidResponse``."""
     body = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 8000))
-    store = client([httpx.Response(200, content=body)], [])
     try:
-        session = LOOP.run_until_complete(store.get_session("sesn_a"))
+        session = Server([httpx.Response(200, content=body)]).call(lambda store: store.get_session("sesn_a"))
     except store_errors.InvalidResponse:
         return
-    finally:
-        LOOP.run_until_complete(store.aclose())
     holds(all(r.type == "memory_store" for r in session.resources), f"{body!r} gave {session}")
 
 
