@@ -37,9 +37,9 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from world import API_HEADERS, CREDENTIALS, Credential, World, openapi_document, seed
+from world import CREDENTIALS, Credential, World, openapi_document, seed
 
-from conftest import RunningStoreServer, StoreApi, launch_store_server
+from conftest import API_HEADERS, RunningStoreServer, StoreApi, launch_store_server
 from support.overload import SlowUpload, wait_in_flight
 
 pytestmark = [pytest.mark.api_schema, pytest.mark.both_backends, pytest.mark.timeout(900)]

@@ -18,10 +18,10 @@ from typing import Any
 
 import httpx
 
+from conftest import API_HEADERS
 from memsync.api.secret import decode_work_secret
 from memsync.server.app import create_app
 
-API_HEADERS = {"anthropic-version": "2023-06-01", "anthropic-beta": "agent-memory-2026-07-22"}
 #: Header parameters the document declares on every route for the credential: the tests set them.
 CREDENTIAL_HEADERS = ("x-api-key", "authorization")
 
