@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,19 +65,31 @@ def kubectl(info: ClusterInfo, *args: str, input: str | None = None, timeout: fl
     return proc.stdout
 
 
-def smem(index: int) -> dict[str, Any]:
+def smem(
+    index: int,
+    *,
+    namespace: str = NAMESPACE,
+    store: str | None = None,
+    template: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``index``-th SessionMemory of a benchmark: its own store unless ``store`` names one for all, and
+    a sandbox that would sleep unless ``template`` says otherwise."""
     return {
         "apiVersion": API_VERSION,
         "kind": "SessionMemory",
-        "metadata": {"name": f"s{index:05d}", "namespace": NAMESPACE},
+        "metadata": {"name": f"s{index:05d}", "namespace": namespace},
         "spec": {
-            "sessionId": f"sesn_bench{index:05d}",
+            "sessionId": f"sesn_{namespace}{index:05d}",
             "workItemSecretRef": {"name": "work", "key": "work-secret"},
             "apiBaseUrl": "http://127.0.0.1:9",
             "stores": [
-                {"memoryStoreId": f"memstore_bench{index:05d}", "name": "notes", "access": "read_write"}
+                {
+                    "memoryStoreId": store or f"memstore_bench{index:05d}",
+                    "name": "notes",
+                    "access": "read_write",
+                }
             ],
-            "template": sandbox_template({"image": "memsync:kind", "command": ["sleep", "1"]}),
+            "template": template or sandbox_template({"image": "memsync:kind", "command": ["sleep", "1"]}),
         },
     }
 
@@ -93,11 +106,12 @@ def status_count(info: ClusterInfo) -> int:
     return sum(1 for i in items if (i.get("status") or {}).get("phase"))
 
 
-def create_all(info: ClusterInfo, count_: int) -> None:
-    """Create the SessionMemories as ``CREATE_STREAMS`` concurrent clients would (one List each)."""
+def create_all(info: ClusterInfo, count_: int, make: Callable[[int], dict[str, Any]] = smem) -> None:
+    """Create the SessionMemories (``make(index)``) as ``CREATE_STREAMS`` concurrent clients would (one List
+    each)."""
     procs = []
     for stream in range(CREATE_STREAMS):
-        items = [smem(i) for i in range(stream, count_, CREATE_STREAMS)]
+        items = [make(i) for i in range(stream, count_, CREATE_STREAMS)]
         proc = subprocess.Popen(
             [info.kubectl, "--kubeconfig", info.kubeconfig, "create", "-f", "-"],
             stdin=subprocess.PIPE,
@@ -113,6 +127,31 @@ def create_all(info: ClusterInfo, count_: int) -> None:
     for proc in procs:
         if proc.wait(timeout=600) != 0:
             raise RuntimeError(f"kubectl create: {proc.stderr.read() if proc.stderr else ''}")
+
+
+def one_replica(info: ClusterInfo) -> None:
+    """The benchmarks measure one operator process: the Deployment (two replicas electing a leader) is
+    scaled to one, which takes the Lease and acts."""
+    kubectl(info, "scale", *OPERATOR_DEPLOYMENT, "--replicas=1")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pods = json.loads(
+            kubectl(
+                info,
+                "-n",
+                "memsync-system",
+                "get",
+                "pods",
+                "-l",
+                "app.kubernetes.io/name=memsync-operator",
+                "-o",
+                "json",
+            )
+        )["items"]
+        if len(pods) == 1:
+            return
+        time.sleep(1)
+    raise RuntimeError("the operator's second replica did not go away")
 
 
 def operator_status(info: ClusterInfo) -> dict[str, Any]:
@@ -131,7 +170,11 @@ def operator_status(info: ClusterInfo) -> dict[str, Any]:
         )
     )["items"]
     [status] = [
-        c for p in pods for c in p["status"].get("containerStatuses") or [] if c["name"] == "operator"
+        c
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")  # the replica scaled away may linger a moment
+        for c in p["status"].get("containerStatuses") or []
+        if c["name"] == "operator"
     ]
     result: dict[str, Any] = status
     return result
@@ -192,15 +235,21 @@ def _instant(stamp: str) -> float:
     return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def audit_requests(audit_log: Path, since: str) -> tuple[collections.Counter[str], list[float]]:
-    """The operator's requests by verb and resource, and how long the API server took for each (from
-    receiving it to completing the response; watches excluded)."""
+def audit_requests(
+    audit_log: Path, since: str, until: str | None = None
+) -> tuple[collections.Counter[str], list[float]]:
+    """The operator's requests (received at ``since`` or later, and before ``until``) by verb and resource,
+    and how long the API server took for each (from receiving it to completing the response; watches
+    excluded). Both bounds are UTC timestamps as the audit log writes them (they compare as strings)."""
     verbs: collections.Counter[str] = collections.Counter()
     took: list[float] = []
     with audit_log.open() as fh:
         for line in fh:
             event = json.loads(line)
-            if event["user"]["username"] == OPERATOR_USER and event["requestReceivedTimestamp"] >= since:
+            received = event["requestReceivedTimestamp"]
+            if until is not None and received >= until:
+                continue
+            if event["user"]["username"] == OPERATOR_USER and received >= since:
                 resource = (event.get("objectRef") or {}).get("resource", "")
                 verbs[f"{event['verb']} {resource}"] += 1
                 if event["verb"] != "watch":
@@ -247,6 +296,7 @@ def run(
         try:
             info = wait_ready(state, proc)
             kubectl(info, "apply", "--server-side", "-k", str(REPO / "manifests/overlays/kind"))
+            one_replica(info)
             if trace_memory is not None:
                 trace_operator(info)
             if operator_env:

@@ -417,7 +417,7 @@ def main() -> None:
     if args.warmup is None:
         args.warmup = args.interval
     cells = [tuple(c.split(":")) for c in args.cells.split(",") if c]
-    admin_key = "sk-bench-load-" + os.urandom(8).hex()
+    admin_key = "sk-bench-load-" + os.urandom(16).hex()
     work = Path(tempfile.mkdtemp(prefix="memsync-load-"))
     pg: PostgresServer | None = None
     results: list[Cell] = []

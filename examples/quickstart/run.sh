@@ -16,7 +16,7 @@ export MEMSYNC_STORE_URL=${STORE_URL:-http://127.0.0.1:8700}
 if [ -n "${ADMIN_KEY_FILE:-}" ]; then
     MEMSYNC_ADMIN_KEY=$(cat "$ADMIN_KEY_FILE")
 fi
-export MEMSYNC_ADMIN_KEY=${MEMSYNC_ADMIN_KEY:-kind-dev-admin-key-not-a-secret}
+export MEMSYNC_ADMIN_KEY=${MEMSYNC_ADMIN_KEY:-kind-dev-admin-key-not-a-secret-local-only}
 memsync=memsync
 if [ -x "$repo/.venv/bin/memsync" ]; then memsync="$repo/.venv/bin/memsync"; fi
 ns=memsync-quickstart

@@ -57,6 +57,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 pytest_runtest_makereport = record_phase_reports
 
+#: Figures the scenarios measure (a takeover's time): printed in the summary of the run, pass or fail.
+MEASURED: list[str] = []
+
+
+@pytest.fixture
+def measured() -> list[str]:
+    return MEASURED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if MEASURED:
+        terminalreporter.section("measured on the cluster tier")
+        for line in MEASURED:
+            terminalreporter.write_line(line)
+
 
 @dataclass
 class Cluster:

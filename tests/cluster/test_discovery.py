@@ -93,22 +93,26 @@ def crashed_not_ready(cluster: Cluster) -> dict[str, Any] | None:
     return None
 
 
-def ready(cluster: Cluster) -> bool:
+def pod_ready(pod: dict[str, Any]) -> bool:
     return any(
-        c["type"] == "Ready" and c["status"] == "True"
-        for pod in operator_pods(cluster)
-        for c in pod.get("status", {}).get("conditions") or []
+        c["type"] == "Ready" and c["status"] == "True" for c in pod.get("status", {}).get("conditions") or []
     )
 
 
+def fetch_pod(cluster: Cluster, name: str) -> dict[str, Any] | None:
+    return cluster.get_or_none("-n", SYSTEM_NS, "pod", name)
+
+
 def test_the_deployed_operator_is_not_ready_until_its_crd_version_is_served(deployed: Cluster) -> None:
-    """The deployed operator turned to --environments while the AgentEnvironment version is not served: its
-    Pod exits 1 and is never Ready (readiness waits for kopf); once the version is served it starts by
-    itself."""
+    """The deployed operator turned to --environments while the AgentEnvironment version is not served: the
+    rolling update's new Pod exits 1 and is never Ready (readiness waits for the checks before kopf), while
+    the replicas it would replace keep serving (a rolling update takes none away before its successor is
+    ready); once the version is served the new Pods start by themselves and the rollout completes."""
     deployed.kubectl("apply", "--server-side", "-k", str(REPO / "manifests/environments"))
     set_served(deployed, False)
     try:
         deployed.wait("discovery to drop the version", lambda: not discovery_serves(deployed), 60)
+        before = {p["metadata"]["name"] for p in operator_pods(deployed)}
         deployed.kubectl(
             "-n", SYSTEM_NS, "set", "env", "deployment/memsync-operator", "MEMSYNC_ENVIRONMENTS=true"
         )
@@ -118,13 +122,20 @@ def test_the_deployed_operator_is_not_ready_until_its_crd_version_is_served(depl
             120,
             deployed.dump,
         )
-        log = deployed.pod_logs(SYSTEM_NS, pod["metadata"]["name"], "operator")
+        name = pod["metadata"]["name"]
+        assert name not in before
+        log = deployed.pod_logs(SYSTEM_NS, name, "operator")
         assert f"{agentenv.API_VERSION}/{agentenv.PLURAL} is not served by the API server" in log, log[-3000:]
         assert "starting the memsync operator" not in log  # no restart ever got to kopf
-        assert not ready(deployed)
+        assert not pod_ready(fetch_pod(deployed, name) or {})
+        serving = [p for p in operator_pods(deployed) if p["metadata"]["name"] in before and pod_ready(p)]
+        assert len(serving) == len(before) == 2  # the old replicas still serve
         set_served(deployed, True)
         deployed.wait(
-            "the operator Ready once the version is served", lambda: ready(deployed), 120, deployed.dump
+            "the new operator Pod Ready once the version is served",
+            lambda: pod_ready(fetch_pod(deployed, name) or {}),
+            120,
+            deployed.dump,
         )
     finally:
         set_served(deployed, True)

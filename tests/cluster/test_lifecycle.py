@@ -65,17 +65,24 @@ async def test_operator_pod_deleted_and_rescheduled(
     store = await make_store(tier_store, "resume", {})
     pod = await steady_session(deployed, tier_store, namespace, "resume", store=store, mount="n", duration=40)
     uid = deployed.get("-n", namespace, "pod", pod)["metadata"]["uid"]
-    [old] = operator_pods(deployed)
+    # The replica that acts (it holds the Lease) is deleted: it lets the Lease go as it stops, the standby
+    # takes over, and the Deployment starts a replacement.
+    holder = str(
+        (deployed.get("-n", SYSTEM_NS, "lease", "memsync-operator").get("spec") or {})["holderIdentity"]
+    )
+    [old] = [p for p in operator_pods(deployed) if holder.startswith(f"{p['metadata']['name']}_")]  # type: ignore[index]
     old_name = old["metadata"]["name"]  # type: ignore[index]
     deployed.kubectl("-n", SYSTEM_NS, "delete", "pod", old_name, "--wait=true", "--timeout=120s", timeout=140)
     deployed.kubectl(
         "-n", SYSTEM_NS, "rollout", "status", "deployment/memsync-operator", "--timeout=180s", timeout=200
     )
-    [new] = operator_pods(deployed)
-    assert new["metadata"]["name"] != old_name  # type: ignore[index]
+    names = {p["metadata"]["name"] for p in operator_pods(deployed)}  # type: ignore[index]
+    assert old_name not in names and len(names) == 2
+    new_holder = deployed.get("-n", SYSTEM_NS, "lease", "memsync-operator")["spec"]["holderIdentity"]
+    assert new_holder != holder and not new_holder.startswith(f"{old_name}_")
     status = wait_phase(deployed, namespace, "resume", FINAL)
     assert status["phase"] == "Succeeded", status
-    # The new operator resumed the session: the same sandbox Pod, never a second one.
+    # The new leader resumed the session: the same sandbox Pod, never a second one.
     pods = deployed.get("-n", namespace, "pods")["items"]
     assert [p["metadata"]["uid"] for p in pods] == [uid]
     await assert_store_holds_final_files(tier_store, store, agent_report(deployed, namespace, pod), "n")

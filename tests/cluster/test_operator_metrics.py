@@ -1,5 +1,6 @@
 """The operator deployed from ``manifests/overlays/kind`` serves its Prometheus metrics on :9478, behind the
-Service ``memsync-operator-metrics`` (whose endpoints the control plane fills with the operator's Pod)."""
+Service ``memsync-operator-metrics`` (whose endpoints the control plane fills with both replicas' Pods): the
+replica holding the Lease says it leads, the standby says it does not."""
 
 from __future__ import annotations
 
@@ -10,15 +11,30 @@ import httpx
 from .conftest import SYSTEM_NS, Cluster
 
 
-def operator_pod(cluster: Cluster) -> dict[str, Any]:
+def operator_pods(cluster: Cluster) -> list[dict[str, Any]]:
     pods = cluster.get("-n", SYSTEM_NS, "pods", "-l", "app.kubernetes.io/name=memsync-operator")["items"]
-    running = [p for p in pods if p["status"].get("phase") == "Running" and p["status"].get("podIP")]
-    assert len(running) == 1, [p["metadata"]["name"] for p in pods]
-    return running[0]
+    running = [
+        p
+        for p in pods
+        if p["status"].get("phase") == "Running"
+        and p["status"].get("podIP")
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+    assert len(running) == 2, [p["metadata"]["name"] for p in pods]
+    return running
+
+
+def leader_gauge(text: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith("memsync_operator_leader "):
+            return float(line.split()[1])
+    return None
 
 
 def test_operator_metrics_behind_the_service(deployed: Cluster) -> None:
-    pod_ip = operator_pod(deployed)["status"]["podIP"]
+    deployed.wait("two running operator replicas", lambda: _two(deployed), timeout=120)
+    pods = operator_pods(deployed)
+    ips = {p["status"]["podIP"] for p in pods}
 
     def endpoint_ips() -> set[str]:
         slices = deployed.get(
@@ -35,21 +51,33 @@ def test_operator_metrics_behind_the_service(deployed: Cluster) -> None:
             )
         }
 
-    deployed.wait("the metrics Service's endpoint", lambda: pod_ip in endpoint_ips(), timeout=60)
+    deployed.wait("the metrics Service's endpoints", lambda: ips <= endpoint_ips(), timeout=60)
 
-    def scrape() -> httpx.Response | None:
+    def scrape(ip: str) -> httpx.Response | None:
         try:
-            return httpx.get(f"http://{pod_ip}:9478/metrics", timeout=10)
+            return httpx.get(f"http://{ip}:9478/metrics", timeout=10)
         except httpx.TransportError:
             return None  # the operator binds its metrics port once it has checked the API server
 
-    pod = operator_pod(deployed)["metadata"]["name"]
-    response = deployed.wait(
-        "the operator's /metrics",
-        scrape,
-        timeout=60,
-        explain=lambda: deployed.pod_logs(SYSTEM_NS, pod, "operator"),
-    )
-    assert response.status_code == 200
-    assert "# TYPE memsync_operator_pods_created_total counter" in response.text
-    assert "# TYPE memsync_operator_flush_unconfirmed_total counter" in response.text
+    leaders = []
+    for pod in pods:
+        ip, name = pod["status"]["podIP"], pod["metadata"]["name"]
+        response = deployed.wait(
+            f"the /metrics of {name}",
+            lambda ip=ip: scrape(ip),
+            timeout=60,
+            explain=lambda name=name: deployed.pod_logs(SYSTEM_NS, name, "operator"),
+        )
+        assert response.status_code == 200
+        assert "# TYPE memsync_operator_pods_created_total counter" in response.text
+        assert "# TYPE memsync_operator_flush_unconfirmed_total counter" in response.text
+        leaders.append(leader_gauge(response.text))
+    assert sorted(leaders) == [0.0, 1.0]  # one replica acts, the other stands by
+
+
+def _two(cluster: Cluster) -> bool:
+    try:
+        operator_pods(cluster)
+    except AssertionError:
+        return False
+    return True

@@ -9,6 +9,7 @@ grants do not answer for them."""
 
 from __future__ import annotations
 
+import copy
 import shutil
 import subprocess
 import uuid
@@ -25,13 +26,45 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 SERVED = "agents"  # the namespace the namespaced overlay serves
 
 
-def rendered_rbac(path: str) -> list[dict[str, Any]]:
+def rendered_rbac(path: str, kinds: set[str] | None = None) -> list[dict[str, Any]]:
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl renders the kustomize tree"
     out = subprocess.run(
         [kubectl, "kustomize", str(REPO / "manifests" / path)], capture_output=True, text=True, check=True
     ).stdout
-    return [o for o in yaml.safe_load_all(out) if o and o["kind"] in {"Role", "RoleBinding"}]
+    wanted = kinds or {"Role", "RoleBinding"}
+    return [o for o in yaml.safe_load_all(out) if o and o["kind"] in wanted]
+
+
+def grant_namespaced(cluster: Cluster, system: str, namespaces: list[str], suffix: str) -> str:
+    """What namespaced mode grants (``manifests/overlays/namespaced`` and ``environments/namespaced``: their
+    Roles in each of ``namespaces``, their one cluster-wide ClusterRole under a name of its own, so the
+    deployed operator's stays) to the ServiceAccount memsync-operator of namespace ``system``; the
+    ClusterRole's (and its binding's) name."""
+    objs = rendered_rbac("overlays/namespaced") + rendered_rbac("environments/namespaced")
+    # The grants of the served namespace, and the leader election's Lease in the operator's own namespace.
+    assert {o["metadata"]["namespace"] for o in objs} == {SERVED, SYSTEM_NS}
+    for obj in objs:
+        for ns in namespaces if obj["metadata"]["namespace"] == SERVED else [system]:
+            placed = copy.deepcopy(obj)
+            placed["metadata"]["namespace"] = ns
+            for subject in placed.get("subjects") or []:
+                assert subject["namespace"] == SYSTEM_NS
+                subject["namespace"] = system
+            cluster.apply(placed)
+    (role,) = rendered_rbac("overlays/namespaced", kinds={"ClusterRole"})
+    name = role["metadata"]["name"] = f"memsync-operator-cluster-{suffix}"
+    cluster.apply(role)
+    cluster.apply(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": "memsync-operator", "namespace": system}],
+        }
+    )
+    return name
 
 
 @pytest.fixture
@@ -48,17 +81,11 @@ def namespaced_grants(deployed: Cluster) -> Iterator[tuple[str, str, str]]:
             "metadata": {"name": "memsync-operator", "namespace": system},
         }
     )
-    objs = rendered_rbac("overlays/namespaced") + rendered_rbac("environments/namespaced")
-    assert {o["metadata"]["namespace"] for o in objs} == {SERVED}
-    for obj in objs:
-        obj["metadata"]["namespace"] = served
-        for subject in obj.get("subjects") or []:
-            assert subject["namespace"] == SYSTEM_NS
-            subject["namespace"] = system
-        deployed.apply(obj)
+    grant = grant_namespaced(deployed, system, [served], suffix)
     try:
         yield f"system:serviceaccount:{system}:memsync-operator", served, other
     finally:
+        deployed.kubectl("delete", "clusterrolebinding,clusterrole", grant, check=False)
         for ns in (system, served, other):
             deployed.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
@@ -83,7 +110,6 @@ def test_namespaced_mode_grants_only_in_the_served_namespace(
         ("delete", "pods"),
         ("watch", "pods"),
         ("watch", "sessionmemories.agents.memsync.dev"),
-        ("patch", "sessionmemories.agents.memsync.dev/status"),
         ("create", "sessionmemories.agents.memsync.dev"),
         ("watch", "agentenvironments.agents.memsync.dev"),
         ("create", "events"),
@@ -95,6 +121,28 @@ def test_namespaced_mode_grants_only_in_the_served_namespace(
     # Secrets are never listed, watched or changed in place, even where they are served.
     for verb in ("list", "watch", "update", "patch"):
         assert not can(deployed, user, verb, "secrets", served), f"{verb} secrets"
+    # The leader election's Lease: in the operator's own namespace only, and by name once created.
+    system = user.split(":")[2]
+    assert can(deployed, user, "create", "leases.coordination.k8s.io", system)
+    assert can(deployed, user, "update", "leases.coordination.k8s.io/memsync-operator", system)
+    assert not can(deployed, user, "update", "leases.coordination.k8s.io/kube-scheduler", system)
+    assert not can(deployed, user, "create", "leases.coordination.k8s.io", served)
+    # Cluster-wide only Node reads and what releases a deleted namespace's SessionMemories (get and patch,
+    # their status patched): never a list or a watch, never Pods or Secrets.
+    for verb, resource in (
+        ("get", "nodes"),
+        ("get", "sessionmemories.agents.memsync.dev"),
+        ("patch", "sessionmemories.agents.memsync.dev"),
+        ("patch", "sessionmemories.agents.memsync.dev/status"),
+    ):
+        assert can(deployed, user, verb, resource, other), f"{verb} {resource} in {other}"
+    for verb, resource in (
+        ("list", "sessionmemories.agents.memsync.dev"),
+        ("watch", "sessionmemories.agents.memsync.dev"),
+        ("list", "nodes"),
+        ("get", "pods"),
+    ):
+        assert not can(deployed, user, verb, resource, other), f"{verb} {resource} in {other}"
 
 
 def test_cluster_mode_grants_secrets_get_everywhere_and_nothing_more(deployed: Cluster) -> None:

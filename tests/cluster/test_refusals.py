@@ -1,6 +1,7 @@
 """What only a real API server shows: admission and RBAC refusals of what the operator asks for. Each one
 must become the SessionMemory's outcome (``Failed``, ``Ready=False`` with the reason and the API's message,
-and a Warning Event), never a silent retry."""
+and a Warning Event), never a silent retry. (A ResourceQuota's or a LimitRange's refusal is a wait instead:
+test_waits.py.)"""
 
 from __future__ import annotations
 
@@ -76,26 +77,6 @@ async def test_pod_security_refuses_the_sandbox(
         assert "seLinuxOptions" in applied.stderr, applied.stderr
         return
     assert_refused(deployed, namespace, "psa", "PodRejected", "violates PodSecurity")
-
-
-async def test_resource_quota_refuses_the_pod(
-    deployed: Cluster, tier_store: RunningStoreServer, namespace: str
-) -> None:
-    deployed.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "ResourceQuota",
-            "metadata": {"name": "no-pods", "namespace": namespace},
-            "spec": {"hard": {"pods": "0"}},
-        }
-    )
-    deployed.wait(
-        "the quota's status",
-        lambda: (deployed.get("-n", namespace, "resourcequota", "no-pods").get("status") or {}).get("hard"),
-    )
-    deployed.apply(await one_store_session(deployed, tier_store, namespace, "quota"))
-    assert_refused(deployed, namespace, "quota", "PodRejected", "exceeded quota")
-    assert deployed.get("-n", namespace, "pods")["items"] == []
 
 
 async def test_secret_read_forbidden_by_rbac(

@@ -172,10 +172,11 @@ async def test_the_templates_fields_reach_a_running_session(
     (sandbox,) = spec["containers"]
     assert [m["mountPath"] for m in sandbox["volumeMounts"]][:2] == ["/mnt/memory", "/workspace"]
     mount, sync = spec["initContainers"]
-    assert mount["resources"] == resources
-    # the sidecar also requests the stores' folder's size (the operator's default 1Gi) as ephemeral storage
+    # both also request the stores' folder's size (the operator's default 1Gi) as ephemeral storage, with the
+    # operator's default limit (2Gi)
     requests = {**resources["requests"], "ephemeral-storage": "1Gi"}
-    assert sync["resources"] == {**resources, "requests": requests}
+    limits = {**resources.get("limits", {}), "ephemeral-storage": "2Gi"}
+    assert mount["resources"] == sync["resources"] == {"requests": requests, "limits": limits}
     assert {"name": "memory", "emptyDir": {"sizeLimit": "1Gi"}} in spec["volumes"]
     for memsync in (mount, sync):
         assert {"name": "NO_PROXY", "value": ".svc"} in memsync["env"]

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from memsync.client import StoreClient
-from memsync.controller.sessionmemory.derive import derive_status, now_utc
+from memsync.controller.conditions import now_utc
+from memsync.controller.sessionmemory.derive import derive_status
 from memsync.controller.sessionmemory.pod import (
     MOUNT_CONTAINER,
     SANDBOX_CONTAINER,

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from memsync.controller.conditions import now_utc
 from memsync.controller.environment import decisions as d
 from memsync.controller.environment.loop import EnvironmentLoop
-from memsync.controller.sessionmemory.derive import derive_status, now_utc
+from memsync.controller.sessionmemory.derive import derive_status
 from memsync.controller.sessionmemory.pod import SANDBOX_CONTAINER, SYNC_CONTAINER, build_sandbox_pod
 from memsync.crd.models import sandbox_template, validate_spec
 from support.environment_objects import Objects

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 import smem_harness as op
 
 from memsync.controller.sessionmemory.pod import pod_name_for
-from memsync.crd.models import sandbox_template
+from memsync.crd.models import FINALIZER, sandbox_template
 
 from .harness import SANDBOX_CONTAINER, SECRET_KEY, agent_command, as_store_paths, session_id, store_files
 from .podrunner import PodRunner
@@ -197,16 +197,21 @@ async def test_operator_runner_and_store_end_to_end(
             # the Pod the runner executed is exactly the one the operator created
             assert k.runner.pod["spec"] == (cluster.pod(pod_name_for("pipeline")) or {}).get("spec")
 
-            # deleting the SessionMemory: the operator deletes the Pod, the kubelet removes it, the
-            # finalizer goes, the SessionMemory is gone
-            await cluster.delete_smem("pipeline")
+            # the outcome is recorded, so the finalizer is gone: deleting the SessionMemory releases it at
+            # once (its ended Pod goes with Kubernetes' garbage collector, through its owner reference)
             await op.eventually(
                 lambda: _value(
-                    cluster.smem("pipeline") is None and cluster.pod(pod_name_for("pipeline")) is None
+                    FINALIZER not in (cluster.smem("pipeline") or {})["metadata"].get("finalizers", [])
                 ),
-                timeout=60,
-                what="SessionMemory and Pod gone",
+                timeout=30,
+                what="the finalizer removed",
             )
+            await cluster.delete_smem("pipeline")
+            await op.eventually(
+                lambda: _value(cluster.smem("pipeline") is None), timeout=30, what="SessionMemory gone"
+            )
+            owners = (cluster.pod(pod_name_for("pipeline")) or {})["metadata"]["ownerReferences"]
+            assert [o["kind"] for o in owners] == ["SessionMemory"]
 
 
 async def test_deleting_a_running_session_flushes_through_the_operator(

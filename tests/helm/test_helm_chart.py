@@ -38,7 +38,11 @@ MONITORING = {
         "grafanaDashboard": {"enabled": True},
     }
 }
-KIND = {"image": {"repository": "memsync", "tag": "kind"}, "storeServer": {"enabled": True}}
+KIND = {
+    "image": {"repository": "memsync", "tag": "kind"},
+    "storeServer": {"enabled": True},
+    "operator": {"nodeLostGrace": 10, "forceDeleteLostPods": True},
+}
 STORE_POSTGRES = {**PRODUCTION, "storeServer": {"enabled": True, "database": {"type": "postgresql"}}}
 
 Key = tuple[str, str, str]
@@ -205,8 +209,20 @@ def test_namespaced_rbac_grants_the_same_rules_in_each_watched_namespace(tmp_pat
     namespaced = {"rbac": {"scope": "namespaced"}, "operator": {"watchNamespaces": ["agents-a", "agents-b"]}}
     objs = by_key(helm_objects(tmp_path, {**namespaced, **MONITORING}))
     cluster = by_key(helm_objects(tmp_path, {}))
-    kinds = {k[0] for k in objs}
-    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}, "namespaced scope grants nothing cluster-wide"
+    cluster_wide = {k for k in objs if k[0] in ("ClusterRole", "ClusterRoleBinding")}
+    # cluster-wide only Node reads and what releases a deleted namespace's SessionMemories
+    assert cluster_wide == {
+        ("ClusterRole", "", "memsync-operator-cluster"),
+        ("ClusterRoleBinding", "", "memsync-operator-cluster"),
+    }
+    assert objs[("ClusterRole", "", "memsync-operator-cluster")]["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": ["agents.memsync.dev"], "resources": ["sessionmemories"], "verbs": ["get", "patch"]},
+        {"apiGroups": ["agents.memsync.dev"], "resources": ["sessionmemories/status"], "verbs": ["patch"]},
+    ]
+    assert cluster[("ClusterRole", "", "memsync-operator-cluster")]["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}
+    ]
     for name in ("memsync-operator", "memsync-operator-secrets"):
         for ns in ("agents-a", "agents-b"):
             role = objs[("Role", ns, name)]
@@ -248,15 +264,53 @@ def test_the_environments_add_on_renders_the_kustomize_rbac_in_each_scope(
     result = run([str(shutil.which("kubectl")), "kustomize", str(REPO / "manifests" / kustomization)])
     assert result.returncode == 0, result.stderr
     kustomized = by_key([doc for doc in yaml.safe_load_all(result.stdout) if doc])
-    assert kustomized and all(k[2] == "memsync-operator-environments" for k in kustomized)
+    names = {"memsync-operator-environments", "memsync-operator-environment-secrets"}
+    assert kustomized and {k[2] for k in kustomized} == names
     for k, obj in kustomized.items():
         assert chart[k] == obj, (
             f"{k} differs:\nhelm:\n{yaml.safe_dump(chart[k])}\nkustomize:\n{yaml.safe_dump(obj)}"
         )
     assert "--environments" in operator_container(chart)["command"]
     without = by_key(helm_objects(tmp_path, values))
-    assert not [k for k in without if k[2] == "memsync-operator-environments"]
+    assert not [k for k in without if k[2] in names]
     assert "--environments" not in operator_container(without)["command"]
+
+
+def test_cluster_scope_with_watched_namespaces_binds_secrets_in_those_namespaces_only(tmp_path: Path) -> None:
+    """rbac.scope=cluster with exact operator.watchNamespaces: Secrets (the operator's get, the environments
+    add-on's create and delete) are granted by a RoleBinding of their ClusterRole in each watched namespace,
+    never cluster-wide; everything else stays cluster-wide."""
+    values = {"operator": {"watchNamespaces": ["agents-a", "agents-b"], "environments": True}}
+    objs = by_key(helm_objects(tmp_path, values))
+    for name in ("memsync-operator-secrets", "memsync-operator-environment-secrets"):
+        assert ("ClusterRoleBinding", "", name) not in objs
+        assert "secrets" in objs[("ClusterRole", "", name)]["rules"][0]["resources"]
+        for ns in ("agents-a", "agents-b"):
+            binding = objs[("RoleBinding", ns, name)]
+            assert binding["roleRef"] == {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            }
+            assert binding["subjects"] == [
+                {"kind": "ServiceAccount", "name": "memsync-operator", "namespace": NAMESPACE}
+            ]
+    for name in ("memsync-operator", "memsync-operator-environments", "memsync-operator-cluster"):
+        assert ("ClusterRoleBinding", "", name) in objs
+    secret_rules = [
+        (k, rule)
+        for k, obj in objs.items()
+        if k[0] == "ClusterRole"
+        for rule in obj["rules"]
+        if "secrets" in rule["resources"]
+    ]
+    assert {k[2] for k, _ in secret_rules} == {
+        "memsync-operator-secrets",
+        "memsync-operator-environment-secrets",
+    }
+    # Namespace patterns cannot be enumerated: then the Secrets are bound cluster-wide (docs/security.md).
+    patterns = by_key(helm_objects(tmp_path, {"operator": {"watchNamespaces": ["agents-*"]}}))
+    assert ("ClusterRoleBinding", "", "memsync-operator-secrets") in patterns
 
 
 def test_namespace_patterns_get_namespace_and_crd_watches_cluster_wide(tmp_path: Path) -> None:
@@ -307,7 +361,7 @@ def test_metrics_off_and_image_by_digest(tmp_path: Path) -> None:
     assert "--metrics-port" not in container["command"]
     assert [p["name"] for p in container["ports"]] == ["health"]
     # One image setting: the operator, the sandbox Pods' memsync containers and the store server.
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     store = objs[("Deployment", NAMESPACE, "memsync-store")]["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == env["MEMSYNC_AGENT_IMAGE"] == store["image"] == f"reg.test/memsync@{digest}"
 
@@ -335,7 +389,7 @@ def test_helm_only_objects_validate_offline(tmp_path: Path) -> None:
     }
     objs = helm_objects(tmp_path, values)
     assert {o["kind"] for o in objs} >= {"Role", "RoleBinding", "Deployment", "PersistentVolumeClaim"}
-    env = {e["name"]: e["value"] for e in operator_container(by_key(objs))["env"]}
+    env = {e["name"]: e.get("value") for e in operator_container(by_key(objs))["env"]}
     parsed = parse_memsync_env(env["MEMSYNC_OPERATOR_MEMSYNC_ENV"])  # what the operator reads at start
     assert [(e.name, e.value) for e in parsed] == [("HTTPS_PROXY", "http://p:3128")]
     validate_offline(objs)
@@ -430,3 +484,96 @@ def test_the_runbook_urls_are_prefixed_with_where_the_docs_are_published(tmp_pat
     for alert in alerts:
         url = alert["annotations"]["runbook_url"]
         assert url == f"{base}/docs/operations.md#{alert['alert'].lower()}", url
+
+
+def test_the_operator_runs_two_electing_replicas_with_the_scheduling_values(tmp_path: Path) -> None:
+    values = {
+        "imagePullSecrets": [{"name": "regcred"}],
+        "operator": {
+            "priorityClassName": "memsync-critical",
+            "nodeSelector": {"pool": "system"},
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "system", "effect": "NoSchedule"}
+            ],
+            "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+            "nodeLostTolerationSeconds": 20,
+        },
+    }
+    objs = by_key(helm_objects(tmp_path, values))
+    deployment = objs[("Deployment", NAMESPACE, "memsync-operator")]
+    assert deployment["spec"]["replicas"] == 2
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["priorityClassName"] == "memsync-critical"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["nodeSelector"] == {"pool": "system"}
+    assert pod["affinity"] == values["operator"]["affinity"]  # replaces the default spread
+    assert [(t["key"], t.get("tolerationSeconds")) for t in pod["tolerations"]] == [
+        ("node.kubernetes.io/not-ready", 20),
+        ("node.kubernetes.io/unreachable", 20),
+        ("dedicated", None),
+    ]
+    assert ("PodDisruptionBudget", NAMESPACE, "memsync-operator") in objs
+    assert ("Role", NAMESPACE, "memsync-operator-leader-election") in objs
+    assert "--no-leader-elect" not in operator_container(objs)["command"]
+
+
+def test_without_leader_election_one_replica_is_recreated(tmp_path: Path) -> None:
+    objs = by_key(helm_objects(tmp_path, {"operator": {"leaderElection": {"enabled": False}, "replicas": 3}}))
+    deployment = objs[("Deployment", NAMESPACE, "memsync-operator")]
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert ("PodDisruptionBudget", NAMESPACE, "memsync-operator") not in objs
+    assert operator_container(objs)["command"][-1] == "--no-leader-elect"
+
+
+def test_the_store_browser_can_be_exposed_by_an_ingress(tmp_path: Path) -> None:
+    ui = {
+        "ingress": {
+            "enabled": True,
+            "host": "memory.example.com",
+            "className": "nginx",
+            "annotations": {"nginx.ingress.kubernetes.io/whitelist-source-range": "10.0.0.0/8"},
+            "tls": [{"secretName": "memory-tls", "hosts": ["memory.example.com"]}],
+        }
+    }
+    objs = store_objects(tmp_path, {"enabled": True, "ui": ui})
+    validate_offline(list(objs.values()))
+    ingress = objs[("Ingress", NAMESPACE, "memsync-store-ui")]
+    spec = ingress["spec"]
+    assert spec["ingressClassName"] == "nginx" and spec["tls"] == ui["ingress"]["tls"]
+    assert ingress["metadata"]["annotations"] == ui["ingress"]["annotations"]
+    (rule,) = spec["rules"]
+    assert rule["host"] == "memory.example.com"
+    # only the browser's paths: the memory store API stays inside the cluster
+    assert [(p["path"], p["pathType"]) for p in rule["http"]["paths"]] == [
+        ("/ui", "Prefix"),
+        ("/docs", "Prefix"),
+        ("/openapi.json", "Exact"),
+    ]
+    assert {p["backend"]["service"]["name"] for p in rule["http"]["paths"]} == {"memsync-store"}
+    # off by default; the browser itself on by default, and off with ui.enabled: false
+    default = store_objects(tmp_path, {"enabled": True})
+    assert not [k for k in default if k[0] == "Ingress"]
+    container = default[("Deployment", NAMESPACE, "memsync-store")]["spec"]["template"]["spec"]["containers"][
+        0
+    ]
+    assert "MEMSYNC_STORE_UI" not in {e["name"] for e in container["env"]}
+    off = store_objects(tmp_path, {"enabled": True, "ui": {**ui, "enabled": False}})
+    assert not [k for k in off if k[0] == "Ingress"]
+    container = off[("Deployment", NAMESPACE, "memsync-store")]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "MEMSYNC_STORE_UI", "value": "false"} in container["env"]
+    refused = helm_template(
+        tmp_path, {"storeServer": {"enabled": True, "ui": {"ingress": {"enabled": True}}}}
+    )
+    assert refused.returncode != 0
+    assert "storeServer.ui.ingress.enabled needs storeServer.ui.ingress.host" in refused.stderr
+
+
+def test_the_argocd_health_check_is_rendered_when_asked(tmp_path: Path) -> None:
+    """argocd.healthCheck.enabled: a ConfigMap holding manifests/argocd/health.lua under argocd-cm's key
+    (tests/unit/test_argocd_health.py runs the script); off by default."""
+    objs = by_key(helm_objects(tmp_path, {"argocd": {"healthCheck": {"enabled": True}}}))
+    cm = objs[("ConfigMap", NAMESPACE, "memsync-argocd-health")]
+    key = "resource.customizations.health.agents.memsync.dev_SessionMemory"
+    assert cm["data"] == {key: (REPO / "manifests" / "argocd" / "health.lua").read_text()}
+    assert ("ConfigMap", NAMESPACE, "memsync-argocd-health") not in by_key(helm_objects(tmp_path, {}))

@@ -108,6 +108,11 @@ def test_dev_lifecycle_syncs_flushes_on_sigint_and_reuses_the_store(
     folder = first.base / "mnt" / "memory" / "demo-memory"
     first.wait_mounted()
     first.wait_for("the first pass", lambda: "passes 1," in first.output())
+    # At start, before the mount, the two lines that point the CLI at this store.
+    started = first.output()
+    exports = [f"  export MEMSYNC_STORE_URL=http://127.0.0.1:{port}", "  export MEMSYNC_ADMIN_KEY_FILE="]
+    assert all(line in started for line in exports), started
+    assert started.index("export MEMSYNC_STORE_URL=") < started.index("is mounted at")
 
     stores, remote = snapshot(first)
     assert len(stores) == 1
@@ -268,3 +273,31 @@ def test_dev_on_a_port_in_use_says_so_before_the_server_says_ready(tmp_path: Pat
         "(choose another with --port)"
     ) in out
     assert "store server ready" not in out and "Traceback" not in out
+
+
+def test_a_second_dev_on_one_folder_is_refused_and_ctrl_c_at_start_names_the_signal(
+    tmp_path: Path, dev_runs: list[DevProcess]
+) -> None:
+    first = DevProcess(tmp_path, free_port())
+    dev_runs.append(first)
+    first.wait_mounted()
+    second = subprocess.run(
+        [sys.executable, "-m", "memsync", "dev", "--port", str(free_port())],
+        cwd=tmp_path, capture_output=True, text=True, timeout=90, check=False,
+    )  # fmt: skip
+    assert second.returncode == 6, second.stderr  # conflict
+    assert f"--dir {first.base} is in use by another memsync dev (pid {first.proc.pid})" in second.stderr
+    assert first.interrupt() == 0, first.output()
+
+    # Ctrl-C while it starts: the signal is named, the exit code is what it prints, never "Aborted!".
+    early = DevProcess(tmp_path, free_port())
+    dev_runs.append(early)
+    early.wait_for("the server", lambda: "embedded store server listening" in early.output(), poll=0.002)
+    code = early.interrupt()
+    out = early.output()
+    assert "SIGINT received" in out and "SIGTERM" not in out, out
+    assert f"memsync dev stopped (exit {code})" in out and "Aborted" not in out, out
+    if "is mounted at" in out:  # the signal came after the mount: it stops as Ctrl-C always does
+        assert code == 0, out
+    else:
+        assert code == 130 and "interrupted by SIGINT: nothing was mounted" in out, out

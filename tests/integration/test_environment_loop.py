@@ -19,7 +19,7 @@ from memsync.api.secret import decode_work_secret
 from memsync.controller.environment import decisions as d
 from memsync.controller.environment.loop import EnvironmentLoop
 from memsync.controller.environment.queue import QueueError, WorkQueue
-from memsync.crd.agentenv import validate_environment_spec
+from memsync.crd.agentenv import STATUS_HELD_HEARTBEATS, validate_environment_spec
 from memsync.crd.models import sandbox_template, validate_spec
 from memsync.session.takeover import runner_http_client
 from support.environment_objects import Objects
@@ -409,6 +409,44 @@ async def test_the_operator_holds_the_lease_past_the_first_heartbeat_window_and_
         runner.cancel()
     assert len(chain) >= 4
     await loop.aclose()
+
+
+async def test_a_new_leader_holds_the_old_leaders_items_without_a_lapse_then_hands_them_over(
+    server: RunningStoreServer, admin: Admin
+) -> None:
+    """The operator's leader holds an item's lease while its Pod is slow, then stops (a takeover: its holds
+    are released, never cleared); the next leader's loop, on the same objects, resumes the hold from the
+    value the environment's status recorded. The lease outlives the old leader by many TTLs, never queued
+    again, and the runner still takes it over from the new leader."""
+    env_id, key, _ = admin.environment()
+    objects = Objects(environment(env_id, server.url), {"env-key": {"key": key}})
+    minted = admin.mint(env_id, "Handed Over")
+    work_id = minted["work_id"]
+    first = EnvironmentLoop(objects, NS, NAME, jitter=lambda: 0.0)
+    await first.run_pass()
+
+    def held() -> dict[str, str]:
+        return dict(((objects.env or {}).get("status") or {}).get(STATUS_HELD_HEARTBEATS) or {})
+
+    await eventually(lambda: work_id in held())
+    held_by_first = held()[work_id]
+    await first.aclose()  # the old leader stops: its heartbeats stop, the record stays
+    assert held()[work_id] == held_by_first
+
+    second = EnvironmentLoop(objects, NS, NAME, jitter=lambda: 0.0)
+    await second.run_pass()
+    assert second.holder.holding(work_id)
+    await asyncio.sleep(FIRST_HEARTBEAT_S + 3 * LEASE_TTL)  # several TTLs: only the new leader beats
+    item = admin.work(env_id, work_id)
+    assert item["state"] == "active", item  # never queued again
+    assert held()[work_id] != held_by_first  # the chain went on from the old leader's value
+
+    token = decode_work_secret(minted["work_secret"]).sessions_token
+    assert await runner_first_heartbeat(server, env_id, work_id, token) == 200
+    await eventually(lambda: work_id in second.holder.outcomes)
+    assert second.holder.outcomes[work_id] == "taken_over"
+    assert work_id not in held()  # a hold that ended for good clears its record
+    await second.aclose()
 
 
 class Recorded(WorkQueue):

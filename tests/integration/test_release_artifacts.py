@@ -15,6 +15,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
+import httpx
 import pytest
 
 import memsync
@@ -62,6 +63,15 @@ def test_build_makes_a_wheel_and_an_sdist_that_twine_accepts(dist: Path) -> None
     assert checked.count("PASSED") == 2, checked
     files = set(zipfile.ZipFile(wheel).namelist())
     assert {"memsync/py.typed", "memsync/cli/__init__.py", "memsync/crd/core_v1.json"} <= files
+    ui = REPO / "operator" / "memsync" / "server" / "ui"
+    shipped = {
+        f"memsync/server/ui/{p.relative_to(ui)}"
+        for p in ui.glob("*/*")
+        if p.suffix in (".html", ".css", ".js")
+    }
+    assert len(shipped) >= 15 and shipped <= files, (
+        shipped - files
+    )  # the store browser's templates and assets
     assert not any(name.startswith(("tests/", "bench/")) for name in files)
     entry_points = zipfile.ZipFile(wheel).read(f"memsync-{VERSION}.dist-info/entry_points.txt").decode()
     assert "memsync = memsync.cli:main" in entry_points
@@ -97,6 +107,10 @@ def test_the_installed_wheel_runs_memsync_dev_and_its_final_flush_saves(dist: Pa
     try:
         runs.append(DevProcess(work, port, memsync=[venv / "bin" / "memsync"]))
         runs[0].wait_mounted()
+        # the store browser's templates and assets came with the wheel
+        signin = httpx.get(f"http://127.0.0.1:{port}/ui/signin", timeout=10)
+        assert signin.status_code == 200 and 'action="/ui/signin"' in signin.text
+        assert httpx.get(f"http://127.0.0.1:{port}/ui/static/ui.js", timeout=10).status_code == 200
         (folder / "from-the-wheel.md").write_text("written under the installed wheel\n")
         assert runs[0].interrupt() == 0, runs[0].output()
         assert "memory flush outcome" in runs[0].output() and not folder.exists()

@@ -153,10 +153,10 @@ def test_both_backends_are_at_the_same_schema_version_and_postgresql_has_the_tri
     replicas: tuple[PgDatabase, PgDatabase], tmp_path: Path
 ) -> None:
     here, _ = replicas
-    assert here.schema_version == latest(POSTGRES) == latest(SQLITE) == 4
+    assert here.schema_version == latest(POSTGRES) == latest(SQLITE) == 5
     sqlite = SqliteDatabase(tmp_path / "s.db")
     try:
-        assert sqlite.schema_version == 4
+        assert sqlite.schema_version == 5
     finally:
         sqlite.close()
     with psycopg.connect(here.url, autocommit=True) as conn:

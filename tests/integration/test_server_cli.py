@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -124,7 +125,8 @@ def test_export_refuses_unsafe_paths(store_server: RunningStoreServer, tmp_path:
     out = tmp_path / "out"
     out.mkdir()
     (out / "trap").symlink_to(outside)  # a symlink planted where a directory would go
-    result = _memsync(store_server, "store", "export", store_id, str(out))
+    assert _memsync(store_server, "store", "export", store_id, str(out)).returncode == 2  # not empty
+    result = _memsync(store_server, "store", "export", store_id, str(out), "--force")
     assert result.returncode == 7  # partial
     assert "refused '/trap/inside.md'" in result.stderr
     assert "exceeds 255" in result.stderr
@@ -237,3 +239,47 @@ def test_ctrl_c_stops_serve_cleanly_without_aborted(tmp_path: Path) -> None:
     assert "store server stopped" in out
     assert "Aborted" not in out and "Traceback" not in out
     assert proc.returncode == 0
+
+
+def test_serve_refuses_configuration_mistakes_naming_the_option_before_writing_anything(
+    tmp_path: Path,
+) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_text("a file that is not a database\n")
+    cases = [
+        (["--db", str(junk)], None, f"--db '{junk}': the file is not an SQLite database"),
+        (
+            ["--db", str(tmp_path / "missing" / "x.db")],
+            None,
+            f"the folder {tmp_path / 'missing'} does not exist",
+        ),
+        (["--db", ""], None, "must not be empty"),
+        (["--db", str(tmp_path)], None, "is a folder"),
+        (["--host", "0.0.0.0", "--db", str(tmp_path / "w.db")], None, "--public-url is required with --host"),
+        (
+            ["--db", str(tmp_path / "k.db")],
+            "short-admin-key",
+            "has 15 characters; an admin key has at least 32",
+        ),
+    ]
+    for args, key, said in cases:
+        result = run_cli("store", "serve", "--port", "0", *args, admin_key=key)
+        assert result.returncode == 2, (args, result.stderr)
+        assert said in result.stderr, (args, result.stderr)
+        assert "unexpected" not in result.stderr and "Traceback" not in result.stderr
+        assert "short-admin-key" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junk.db"], "no key file, no database"
+    assert junk.read_text() == "a file that is not a database\n"
+
+
+def test_serve_on_an_unreachable_postgresql_is_exit_5_naming_its_host_and_port() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    result = run_cli(
+        "store", "serve", "--port", "0", "--db", f"postgresql://memsync:pw-never-shown@127.0.0.1:{port}/store",
+        admin_key="sk-ant-admin-test-0123456789abcdefghij",
+    )  # fmt: skip
+    assert result.returncode == 5, result.stderr
+    assert f"--db: cannot connect to PostgreSQL at 127.0.0.1:{port}" in result.stderr
+    assert "pw-never-shown" not in result.stderr and "unexpected" not in result.stderr

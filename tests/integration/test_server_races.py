@@ -34,6 +34,7 @@ import pytest
 from memsync.api.secret import decode_work_secret
 from memsync.server.access import AccessService, Principal
 from memsync.server.errors import ApiError
+from memsync.server.keys import KeyKind, NamedKeys
 from memsync.server.storage.backends import open_database
 from memsync.server.storage.database import Database, Tx
 from memsync.server.storage.postgres import PgDatabase
@@ -187,17 +188,18 @@ def body(value: dict[str, Any]) -> bytes:
 
 
 def current_keys(access: AccessService) -> list[str]:
-    listed = access.list_admin_keys(admin(access))["data"]
+    listed = NamedKeys(access).list(admin(access), "admin")["data"]
     return [k["id"] for k in listed if k["revoked_at"] is None]
 
 
 def test_concurrent_revocations_leave_a_current_admin_key(db: PausingDatabase, access: AccessService) -> None:
-    other = access.create_admin_key(admin(access), body({"name": "other"}))["id"]
+    keys = NamedKeys(access)
+    other = keys.create(admin(access), "admin", body({"name": "other"}))["id"]
     run = interleave(
         db,
         "write",
-        lambda: access.revoke_admin_key(admin(access), access.admin_key_id),
-        lambda: access.revoke_admin_key(admin(access), other),
+        lambda: keys.revoke(admin(access), "admin", access.admin_key_id),
+        lambda: keys.revoke(admin(access), "admin", other),
     )
     first, second = run.first, run.second
     assert first.status == 200
@@ -253,17 +255,19 @@ def test_a_mint_first_is_followed_by_the_archive(db: PausingDatabase, access: Ac
     assert refused.value.status == 409 and "archived" in refused.value.message
 
 
-@pytest.mark.parametrize("credential", ["admin key", "sessions token"])
+@pytest.mark.parametrize("credential", ["admin key", "viewer key", "sessions token"])
 def test_a_lookup_before_a_revocation_does_not_cache_the_revoked_credential(
     db: PausingDatabase, access: AccessService, credential: str
 ) -> None:
     """The lookup reads the credential as current, then (before it caches that) the credential is revoked
-    in this process: an admin key revoked, or a sessions token's session deleted."""
+    in this process: an admin key or a viewer key revoked, or a sessions token's session deleted."""
     revoke: Callable[[], Any]
-    if credential == "admin key":
-        created = access.create_admin_key(admin(access), body({"name": "rotated"}))
+    if credential in ("admin key", "viewer key"):
+        kind: KeyKind = "admin" if credential == "admin key" else "viewer"
+        keys = NamedKeys(access)
+        created = keys.create(admin(access), kind, body({"name": "rotated"}))
         headers: tuple[str | None, str | None] = (created["key"], None)
-        revoke = partial(access.revoke_admin_key, admin(access), created["id"])
+        revoke = partial(keys.revoke, admin(access), kind, created["id"])
     else:
         store_id = new_store(StoreService(db), access, "token-lookup")
         minted = mint(access, store_id)()

@@ -85,7 +85,7 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
 def test_tls_serves_https_and_puts_https_into_minted_secrets(tmp_path: Path) -> None:
     cert, key = _self_signed(tmp_path)
     port = free_port()
-    admin_key = "sk-ant-admin-test-tls"
+    admin_key = "sk-ant-admin-test-tls-0123456789abcdef"
     process = spawn_store_server(
         port=port,
         db_path=tmp_path / "store.db",

@@ -325,3 +325,31 @@ async def test_listings_share_one_shape_and_have_wide_tables(store_server: Runni
     assert history[0].split()[-1] == "MEMORY" and len(history[1].split()[6]) == 64  # the whole hash
     clash = memsync(store_server, "list", "--json", "-o", "yaml")
     assert clash.returncode == 2 and "--json is -o json" in clash.stderr
+
+
+async def test_every_command_that_prints_an_object_takes_o_and_paths_start_at_the_root(
+    store_server: RunningStoreServer,
+) -> None:
+    store_id = await make_store(store_server, {"/a.md": "abc", "/sub/b.md": "defg"})
+    made = yaml.safe_load(memsync(store_server, "create", "Made Here", "-o", "yaml").stdout)
+    assert made["name"] == "Made Here" and made["id"].startswith("memstore_")
+    alias = json.loads(memsync(store_server, "create", "Made Too", "--json").stdout)  # the documented alias
+    assert alias["name"] == "Made Too"
+    shown = yaml.safe_load(memsync(store_server, "show", store_id, "-o", "yaml").stdout)
+    assert (shown["id"], shown["memory_count"]) == (store_id, 2)
+    assert memsync(store_server, "show", store_id, "-o", "wide").stdout.startswith("id:")
+
+    history = memsync(store_server, "history", store_id, "a.md", "-o", "json")
+    assert history.returncode == 0, history.stderr
+    assert [v["path"] for v in json.loads(history.stdout)["items"]] == ["/a.md"]
+    assert "'a.md' is taken from the store's root, as '/a.md'" in history.stderr
+    assert memsync(store_server, "cat", store_id, "sub/b.md").stdout == "defg"
+    for prefix in ("sub", "sub/", "/sub", "/sub/"):
+        listed = memsync(store_server, "memories", store_id, "--prefix", prefix, "-o", "json")
+        assert listed.returncode == 0, (prefix, listed.stderr)
+        assert [m["path"] for m in json.loads(listed.stdout)["items"]] == ["/sub/b.md"]
+
+    archived = json.loads(memsync(store_server, "archive", made["id"], "-o", "json").stdout)
+    assert archived["archived_at"] is not None
+    deleted = yaml.safe_load(memsync(store_server, "delete", made["id"], "--yes", "-o", "yaml").stdout)
+    assert deleted["id"] == made["id"]

@@ -278,6 +278,9 @@ def kind_env(image: str) -> Iterator[KindEnv]:
     try:
         if not node_has_image(IMAGE):
             load_image(IMAGE)
+        from .nodes import prepare  # here: nodes.py imports this module's helpers
+
+        prepare()  # the worker node of the node-loss and drain scenarios, when the cluster has one
         _deploy()
         secret = kubectl_json("-n", SYSTEM_NS, "get", "secret", "memsync-store-admin")
         admin_key = base64.b64decode(secret["data"]["admin-key"]).decode()

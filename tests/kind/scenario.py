@@ -53,8 +53,10 @@ def create_smem(
     pod_spec: dict[str, Any] | None = None,
     base_url: str = IN_CLUSTER_STORE_URL,
     sync: dict[str, Any] | None = None,
+    spec: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Applies the SessionMemory and returns it (``pod_spec`` adds to its template's Pod spec)."""
+    """Applies the SessionMemory and returns it (``pod_spec`` adds to its template's Pod spec, ``spec`` to
+    its spec)."""
     obj = smem_object(
         namespace,
         name,
@@ -67,6 +69,7 @@ def create_smem(
         final_flush=final_flush,
         pod_spec=pod_spec,
         sync=sync,
+        spec=spec,
     )
     apply(obj)
     return obj

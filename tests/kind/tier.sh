@@ -11,8 +11,9 @@
 #    images/debian-base.sh; the host's CA bundle is trusted during the build (a TLS-intercepting proxy), never
 #    baked in. The tag is the hash of what goes into the image, so a reused cluster never runs stale code;
 # 4. a kind configuration for this host: the local node image, the bridge CNI baked into it (kind's own
-#    kindnetd image cannot be pulled), cgroup v1 allowed when the host has no unified hierarchy, and the
-#    etcd image tag of the control-plane tier's pinned etcd;
+#    kindnetd image cannot be pulled), cgroup v1 allowed when the host has no unified hierarchy, the
+#    etcd image tag of the control-plane tier's pinned etcd, and a tainted worker node for the node-loss and
+#    drain scenarios (tests/kind/nodes.py);
 # 5. COMMAND runs with KIND_CLUSTER, KIND_CONFIG, MEMSYNC_IMAGE, MEMSYNC_SKIP_BUILD=1 and
 #    MEMSYNC_KIND_REQUIRED=1 (a kind test that would skip fails instead); the conftest creates the cluster,
 #    loads the image and deploys the operator.
@@ -84,6 +85,14 @@ etcd_version="$(awk '$1 == "go.etcd.io/etcd/server/v3" {print $2; exit}' tests/c
   echo "nodes:"
   echo "  - role: control-plane"
   echo "    image: $node_image"
+  # The node-loss and drain scenarios' worker (tests/kind/nodes.py): its taint keeps every other Pod off it.
+  echo "  - role: worker"
+  echo "    image: $node_image"
+  echo "    kubeadmConfigPatches:"
+  echo "      - |"
+  echo "        kind: JoinConfiguration"
+  echo "        nodeRegistration:"
+  echo "          taints: [{key: memsync.dev/scenarios, value: worker, effect: NoSchedule}]"
   echo "kubeadmConfigPatches:"
   echo "  - |"
   echo "    kind: ClusterConfiguration"

@@ -15,7 +15,10 @@ behaviours the controller's correctness depends on, so the tests can fail where 
 - refusals on demand: a Pod create or Secret read answered with a 4xx, as admission or RBAC answers it;
 - graceful Pod deletion: a Pod is not removed at once but gets ``deletionTimestamp`` (kmock does that only
   for objects with finalizers, so every Pod carries a test-only finalizer, ``KUBELET_FINALIZER``); the test
-  then plays the kubelet (final container statuses, then removing the finalizer removes the Pod).
+  then plays the kubelet (final container statuses, then removing the finalizer removes the Pod); a force
+  deletion (``gracePeriodSeconds: 0``, which the API server carries out at once) is recorded in
+  ``force_deleted``, and the test removes the Pod;
+- Nodes (cluster-scoped), which a test creates with the conditions and taints it needs.
 
 Everything else (watch, list, get, merge and JSON patches) is kmock's own.
 """
@@ -30,7 +33,7 @@ import itertools
 import json
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,14 +42,16 @@ from typing import Any
 import kmock as km
 import kopf
 import yaml
+from aiohttp import web
 from kmock._internal import enums, rendering
 
+from memsync.controller import runtime
 from memsync.controller.kube import KubeApi
-from memsync.controller.sessionmemory.registry import build_memo, build_registry
+from memsync.controller.leadership.fence import Fence
+from memsync.controller.runtime import Process
 from memsync.controller.settings import (
     ControllerConfig,
     WatchTimeouts,
-    bounded_session,
     configure_settings,
 )
 from memsync.crd.models import API_VERSION, GROUP, KIND, PLURAL, VERSION, sandbox_template
@@ -61,6 +66,8 @@ POD_RES = km.resource("v1/pods")
 EVENT_RES = km.resource("v1/events")
 SECRET_RES = km.resource("v1/secrets")
 SMEM_RES = km.resource(SMEM)
+LEASES = "coordination.k8s.io/v1/leases"
+LEASE_RES = km.resource(LEASES)
 
 
 class _ResourceVersions:
@@ -123,6 +130,12 @@ class MemsyncEmulator(km.KubernetesEmulator):
     reject_pod_creates: km.KubernetesError | None = None
     reject_secret_reads: km.KubernetesError | None = None
     rejected: int = 0  # how many requests were answered with one of those
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: The Pods deleted with ``gracePeriodSeconds: 0`` (a force deletion), by name.
+        self.force_deleted: list[str] = []
+
     #: What ``/version`` answers (kmock's own default is an old 1.26).
     server_version: tuple[str, str] = ("1", "36")
 
@@ -131,8 +144,21 @@ class MemsyncEmulator(km.KubernetesEmulator):
         major, minor = self.server_version
         return {**payload, "major": major, "minor": minor, "gitVersion": f"v{major}.{minor.rstrip('+')}.0"}
 
+    #: Resources (``POD_RES``...) every request of which is answered 403 Forbidden, as RBAC answers once the
+    #: operator's RoleBinding in the namespace is gone.
+    forbidden: frozenset[Any] = frozenset()
+
     async def _handle(self, request: rendering.Request) -> Any:
+        while self.mute_watches and str(request.params.get("watch")) in ("true", "1"):
+            await asyncio.sleep(0.1)  # no answer, not even its headers
         if request.resource is not None:
+            if request.resource in self.forbidden:
+                raise km.KubernetesError(
+                    status=403,
+                    reason="Forbidden",
+                    message=f'{request.resource} is forbidden: User "system:serviceaccount:memsync-system:'
+                    'memsync-operator" cannot access it in the namespace',
+                )
             self._emulate(request)
         return await super()._handle(request)
 
@@ -141,11 +167,29 @@ class MemsyncEmulator(km.KubernetesEmulator):
         payload["metadata"] = {"resourceVersion": str(_rv.current)}
         return payload
 
+    #: While set, a new watch gets no answer at all and a running one sends nothing more (a stalled
+    #: connection, or a stuck API server: what the operator's liveness probe must notice).
+    mute_watches: bool = False
+
     async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[Any]:
-        """A watch from resourceVersion N sends only what changed after N (kmock replays everything)."""
+        """A watch from resourceVersion N sends only what changed after N (kmock replays everything), and
+        ends after its ``timeoutSeconds``, as the API server ends it (the client then watches again)."""
         since = str(request.params.get("resourceVersion") or "")
         floor = int(since) if since.isdigit() else None
-        async for event in super()._serve_watch(request):
+        loop = asyncio.get_running_loop()
+        timeout = str(request.params.get("timeoutSeconds") or "")
+        deadline = loop.time() + int(timeout) if timeout.isdigit() else None
+        events = super()._serve_watch(request).__aiter__()
+        while True:
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                return
+            try:
+                event = await asyncio.wait_for(events.__anext__(), left)
+            except (StopAsyncIteration, TimeoutError):
+                return
+            while self.mute_watches:
+                await asyncio.sleep(0.1)
             if floor is not None and isinstance(event, dict):
                 version = str(
                     ((event.get("object") or {}).get("metadata") or {}).get("resourceVersion") or ""
@@ -195,23 +239,29 @@ class MemsyncEmulator(km.KubernetesEmulator):
                 raise km.KubernetesError(status=500, reason="InternalError", message="injected: etcd timeout")
             self._patch(request, resource, current, data)
         elif request.action == enums.action.DELETE and request.name is not None:
-            current = self._current(request)
-            if current is None:
-                return
-            options = data if isinstance(data, dict) else {}
-            want_uid = (options.get("preconditions") or {}).get("uid")
-            if want_uid and want_uid != current["metadata"].get("uid"):
-                raise km.KubernetesError(status=409, reason="Conflict", message="precondition failed: uid")
-            meta = current.get("metadata", {})
-            if meta.get("deletionTimestamp"):
-                return  # already terminating: nothing changes
-            stamp: dict[str, Any] = {"resourceVersion": _rv.next()}
-            if resource == POD_RES and meta.get("finalizers"):
-                grace = options.get("gracePeriodSeconds")
-                if grace is None:
-                    grace = (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
-                stamp["deletionGracePeriodSeconds"] = grace
-            self.objects[(resource, request.namespace, request.name)].patch({"metadata": stamp})
+            self._delete(request, data)
+
+    def _delete(self, request: rendering.Request, data: Any) -> None:
+        resource = request.resource
+        current = self._current(request)
+        if current is None:
+            return
+        options = data if isinstance(data, dict) else {}
+        want_uid = (options.get("preconditions") or {}).get("uid")
+        if want_uid and want_uid != current["metadata"].get("uid"):
+            raise km.KubernetesError(status=409, reason="Conflict", message="precondition failed: uid")
+        meta = current.get("metadata", {})
+        stamp: dict[str, Any] = {"resourceVersion": _rv.next()}
+        if resource == POD_RES and options.get("gracePeriodSeconds") == 0:
+            self.force_deleted.append(str(request.name))  # the test then removes it (``remove_pod``)
+        if meta.get("deletionTimestamp"):
+            return  # already terminating: nothing changes
+        if resource == POD_RES and meta.get("finalizers"):
+            grace = options.get("gracePeriodSeconds")
+            if grace is None:
+                grace = (current.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+            stamp["deletionGracePeriodSeconds"] = grace
+        self.objects[(resource, request.namespace, request.name)].patch({"metadata": stamp})
 
     def _patch(self, request: rendering.Request, resource: Any, current: dict[str, Any], data: Any) -> None:
         rv = _rv.next()
@@ -285,9 +335,29 @@ def declare_resources(kmock: km.KubernetesEmulator) -> None:
     )
     kmock.resources["v1/secrets"] = km.ResourceInfo(kind="Secret", namespaced=True, verbs=_VERBS)
     kmock.resources["v1/events"] = km.ResourceInfo(kind="Event", namespaced=True, verbs=_VERBS)
+    kmock.resources["v1/nodes"] = km.ResourceInfo(kind="Node", namespaced=False, verbs=_VERBS)
     kmock.resources[SMEM] = km.ResourceInfo(
         kind=KIND, namespaced=True, verbs=_VERBS, subresources={"status"}, shortnames={"smem"}
     )
+    kmock.resources[LEASES] = km.ResourceInfo(kind="Lease", namespaced=True, verbs=_VERBS)
+
+
+@contextlib.asynccontextmanager
+async def serve_get(
+    path: str, handler: Callable[[web.Request], Awaitable[web.Response]]
+) -> AsyncIterator[str]:
+    """An HTTP server on a free loopback port answering ``GET path`` with ``handler``; yields the URL."""
+    app = web.Application()
+    app.router.add_get(path, handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}{path}"
+    finally:
+        await runner.cleanup()
 
 
 async def eventually(probe: Callable[[], Any], *, timeout: float = 15.0, what: str = "condition") -> Any:
@@ -373,7 +443,9 @@ class Cluster:
     async def request_json(
         self, method: str, path: str, body: Any = None, *, content_type: str | None = None
     ) -> Any:
-        headers = {"Content-Type": content_type} if content_type else {}
+        headers = {"User-Agent": self.user_agent}
+        if content_type:
+            headers["Content-Type"] = content_type
         async with self.kmock.request(method, path, json=body, headers=headers) as response:
             payload = await response.json(content_type=None)
             if response.status >= 400:
@@ -411,6 +483,16 @@ class Cluster:
 
     def smem_status(self, name: str) -> dict[str, Any]:
         return (self.smem(name) or {}).get("status") or {}
+
+    #: The ``User-Agent`` of the test's own requests (``request_json``).
+    user_agent = "memsync-tests"
+
+    def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The leader election's Lease as the emulator holds it."""
+        key = (LEASE_RES, namespace, name)
+        if key not in self.kmock.objects or self.kmock.objects[key].deleted:
+            return None
+        return copy.deepcopy(self.kmock.objects[key].raw)
 
     def pod(self, name: str) -> dict[str, Any] | None:
         key = (POD_RES, self.namespace, name)
@@ -459,6 +541,43 @@ class Cluster:
             content_type="application/merge-patch+json",
         )
 
+    async def put_node(
+        self, name: str, ready: str, *, since: str, taints: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Create Node ``name`` whose Ready condition is ``ready`` (True, False, Unknown) since ``since``."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name},
+            "spec": {"taints": taints or []},
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": ready,
+                        "reason": "NodeStatusUnknown",
+                        "lastTransitionTime": since,
+                    }
+                ]
+            },
+        }
+        await self.request_json("POST", "/api/v1/nodes", body)
+
+    async def bind_pod(self, name: str, node: str) -> None:
+        """The scheduler's part: the Pod is bound to ``node``."""
+        await self.request_json(
+            "PATCH",
+            self._pod_path(name),
+            {"spec": {"nodeName": node}},
+            content_type="application/merge-patch+json",
+        )
+
+    async def force_delete_pod(self, name: str) -> None:
+        """What the Pod garbage collector does to a Pod whose node is deleted: a deletion with no grace,
+        carried out at once."""
+        await self.request_json("DELETE", self._pod_path(name), {"gracePeriodSeconds": 0})
+        await self.remove_pod(name)
+
     async def remove_pod(self, name: str) -> None:
         """The kubelet confirms the Pod ended: drop the test finalizer so the API removes the object."""
         await self.request_json(
@@ -478,11 +597,14 @@ FAST = ControllerConfig(
 )
 
 
-def fast_settings() -> kopf.OperatorSettings:
+def fast_settings(server_timeout: int = 60) -> kopf.OperatorSettings:
     settings = configure_settings(
         kopf.OperatorSettings(),
         timeouts=WatchTimeouts(
-            server_timeout=60, client_timeout=70, connect_timeout=5, reconnect_backoff=0.1
+            server_timeout=server_timeout,
+            client_timeout=server_timeout + 10,
+            connect_timeout=5,
+            reconnect_backoff=0.1,
         ),
     )
     settings.networking.error_backoffs = [0.1, 0.2, 0.5]
@@ -503,35 +625,44 @@ class RunningOperator:
 
 @contextlib.asynccontextmanager
 async def run_operator(
-    cluster: Cluster, config: ControllerConfig = FAST, *, clusterwide: bool = False
+    cluster: Cluster,
+    config: ControllerConfig = FAST,
+    *,
+    clusterwide: bool = False,
+    fence: Fence | None = None,
+    settings: kopf.OperatorSettings | None = None,
+    namespaces: tuple[str, ...] | None = None,
+    **process_options: Any,
 ) -> AsyncIterator[RunningOperator]:
-    """kopf in a thread with its own event loop (as ``kopf.testing.KopfRunner`` does), pointed at the
-    emulator, which keeps serving from the test's loop. Stopped, and checked for a crash, on exit.
+    """The operator process (``controller/runtime.py``) in a thread with its own event loop (as
+    ``kopf.testing.KopfRunner`` does), pointed at the emulator, which keeps serving from the test's loop.
+    Stopped, and checked for a crash, on exit.
 
-    ``clusterwide``: serve every namespace (as the manifests deploy it), else only the test's namespace.
+    ``clusterwide``: serve every namespace (as the manifests deploy it), else only the test's namespace (or
+    ``namespaces``);
+    ``process_options``: more of ``runtime.Process`` (an election, a liveness URL).
     """
     kube = KubeApi.for_host(cluster.url)
-
-    async def login(**_: Any) -> kopf.AiohttpSession:
-        return bounded_session(kube.connection_info(), watches=2)  # as the operator's CLI logs in
-
-    registry = build_registry(config, login=login)
+    process = Process(
+        settings=settings or fast_settings(),
+        namespaces=namespaces if namespaces is not None else () if clusterwide else (cluster.namespace,),
+        **process_options,
+    )
     stop_flag = threading.Event()
     ready_flag = threading.Event()
     errors: list[BaseException] = []
 
     def main() -> None:
         try:
+            # as ``memsync operator`` runs it, with leader election only when a test asks for it
             asyncio.run(
-                kopf.operator(
-                    registry=registry,
-                    settings=fast_settings(),
-                    memo=build_memo(kube, config),
-                    standalone=True,
-                    namespaces=[] if clusterwide else [cluster.namespace],
-                    clusterwide=clusterwide,
-                    stop_flag=stop_flag,
-                    ready_flag=ready_flag,
+                runtime.run(
+                    kube,
+                    config,
+                    process,
+                    fence=fence or Fence(elected=False),
+                    stop=stop_flag,
+                    ready=ready_flag,
                 )
             )
         except BaseException as exc:  # reported to the test below

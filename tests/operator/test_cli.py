@@ -16,6 +16,7 @@ import yaml
 from click.testing import CliRunner
 from smem_harness import NAMESPACE, Cluster, eventually, smem_body
 
+from memsync import __version__
 from memsync.cli import cli
 from memsync.controller.kube import version_refusal
 from memsync.controller.sessionmemory.pod import pod_name_for
@@ -140,13 +141,17 @@ async def test_the_operator_process_runs_against_a_kubeconfig(cluster: Cluster, 
             assert health.status_code == 200
             metrics = await client.get(f"http://127.0.0.1:{metrics_port}/metrics")
             assert "memsync_operator_pods_created_total 1.0" in metrics.text
-        # The token from the kubeconfig reached kopf's requests too (same credentials for both clients).
-        tokens = {
-            r.headers.get("Authorization")
-            for r in list(cluster.kmock)
-            if r.headers.get("User-Agent", "").startswith("kopf")
-        }
+        # The token from the kubeconfig reached kopf's requests too (same credentials for both clients: the
+        # watches are kopf's), and every request names this replica (the leader election's identity).
+        requests = list(cluster.kmock)
+        tokens = {r.headers.get("Authorization") for r in requests if r.params.get("watch") == "true"}
         assert tokens == {"Bearer test-token"}
+        agents = {r.headers.get("User-Agent", "") for r in requests} - {cluster.user_agent}
+        assert len(agents) == 1, agents
+        [agent] = agents
+        lease = cluster.lease("default", "memsync-operator")
+        assert lease is not None
+        assert agent == f"memsync-operator/{__version__} ({lease['spec']['holderIdentity']})"
     finally:
         if proc.returncode is None:
             proc.send_signal(signal.SIGTERM)

@@ -11,7 +11,7 @@ import kopf
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from memsync.controller import periodic
+from memsync.controller import conditions, periodic
 from memsync.controller.kube import (
     KubeAlreadyExists,
     KubeApi,
@@ -336,14 +336,14 @@ def test_connection_info_carries_the_clients_credentials() -> None:
 @pytest.mark.parametrize("reason", sorted(ph.REFUSAL_REASONS))
 def test_refusal_reasons_are_recognised(reason: str) -> None:
     status = derive.refusal_status(
-        None, reason=reason, message="m", stores={}, generation=1, now=derive.now_utc()
+        None, reason=reason, message="m", stores={}, generation=1, now=conditions.now_utc()
     )
     assert ph.is_refusal(status)
 
 
 def test_what_the_periodic_recheck_covers() -> None:
     refused = derive.refusal_status(
-        None, reason=ph.SECRET_NOT_FOUND, message="m", stores={}, generation=1, now=derive.now_utc()
+        None, reason=ph.SECRET_NOT_FOUND, message="m", stores={}, generation=1, now=conditions.now_utc()
     )
     assert periodic.needs_recheck(refused)
     for phase in ("Pending", "Mounting", "Running", "Flushing"):

@@ -231,18 +231,26 @@ async def test_a_new_sessionmemory_reads_no_pod_and_a_pod_it_meets_is_still_adop
     assert cluster.pod_ever_created(pod_name_for("s2")) == 1
 
 
+async def _running(cluster: Cluster, runtime: sm_state.SessionMemories, name: str) -> str:
+    """A SessionMemory whose Pod runs, as the watcher saw it; its Pod's name."""
+    await cluster.create_secret("work-secret", {"secret": base64.b64encode(b"opaque").decode()})
+    await cluster.create_smem(smem_body(name))
+    await sm_reconcile.reconcile(runtime, cluster.smem(name) or {})
+    pod_name = pod_name_for(name)
+    await cluster.set_pod_status(pod_name, RUNNING_POD)
+    await _observe(runtime, "MODIFIED", cluster.pod(pod_name) or {})
+    assert cluster.smem_status(name)["phase"] == "Running"
+    return pod_name
+
+
 async def test_the_recheck_of_an_active_session_reads_only_its_pod(
     cluster: Cluster, runtime: sm_state.SessionMemories, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The periodic re-check of a session with a Pod and no outcome reads the Pod, not the SessionMemory
-    this process wrote last; a Pod found gone is still recorded (from the watcher's last view)."""
-    await cluster.create_secret("work-secret", {"secret": base64.b64encode(b"opaque").decode()})
-    await cluster.create_smem(smem_body("s1"))
-    await sm_reconcile.reconcile(runtime, cluster.smem("s1") or {})
-    pod_name = pod_name_for("s1")
-    await cluster.set_pod_status(pod_name, RUNNING_POD)
-    await _observe(runtime, "MODIFIED", cluster.pod(pod_name) or {})
-    assert cluster.smem_status("s1")["phase"] == "Running"
+    """The periodic re-check of a session with a Pod and no outcome reads the Pod (once the watcher's view is
+    older than ``pod_reread_interval``: here at once), not the SessionMemory this process wrote last; a Pod
+    found gone is still recorded (from the watcher's last view)."""
+    runtime.config = dataclasses.replace(runtime.config, pod_reread_interval=0.0)
+    pod_name = await _running(cluster, runtime, "s1")
     smem_reads = _count(monkeypatch, runtime.kube, "get_session_memory")
     pod_reads = _count(monkeypatch, runtime.kube, "get_pod")
 
@@ -259,6 +267,31 @@ async def test_the_recheck_of_an_active_session_reads_only_its_pod(
     assert smem_reads == []
     status = cluster.smem_status("s1")
     assert (status["phase"], status["podName"]) == ("Failed", pod_name), status
+
+
+async def test_the_recheck_of_a_running_fleet_reads_nothing_the_watcher_saw_lately(
+    cluster: Cluster, runtime: sm_state.SessionMemories, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Within ``pod_reread_interval`` of the watcher's last view of a running session's Pod, its re-check
+    makes no API call at all (a fleet of running sessions costs no read per session every 30 s); past it,
+    the Pod is read."""
+    pod_name = await _running(cluster, runtime, "s1")
+    calls: list[str] = []
+    real_call = runtime.kube._call
+
+    async def counting(method: str, path: str, **options: object) -> object:
+        calls.append(f"{method} {path}")
+        return await real_call(method, path, **options)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runtime.kube, "_call", counting)
+
+    await sm_reconcile.recheck(runtime, cluster.smem("s1") or {})
+    assert calls == []
+    assert cluster.smem_status("s1")["phase"] == "Running"
+
+    runtime.config = dataclasses.replace(runtime.config, pod_reread_interval=0.0)
+    await sm_reconcile.recheck(runtime, cluster.smem("s1") or {})
+    assert calls == [f"GET /api/v1/namespaces/{NAMESPACE}/pods/{pod_name}"]  # past the interval: read
 
 
 async def test_pod_events_that_wait_for_a_slot_are_written_once_from_the_latest_state(

@@ -516,7 +516,8 @@ async def test_a_pod_that_vanishes_during_deletion_is_recorded_as_unconfirmed(cl
         # The node dies: the Pod object goes away without final container statuses.
         await cluster.remove_pod(pod_name)
         await eventually(lambda: cluster.smem("s1") is None, what="released")
-        await eventually(lambda: "FlushNotConfirmed" in cluster.event_reasons("s1"), what="the warning")
+        # The outcome is recorded before the release (the finalizer goes with it), with a Warning Event.
+        await eventually(lambda: "PodLost" in cluster.event_reasons("s1"), what="the warning")
     final = cluster.last_smem("s1")["status"]
     assert final["phase"] == "Failed"
     assert cond(final, "Ready")["reason"] == "PodLost"

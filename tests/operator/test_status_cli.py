@@ -14,7 +14,16 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from aiohttp import web
-from smem_harness import FAST, NAMESPACE, RUNNING_POD, Cluster, eventually, run_operator, smem_body
+from smem_harness import (
+    FAST,
+    NAMESPACE,
+    RUNNING_POD,
+    Cluster,
+    eventually,
+    run_operator,
+    serve_get,
+    smem_body,
+)
 
 from memsync.contracts.health import StoreHealth, SyncHealth, encode_health
 from memsync.contracts.report import StoreCounts
@@ -31,17 +40,8 @@ async def sidecar_status(health: SyncHealth) -> AsyncIterator[str]:
     async def serve(_: web.Request) -> web.Response:
         return web.Response(body=encode_health(health), content_type="application/json")
 
-    app = web.Application()
-    app.router.add_get("/status", serve)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}/status"
-    finally:
-        await runner.cleanup()
+    async with serve_get("/status", serve) as url:
+        yield url
 
 
 HEALTH = SyncHealth(

@@ -123,6 +123,8 @@ class SessionMemoryStatus(_StatusModel):
     store_count: int | None = None
     last_sync_time: K8sTime | None = None
     message: str | None = None
+    restarts: int | None = Field(default=None, ge=0)
+    last_restart_time: K8sTime | None = None
 
     @field_validator("message")
     @classmethod

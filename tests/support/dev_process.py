@@ -47,7 +47,9 @@ class DevProcess:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
-    def wait_for(self, what: str, check: Callable[[], bool], timeout: float = WAIT_S) -> None:
+    def wait_for(
+        self, what: str, check: Callable[[], bool], timeout: float = WAIT_S, poll: float = 0.1
+    ) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if check():
@@ -56,7 +58,7 @@ class DevProcess:
                 raise AssertionError(
                     f"memsync dev exited ({self.proc.returncode}) before {what}:\n{self.output()}"
                 )
-            time.sleep(0.1)
+            time.sleep(poll)
         raise AssertionError(f"timed out waiting for {what}:\n{self.output()}")
 
     def wait_mounted(self) -> None:

@@ -98,9 +98,11 @@ def smem_object(
     pod_spec: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None,
     sync: dict[str, Any] | None = None,
+    spec: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A SessionMemory of ``stores`` ([(memoryStoreId, name, access)]) with deletions enabled, whose sandbox
-    container is ``sandbox``; ``pod_spec`` and ``metadata`` add to its template, ``sync`` to its sync."""
+    container is ``sandbox``; ``pod_spec`` and ``metadata`` add to its template, ``sync`` to its sync,
+    ``spec`` to its spec (``startDeadlineSeconds``, ``onInterruption``)."""
     template = sandbox_template(sandbox, **(pod_spec or {}))
     if metadata is not None:
         template["metadata"] = metadata
@@ -120,6 +122,7 @@ def smem_object(
                 **(sync or {}),
             },
             "template": template,
+            **(spec or {}),
         },
     }
 

@@ -1,6 +1,6 @@
-"""helm and promtool for the tests, built from the pinned Go modules in tests/tools (``make tools``) into a
-cache outside the clone. A test that needs one builds it on first use (a no-op stamp check once built) and
-skips only when Go is absent and the tool is not built."""
+"""helm, promtool and kwok for the tests, built from the pinned Go modules in tests/tools (``make tools``)
+into a cache outside the clone. A test that needs one builds it on first use (a no-op stamp check once
+built) and skips only when Go is absent and the tool is not built."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ BUILD_TIMEOUT_S = 1800
 
 
 def tool(name: str) -> Path:
-    """The path of the built ``name`` (helm or promtool), building it if Go is installed."""
+    """The path of the built ``name`` (helm, promtool or kwok), building it if Go is installed."""
     check = subprocess.run([str(BUILD), name, "--check"], capture_output=True, text=True, check=False)
     if check.returncode == 0:
         return Path(check.stdout.strip().splitlines()[-1])

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds one test tool (helm, promtool or kind) from the pinned Go module beside this script (tests/tools/<name>/
+# Builds one test tool (helm, promtool, kind or kwok) from the pinned Go module beside this script (tests/tools/<name>/
 # go.mod names it with a `tool` directive) into a cache outside the clone keyed by the pinned version, and
 # prints the binary's path. A second run with the same go.mod/go.sum/script finds the stamp and builds
 # nothing; concurrent runs (pytest workers) wait for each other on a lock in the cache.
@@ -8,7 +8,7 @@
 #   build.sh NAME --check   print the binary if it is built and current, else exit 1 (never builds)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-name="${1:?usage: build.sh helm|promtool|kind [--check]}"
+name="${1:?usage: build.sh helm|promtool|kind|kwok [--check]}"
 export GOWORK=off GOFLAGS=-mod=readonly CGO_ENABLED=0
 
 case "$name" in
@@ -27,7 +27,12 @@ case "$name" in
   kind)
     module=sigs.k8s.io/kind tags=""
     ldflags() { echo "-s -w"; } ;;
-  *) echo "unknown tool: $name (helm, promtool or kind)" >&2; exit 2 ;;
+  kwok)
+    # The simulated nodes of the fleet benchmark (bench/operator_fleet.py): Pods reported Running without a
+    # kubelet. Its version string is set in its own source, so no -X is needed.
+    module=sigs.k8s.io/kwok tags=""
+    ldflags() { echo "-s -w"; } ;;
+  *) echo "unknown tool: $name (helm, promtool, kind or kwok)" >&2; exit 2 ;;
 esac
 mod="$here/$name/go.mod"
 version="$(awk -v m="$module" '$1 == m && $2 ~ /^v[0-9]/ {print $2; exit}' "$mod")"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 
 import memsync
 from memsync.cli import cli
@@ -115,3 +116,55 @@ def test_completion_completes_commands_and_their_options() -> None:
     assert complete("st") == ["status", "store"]
     assert complete("store", "se") == ["serve"]
     assert "--workers" in complete("store", "serve", "--w")
+
+
+def help_of(*argv: str) -> str:
+    result = CliRunner().invoke(cli, [*argv, "--help"], prog_name="memsync")
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def documented_commands() -> list[str]:
+    """The first column of each row of docs/cli.md's tables that documents a ``memsync store`` command."""
+    rows = [line for line in CLI_DOC.splitlines() if line.startswith("| `memsync store ")]
+    cells = [re.split(r"(?<!\\)\|", row)[1] for row in rows]
+    return [line for cell in cells for line in re.findall(r"`(memsync store [^`]+)`", cell)]
+
+
+def test_docs_cli_names_only_commands_and_flags_the_real_help_has() -> None:
+    documented = documented_commands()
+    assert len(documented) >= 14
+    names = set()
+    for line in documented:
+        name = line.split()[2]
+        names.add(name)
+        shown = help_of("store", name)
+        for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]*", line):
+            assert flag in shown, (
+                f"docs/cli.md: `{line}` names {flag}, which `memsync store {name} --help` lacks"
+            )
+    ctx = click.Context(cli)
+    store = cli.get_command(ctx, "store")
+    assert isinstance(store, click.Group)
+    # serve is documented where the server is (docs/store-api.md)
+    assert sorted(set(store.list_commands(click.Context(store))) - {"serve"}) == sorted(names)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["store", "list"],
+        ["store", "memories"],
+        ["store", "history"],
+        ["store", "admin-key", "list"],
+        ["store", "create"],
+        ["store", "show"],
+        ["store", "archive"],
+        ["store", "delete"],
+        ["store", "redact"],
+    ],
+)
+def test_every_command_that_prints_an_object_takes_o(argv: list[str]) -> None:
+    flat = " ".join(help_of(*argv).split())
+    assert "-o, --output [table|wide|json|yaml]" in flat

@@ -258,3 +258,56 @@ def test_pacing_worker_ids_and_retry_after() -> None:
     assert d.retry_delay(1, 0.0, 99999.0) == d.RETRY_AFTER_MAX_S
     assert d.worker_id(None, "ns", "env", "op-7f9", "a1b2") == "ns.env.op-7f9-a1b2"
     assert d.worker_id("team", "ns", "env", "op-7f9", "c3d4") == "team.op-7f9-c3d4"
+
+
+def test_a_lost_nodes_session_memory_is_replaced_for_a_re_delivered_item() -> None:
+    item = d.WorkItem(id="work_1", environment_id="env", type="session", session_id="sesn_1", secret="x")
+    smem = {"metadata": {"name": "s", "annotations": {"agents.memsync.dev/work-id": "work_1"}}}
+    lost = {**smem, "status": {"phase": "Failed", "conditions": [{"type": "Ready", "reason": "NodeLost"}]}}
+    other = {
+        **smem,
+        "status": {"phase": "Failed", "conditions": [{"type": "Ready", "reason": "Interrupted"}]},
+    }
+    assert d.on_existing(lost, item) == "replace"  # its Pod never ended: the item came back for another
+    assert d.on_existing(other, item) == "done"
+
+
+def test_capacity_is_zero_while_a_session_waits_for_a_quota() -> None:
+    quota = {
+        "metadata": {},
+        "status": {"phase": "Pending", "conditions": [{"type": "Ready", "reason": "QuotaExceeded"}]},
+    }
+    running = {"metadata": {}, "status": {"phase": "Running"}}
+    assert d.capacity(5, 2, [running, quota]) == 0
+    assert d.capacity(5, 2, [running]) == 3
+
+
+def test_an_environments_sessions_fail_on_interruption_and_get_its_start_deadline() -> None:
+    smem = d.session_memory_manifest(ENV, SPEC, ITEM, d.stores_from_session(SESSION))
+    assert smem["spec"]["onInterruption"] == "Fail" and "startDeadlineSeconds" not in smem["spec"]
+    spec = SPEC.model_copy(update={"start_deadline_seconds": 120})
+    assert (
+        d.session_memory_manifest(ENV, spec, ITEM, d.stores_from_session(SESSION))["spec"][
+            "startDeadlineSeconds"
+        ]
+        == 120
+    )
+
+
+def test_a_resumed_hold_keeps_its_sessions_start_deadline() -> None:
+    from datetime import UTC, datetime
+
+    from memsync.controller.environment import starts
+
+    now = datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
+    waiting = {
+        "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {},
+        "status": {"phase": "Pending"},
+    }
+    assert starts.resumed_hold_deadline(waiting, 600.0, now) == 300.0
+    own = {**waiting, "spec": {"startDeadlineSeconds": 120}}
+    assert starts.resumed_hold_deadline(own, 600.0, now) == 0.0  # past it: no heartbeat at all
+    running = {**waiting, "status": {"phase": "Running"}}
+    assert starts.resumed_hold_deadline(running, 600.0, now) is None  # its runner takes the lease over
+    assert starts.resumed_hold_deadline(None, 600.0, now) is None

@@ -101,8 +101,10 @@ def test_the_crd_is_the_generated_one_and_namespaced_objects_live_in_memsync_sys
     }
     cluster_scoped = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
     for obj in objs:
-        if obj["kind"] in {"Role", "RoleBinding"}:  # the namespaced overlay's grants
-            assert obj["metadata"].get("namespace") == SERVED, obj["metadata"]["name"]
+        if obj["kind"] in {"Role", "RoleBinding"} and "leader-election" not in obj["metadata"]["name"]:
+            assert obj["metadata"].get("namespace") == SERVED, obj["metadata"][
+                "name"
+            ]  # the namespaced grants
         elif obj["kind"] not in cluster_scoped:
             assert obj["metadata"].get("namespace") == "memsync-system", obj["metadata"]["name"]
 
@@ -138,16 +140,38 @@ def test_workloads_meet_the_restricted_standard(overlay: str) -> None:
     ],
 )
 def test_operator_deployment(overlay: str, image: str) -> None:
-    operator = by_kind(render(f"overlays/{overlay}"), "Deployment")["memsync-operator"]
-    assert operator["spec"]["replicas"] == 1
-    assert operator["spec"]["strategy"] == {"type": "Recreate"}
+    objs = render(f"overlays/{overlay}")
+    operator = by_kind(objs, "Deployment")["memsync-operator"]
+    # Two replicas electing a leader: a rolling update starts the new one before the old one goes (it lets the
+    # Lease go as it stops), a drain takes one at a time, and a lost node's replica goes after 30 s.
+    assert operator["spec"]["replicas"] == 2
+    assert operator["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    pdb = by_kind(objs, "PodDisruptionBudget")["memsync-operator"]["spec"]
+    assert pdb == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": {"app.kubernetes.io/name": "memsync-operator"}},
+    }
     pod = operator["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "memsync-operator"
+    spread = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert [t["podAffinityTerm"]["topologyKey"] for t in spread] == ["kubernetes.io/hostname"]
+    assert {(t["key"], t["tolerationSeconds"]) for t in pod["tolerations"]} == {
+        ("node.kubernetes.io/not-ready", 30),
+        ("node.kubernetes.io/unreachable", 30),
+    }
     (container,) = pod["containers"]
     assert container["image"].startswith(image)
     env = {e["name"]: e.get("value") for e in container["env"]}
     # The sandbox Pods' memsync containers must run the operator's own image.
     assert env["MEMSYNC_AGENT_IMAGE"] == container["image"]
+    # Its Lease identity and the Lease's namespace, from the downward API.
+    fields = {
+        e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"] if "valueFrom" in e
+    }
+    assert fields == {"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace"}
     assert container["command"][:2] == ["memsync", "operator"]
     liveness = container["livenessProbe"]["httpGet"]
     assert liveness["path"] == "/healthz"
@@ -197,7 +221,9 @@ def test_store_server_only_in_the_kind_overlay() -> None:
     assert set(by_kind(production, "Deployment")) == {"memsync-operator"}
     assert set(by_kind(production, "Service")) == {"memsync-operator-metrics"}
     assert not by_kind(production, "PersistentVolumeClaim")
-    assert not by_kind(production, "Secret") and not by_kind(production, "PodDisruptionBudget")
+    assert not by_kind(production, "Secret") and set(by_kind(production, "PodDisruptionBudget")) == {
+        "memsync-operator"
+    }
     assert not by_kind(production, "NetworkPolicy")
 
 
@@ -235,7 +261,7 @@ def test_store_server_on_postgresql_runs_replicas_without_a_volume() -> None:
 def test_rbac_is_least_privilege() -> None:
     objs = render("overlays/production")
     roles = by_kind(objs, "ClusterRole")
-    assert set(roles) == {"memsync-operator", "memsync-operator-secrets"}
+    assert set(roles) == {"memsync-operator", "memsync-operator-secrets", "memsync-operator-cluster"}
     grants: dict[tuple[str, str], set[str]] = {}
     for role in roles.values():
         for rule in role["rules"]:
@@ -247,8 +273,10 @@ def test_rbac_is_least_privilege() -> None:
     # Exactly what the controller (controller/kube.py) and kopf call, nothing more: Pods are read, created
     # and deleted, never patched; SessionMemories are patched (kopf's finalizer and annotations) and their
     # status merge-patched, never PUT; Events are created (kopf posts core/v1 Events only). No CRDs or
-    # Namespaces: kopf's scanning is off (tests/operator proves it never calls them cluster-wide).
+    # Namespaces: kopf's scanning is off (tests/operator proves it never calls them cluster-wide). Nodes are
+    # read one by one (a sandbox Pod's lost node).
     assert grants == {
+        ("", "nodes"): {"get"},
         ("", "secrets"): {"get"},
         ("", "pods"): {"get", "list", "watch", "create", "delete"},
         ("", "events"): {"create"},
@@ -262,6 +290,17 @@ def test_rbac_is_least_privilege() -> None:
         ]
 
 
+LEASE_RULES = [
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+    {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "resourceNames": ["memsync-operator"],
+        "verbs": ["get", "update"],
+    },
+]
+
+
 def _rules_of(objs: list[dict[str, Any]], kind: str) -> dict[tuple[str, str], list[dict[str, Any]]]:
     return {
         (o["metadata"].get("namespace", ""), o["metadata"]["name"]): o["rules"]
@@ -272,12 +311,31 @@ def _rules_of(objs: list[dict[str, Any]], kind: str) -> dict[tuple[str, str], li
 
 def test_namespaced_rbac_grants_base_rules_in_the_served_namespace_only() -> None:
     objs = render("overlays/namespaced")
-    kinds = {o["kind"] for o in objs}
-    assert not kinds & {"ClusterRole", "ClusterRoleBinding"}, "namespaced RBAC grants nothing cluster-wide"
-    cluster_wide = _rules_of(render("overlays/production"), "ClusterRole")
+    # Cluster-wide only Node reads, and the get and patch of SessionMemories (and their status) that
+    # release a deleted namespace's SessionMemories once its RoleBindings are gone.
+    assert (
+        set(by_kind(objs, "ClusterRole"))
+        == set(by_kind(objs, "ClusterRoleBinding"))
+        == {"memsync-operator-cluster"}
+    )
+    assert by_kind(objs, "ClusterRole")["memsync-operator-cluster"]["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+        {"apiGroups": ["agents.memsync.dev"], "resources": ["sessionmemories"], "verbs": ["get", "patch"]},
+        {"apiGroups": ["agents.memsync.dev"], "resources": ["sessionmemories/status"], "verbs": ["patch"]},
+    ]
+    cluster_wide = {
+        key: rules
+        for key, rules in _rules_of(render("overlays/production"), "ClusterRole").items()
+        if key[1] != "memsync-operator-cluster"
+    }
     roles = _rules_of(objs, "Role")
+    # The leader election's Lease is in the operator's own namespace, whatever it serves.
+    assert roles.pop(("memsync-system", "memsync-operator-leader-election")) == LEASE_RULES
     assert roles == {(SERVED, name): rules for (_, name), rules in cluster_wide.items()}
     for binding in by_kind(objs, "RoleBinding").values():
+        if binding["metadata"]["name"] == "memsync-operator-leader-election":
+            assert binding["metadata"]["namespace"] == "memsync-system"
+            continue
         assert binding["metadata"]["namespace"] == SERVED
         assert binding["roleRef"] == {
             "apiGroup": "rbac.authorization.k8s.io",
@@ -287,7 +345,9 @@ def test_namespaced_rbac_grants_base_rules_in_the_served_namespace_only() -> Non
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "memsync-operator", "namespace": "memsync-system"}
         ]
-    assert set(by_kind(objs, "RoleBinding")) == {name for _, name in roles}
+    assert set(by_kind(objs, "RoleBinding")) == {name for _, name in roles} | {
+        "memsync-operator-leader-election"
+    }
     command = by_kind(objs, "Deployment")["memsync-operator"]["spec"]["template"]["spec"]["containers"][0][
         "command"
     ]
@@ -304,17 +364,21 @@ def test_environments_rbac_has_a_namespaced_twin_with_the_same_rules() -> None:
     assert _rules_of(namespaced, "Role") == {
         (SERVED, name): rules for (_, name), rules in _rules_of(cluster_wide, "ClusterRole").items()
     }
-    (binding,) = by_kind(namespaced, "RoleBinding").values()
-    (cluster_binding,) = by_kind(cluster_wide, "ClusterRoleBinding").values()
-    assert binding["metadata"]["namespace"] == SERVED
-    assert binding["subjects"] == cluster_binding["subjects"]
-    assert binding["roleRef"] == {**cluster_binding["roleRef"], "kind": "Role"}
-    secrets = [
-        r
-        for r in _rules_of(namespaced, "Role")[(SERVED, "memsync-operator-environments")]
-        if "secrets" in r["resources"]
+    bindings, cluster_bindings = (
+        by_kind(namespaced, "RoleBinding"),
+        by_kind(cluster_wide, "ClusterRoleBinding"),
+    )
+    assert set(bindings) == set(cluster_bindings)
+    for name, binding in bindings.items():
+        assert binding["metadata"]["namespace"] == SERVED
+        assert binding["subjects"] == cluster_bindings[name]["subjects"]
+        assert binding["roleRef"] == {**cluster_bindings[name]["roleRef"], "kind": "Role"}
+    # The Secret create/delete is a role of its own, so it can be bound in some namespaces only.
+    roles = _rules_of(namespaced, "Role")
+    assert roles[(SERVED, "memsync-operator-environment-secrets")] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]}
     ]
-    assert secrets == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]}]
+    assert not [r for r in roles[(SERVED, "memsync-operator-environments")] if "secrets" in r["resources"]]
 
 
 def test_sample_session_memory_is_valid_and_becomes_a_pod() -> None:

@@ -14,6 +14,7 @@ from memsync.controller.sessionmemory.pod import (
     MEMSYNC_RESOURCES,
     MOUNT_CONTAINER,
     SYNC_CONTAINER,
+    PodSettings,
     build_sandbox_pod,
     memsync_env,
 )
@@ -58,7 +59,12 @@ def test_spec_env_and_operator_defaults_reach_both_memsync_containers_only() -> 
         EnvVarSpec(name="HTTPS_PROXY", value="http://default-proxy:3128"),
     )
     pod = build_sandbox_pod(
-        name="s", namespace="ns", uid="u", spec=s, agent_image="memsync:t", memsync_env_defaults=defaults
+        name="s",
+        namespace="ns",
+        uid="u",
+        spec=s,
+        agent_image="memsync:t",
+        settings=PodSettings(memsync_env_defaults=defaults),
     )
     by_name = containers(pod)
     own = len(memsync_env(s))
@@ -122,19 +128,22 @@ def test_template_resources_replace_the_default_of_both_memsync_containers_only(
         name="s", namespace="ns", uid="u", spec=validate_spec(spec({"resources": resources})), agent_image="m"
     )
     by_name = containers(pod)
-    # the sidecar also requests the stores' folder's size as ephemeral storage (the template set none)
-    with_storage = {**resources, "requests": {**resources["requests"], "ephemeral-storage": "1Gi"}}
-    assert by_name[MOUNT_CONTAINER]["resources"] == resources
+    # both also request the stores' folder's size as ephemeral storage, with a limit (the template set none)
+    with_storage = {
+        "requests": {**resources["requests"], "ephemeral-storage": "1Gi"},
+        "limits": {**resources["limits"], "ephemeral-storage": "2Gi"},
+    }
+    assert by_name[MOUNT_CONTAINER]["resources"] == with_storage
     assert by_name[SYNC_CONTAINER]["resources"] == with_storage
     assert "resources" not in by_name["sandbox"]
     default = containers(
         build_sandbox_pod(name="s", namespace="ns", uid="u", spec=validate_spec(spec()), agent_image="m")
     )
-    assert default[MOUNT_CONTAINER]["resources"] == MEMSYNC_RESOURCES
-    assert default[SYNC_CONTAINER]["resources"] == {
-        **MEMSYNC_RESOURCES,
+    default_storage = {
         "requests": {**MEMSYNC_RESOURCES["requests"], "ephemeral-storage": "1Gi"},
+        "limits": {**MEMSYNC_RESOURCES["limits"], "ephemeral-storage": "2Gi"},
     }
+    assert default[MOUNT_CONTAINER]["resources"] == default[SYNC_CONTAINER]["resources"] == default_storage
     with pytest.raises(
         InvalidSpecError, match=r"spec\.template\.spec\.memsync\.resources\.limits\.memory: must match"
     ):

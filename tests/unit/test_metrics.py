@@ -52,6 +52,11 @@ def test_the_operator_metrics_and_their_types() -> None:
         "memsync_operator_environment_leases_released": "counter",
         "memsync_operator_environment_handover_seconds": "histogram",
         "memsync_operator_sessionmemories": "gauge",
+        "memsync_operator_leader": "gauge",
+        "memsync_operator_last_reconcile_timestamp_seconds": "gauge",
+        "memsync_operator_periodic_round_timestamp_seconds": "gauge",
+        "memsync_operator_sessionmemories_without_status": "gauge",
+        "memsync_operator_watch_forbidden": "gauge",
     }
 
 

@@ -15,14 +15,25 @@ from test_crd import base_spec
 from test_manifests import K8S_VERSION
 
 from memsync.controller.sessionmemory.pod import (
+    ANNOTATION_SPEC_HASH,
     GRACE_MARGIN_SECONDS,
     SANDBOX_SHUTDOWN_SECONDS,
+    PodSettings,
+    attempt_of_pod,
     build_sandbox_pod,
     grace_period_seconds,
     owner_label_value,
     pod_name_for,
+    spec_hash,
+    with_ephemeral_storage,
 )
-from memsync.crd.models import API_VERSION, SandboxPodSpec, SandboxTemplate, SessionMemorySpec
+from memsync.crd.models import (
+    API_VERSION,
+    LABEL_ATTEMPT,
+    SandboxPodSpec,
+    SandboxTemplate,
+    SessionMemorySpec,
+)
 from support.pod_security import restricted_violations
 
 IMAGE = "memsync:0.1.0"
@@ -108,6 +119,12 @@ MEMSYNC_SC = {
     "runAsUser": 65532,
     "runAsGroup": 65532,
 }
+#: The memsync containers' resources: the defaults, and ephemeral storage (the stores' folder's size
+#: requested, a limit of 2Gi).
+STORAGE_RESOURCES = {
+    "requests": {**RESOURCES["requests"], "ephemeral-storage": "1Gi"},
+    "limits": {**RESOURCES["limits"], "ephemeral-storage": "2Gi"},
+}
 MEMSYNC_MOUNTS = [
     {"name": "memory", "mountPath": "/mnt/memory"},
     {"name": "memsync-state", "mountPath": "/var/lib/memsync"},
@@ -146,6 +163,7 @@ def expected_pod(
     sandbox: dict[str, Any],
     grace: int,
     pull: str,
+    spec: dict[str, Any],
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
     volumes: list[dict[str, Any]] | None = None,
@@ -159,7 +177,7 @@ def expected_pod(
             "command": command,
             "env": copy.deepcopy(env),
             "volumeMounts": MEMSYNC_MOUNTS,
-            "resources": RESOURCES,
+            "resources": STORAGE_RESOURCES,
             "securityContext": MEMSYNC_SC,
             "terminationMessagePath": "/dev/termination-log",
             "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -169,7 +187,6 @@ def expected_pod(
     sync["env"].append({"name": "MEMSYNC_METRICS_PORT", "value": "9477"})
     sync.update(
         {
-            "resources": {**RESOURCES, "requests": {**RESOURCES["requests"], "ephemeral-storage": "1Gi"}},
             "restartPolicy": "Always",
             "ports": [{"name": "metrics", "containerPort": 9477, "protocol": "TCP"}],
             "startupProbe": {
@@ -200,8 +217,13 @@ def expected_pod(
                 "app.kubernetes.io/managed-by": "memsync",
                 "agents.memsync.dev/session-id": session,
                 "agents.memsync.dev/sessionmemory": name,
+                "agents.memsync.dev/attempt": "0",
             },
-            "annotations": {**(annotations or {}), "kubectl.kubernetes.io/default-container": "sandbox"},
+            "annotations": {
+                **(annotations or {}),
+                "kubectl.kubernetes.io/default-container": "sandbox",
+                "agents.memsync.dev/spec-hash": spec_hash(SessionMemorySpec.model_validate(spec)),
+            },
             "ownerReferences": [
                 {
                     "apiVersion": API_VERSION,
@@ -292,7 +314,13 @@ def test_minimal_pod_field_by_field() -> None:
         },
     }
     expected = expected_pod(
-        name="sesn-011abc", session="sesn_011abc", env=env, sandbox=sandbox, grace=100, pull="IfNotPresent"
+        name="sesn-011abc",
+        session="sesn_011abc",
+        env=env,
+        sandbox=sandbox,
+        grace=100,
+        pull="IfNotPresent",
+        spec=MINIMAL_SPEC,
     )
     assert_same(build(MINIMAL_SPEC), expected)
 
@@ -359,13 +387,16 @@ def test_full_pod_field_by_field() -> None:
         env=env,
         sandbox=sandbox,
         grace=145,
+        spec=FULL_SPEC,
         pull="Always",
         labels={"team": "research"},
         annotations={"example.com/ticket": "T-1"},
         volumes=[{"name": "work", "emptyDir": {"sizeLimit": "1Gi"}}],
         scheduling=SCHEDULING,
     )
-    assert_same(build(FULL_SPEC, name="smem-full", agent_image_pull_policy="Always"), expected)
+    assert_same(
+        build(FULL_SPEC, name="smem-full", settings=PodSettings(agent_image_pull_policy="Always")), expected
+    )
 
 
 def test_the_pod_is_a_valid_kubernetes_pod() -> None:
@@ -609,25 +640,91 @@ def test_owner_label_values_are_valid_labels(name: str) -> None:
         assert value == name
 
 
-def test_the_stores_folder_has_a_size_limit_that_memsync_sync_requests() -> None:
-    """The memory emptyDir's sizeLimit and memsync-sync's ephemeral-storage request: the operator's default,
-    replaced by the SessionMemory's; a template's own ephemeral-storage request for memsync is kept."""
+def test_the_stores_folder_has_a_size_limit_that_memsync_requests_and_limits() -> None:
+    """The memory emptyDir's sizeLimit, and both memsync containers' ephemeral-storage request (the
+    folder's size) and limit (2Gi, never below the request): the operator's defaults, replaced by the
+    SessionMemory's; a template's own ephemeral storage for memsync is kept, and a limit it sets alone
+    caps the request (a LimitRange's default limit below the request would make the Pod invalid)."""
 
-    def shape(pod: dict[str, Any]) -> tuple[str, str, str | None]:
+    def shape(pod: dict[str, Any]) -> tuple[str, str, str]:
         memory = next(v for v in pod["spec"]["volumes"] if v["name"] == "memory")
         mount, sync = pod["spec"]["initContainers"]
+        assert (
+            mount["resources"]["requests"]["ephemeral-storage"]
+            == sync["resources"]["requests"]["ephemeral-storage"]
+        )
+        assert (
+            mount["resources"]["limits"]["ephemeral-storage"]
+            == sync["resources"]["limits"]["ephemeral-storage"]
+        )
         return (
             memory["emptyDir"]["sizeLimit"],
             sync["resources"]["requests"]["ephemeral-storage"],
-            mount["resources"]["requests"].get("ephemeral-storage"),
+            sync["resources"]["limits"]["ephemeral-storage"],
         )
 
-    assert shape(build(MINIMAL_SPEC, memory_volume_size_limit="3Gi")) == ("3Gi", "3Gi", None)
+    assert shape(build(MINIMAL_SPEC)) == ("1Gi", "1Gi", "2Gi")
+    assert shape(build(MINIMAL_SPEC, settings=PodSettings(memory_volume_size_limit="3Gi"))) == (
+        "3Gi",
+        "3Gi",
+        "3Gi",
+    )
     own = copy.deepcopy(MINIMAL_SPEC)
     own.setdefault("sync", {})["memoryVolumeSizeLimit"] = "256Mi"
-    assert shape(build(own, memory_volume_size_limit="3Gi")) == ("256Mi", "256Mi", None)
+    assert shape(build(own, settings=PodSettings(memory_volume_size_limit="3Gi"))) == (
+        "256Mi",
+        "256Mi",
+        "2Gi",
+    )
+    configured = PodSettings(ephemeral_storage_request="200Mi", ephemeral_storage_limit="400Mi")
+    assert shape(build(MINIMAL_SPEC, settings=configured)) == ("1Gi", "200Mi", "400Mi")
     custom = copy.deepcopy(MINIMAL_SPEC)
     custom["template"]["spec"]["memsync"] = {
-        "resources": {"requests": {"cpu": "10m", "ephemeral-storage": "2Gi"}, "limits": {"memory": "256Mi"}}
+        "resources": {"requests": {"cpu": "10m", "ephemeral-storage": "3Gi"}, "limits": {"memory": "256Mi"}}
     }
-    assert shape(build(custom)) == ("1Gi", "2Gi", "2Gi")
+    assert shape(build(custom)) == ("1Gi", "3Gi", "3Gi")
+    capped = copy.deepcopy(MINIMAL_SPEC)
+    capped["template"]["spec"]["memsync"] = {"resources": {"limits": {"ephemeral-storage": "500Mi"}}}
+    assert shape(build(capped)) == ("1Gi", "500Mi", "500Mi")
+
+
+@pytest.mark.parametrize(
+    ("resources", "asked", "limit", "expected"),
+    [
+        ({}, "1Gi", "2Gi", ("1Gi", "2Gi")),
+        ({}, "4Gi", "2Gi", ("4Gi", "4Gi")),
+        ({"limits": {"ephemeral-storage": "500Mi"}}, "1Gi", "2Gi", ("500Mi", "500Mi")),
+        ({"requests": {"ephemeral-storage": "3Gi"}}, "1Gi", "2Gi", ("3Gi", "3Gi")),
+        ({"requests": {"ephemeral-storage": "100M"}}, "1Gi", "2Gi", ("100M", "2Gi")),
+    ],
+)
+def test_ephemeral_storage_limit_is_never_below_the_request(
+    resources: dict[str, Any], asked: str, limit: str, expected: tuple[str, str]
+) -> None:
+    out = with_ephemeral_storage(resources, asked, limit)
+    assert (out["requests"]["ephemeral-storage"], out["limits"]["ephemeral-storage"]) == expected
+
+
+def test_a_restart_pod_has_its_own_name_and_attempt() -> None:
+    pod = build(MINIMAL_SPEC, name="s1", attempt=2)
+    assert pod["metadata"]["name"] == "s1-sandbox-2" == pod_name_for("s1", 2)
+    assert pod["metadata"]["labels"][LABEL_ATTEMPT] == "2"
+    assert attempt_of_pod(pod) == 2
+    assert attempt_of_pod(build(MINIMAL_SPEC, name="s1")) == 0
+    long_name = "a" * 70
+    assert len(pod_name_for(long_name, 3)) <= 63 and pod_name_for(long_name, 3).endswith("-sandbox-3")
+
+
+def test_the_spec_hash_follows_what_the_pod_is_built_from() -> None:
+    base = SessionMemorySpec.model_validate(MINIMAL_SPEC)
+    same = SessionMemorySpec.model_validate(copy.deepcopy(MINIMAL_SPEC))
+    assert (
+        spec_hash(base)
+        == spec_hash(same)
+        == build(MINIMAL_SPEC)["metadata"]["annotations"][ANNOTATION_SPEC_HASH]
+    )
+    changed = copy.deepcopy(MINIMAL_SPEC)
+    changed["template"]["spec"]["containers"][0]["args"] = ["--other"]
+    assert spec_hash(SessionMemorySpec.model_validate(changed)) != spec_hash(base)
+    deadline_only = {**copy.deepcopy(MINIMAL_SPEC), "startDeadlineSeconds": 60, "onInterruption": "Restart"}
+    assert spec_hash(SessionMemorySpec.model_validate(deadline_only)) == spec_hash(base)

@@ -9,7 +9,8 @@ import click
 import pytest
 
 from memsync.cli.store.admin import load_or_create_key_file, parse_store_spec
-from memsync.cli.store.transfer import UnsafePathError, export_segments, plan_import, write_below
+from memsync.cli.store.exporting import UnsafePathError, export_segments, write_below
+from memsync.cli.store.importing import plan_import
 
 
 def test_plan_import(tmp_path: Path) -> None:

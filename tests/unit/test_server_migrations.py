@@ -22,9 +22,9 @@ _UNVERSIONED = [
 def test_fresh_file_is_at_the_latest_version(tmp_path: Path) -> None:
     db = SqliteDatabase(tmp_path / "s.db")
     try:
-        assert db.schema_version == migrations.latest(migrations.SQLITE) == 4
+        assert db.schema_version == migrations.latest(migrations.SQLITE) == 5
         with db.read() as tx:
-            assert tx.meta(migrations.SCHEMA_VERSION_KEY) == "4"
+            assert tx.meta(migrations.SCHEMA_VERSION_KEY) == "5"
             assert tx.list_admin_keys() == []
     finally:
         db.close()
@@ -48,7 +48,7 @@ def test_unversioned_file_is_adopted_and_upgraded_with_its_data(tmp_path: Path) 
 
     db = SqliteDatabase(path)
     try:
-        assert db.schema_version == 4
+        assert db.schema_version == 5
         assert db.cursor_key == bytes.fromhex("ab" * 32)  # cursors issued before the upgrade stay valid
         with db.read() as tx:
             store = tx.get_store("memstore_old")
@@ -68,5 +68,5 @@ def test_a_database_newer_than_the_code_is_refused(tmp_path: Path) -> None:
     conn.execute("UPDATE meta SET value = '99' WHERE key = ?", (migrations.SCHEMA_VERSION_KEY,))
     conn.commit()
     conn.close()
-    with pytest.raises(RuntimeError, match="version 99, newer than this server's 4"):
+    with pytest.raises(RuntimeError, match="version 99, newer than this server's 5"):
         SqliteDatabase(path)

@@ -332,3 +332,27 @@ def test_json_list_is_items() -> None:
             "heldDeletePaths": [],
         },
     }
+
+
+def test_an_unschedulable_pod_is_shown_with_the_schedulers_verdict() -> None:
+    """The Scheduled condition (the Pod's PodScheduled, mirrored by the operator) in ``memsync status``."""
+    waiting_pod = {
+        "metadata": {"name": "s1-sandbox"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient memory.",
+                }
+            ],
+        },
+    }
+    status = sm_derive.derive_status(None, waiting_pod, stores=STORES, generation=1, now=T0)
+    detail = view.detail(smem("s1", dict(status)), waiting_pod, [])
+    text = render.render_detail(detail, now=NOW)
+    line = next(line for line in text.splitlines() if line.startswith("  Scheduled"))
+    assert line.split()[:3] == ["Scheduled", "False", "Unschedulable"] and "Insufficient memory" in line
+    assert "waits for a node" in (detail.summary.message or "")

@@ -122,6 +122,7 @@ def test_the_store_group_lists_every_command_and_loads_each() -> None:
         "serve",
         "show",
         "token",
+        "viewer-key",
     ]
     for name in store.list_commands(ctx):
         command = store.get_command(ctx, name)

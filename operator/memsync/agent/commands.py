@@ -423,13 +423,16 @@ async def run_sync(
     final = FinalRequest(stop_event)
     installed: list[signal.Signals] = []
 
-    def on_signal() -> None:
+    received: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        received.append(sig.name)
         terminated.set()
         stop_event.set()
 
     if install_signals and not once:
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_signal)
+            loop.add_signal_handler(sig, on_signal, sig)
             installed.append(sig)
     # Logged once SIGTERM is handled: from this line on, the end of the session runs the final flush.
     _log_start("sync", config)
@@ -450,8 +453,9 @@ async def run_sync(
         await PassLoop(agent, stop_event).run()
         if final.requested:
             logger.info("the session runner asked for the final sync and flush: running them")
-        else:
-            logger.info("SIGTERM received: running the final sync and flush")
+        else:  # a signal, or an embedder (memsync dev) that set the stop event and said why
+            why = f"{received[0]} received" if received else "asked to stop"
+            logger.info(f"{why}: running the final sync and flush")
         outcome = await agent.final_shutdown()
         write_termination_log(config, outcome.report)
         if final.requested:

@@ -6,6 +6,7 @@ prometheus_client's own aiohttp handler (content negotiation, OpenMetrics, compr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -14,7 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from memsync.contracts.health import STATUS_PATH, SyncHealth, encode_health
+from memsync.contracts.health import STATUS_PATH, WAIT_PARAM, SyncHealth, encode_health, tag, wait_seconds
 from memsync.contracts.runner import FINAL_PATH
 
 if TYPE_CHECKING:  # aiohttp is imported only when the endpoint starts: mount and flush start faster
@@ -128,7 +129,13 @@ class MetricsServer:
         self.final = final
         self.host = host
         self.port = port
+        # How often a held watch of /status looks for a change (the operator sees one at most this late).
+        self.watch_check_s = 0.25
         self._runner: web.AppRunner | None = None
+        # Set when the server stops: a held watch is answered at once (aiohttp's shutdown waits for every
+        # handler in flight, and a watch held past the Pod's grace period got the sidecar SIGKILLed after its
+        # final flush had reported, exit 137, which reads as a flush that never reported).
+        self._stopping = asyncio.Event()
 
     async def start(self) -> int:
         from aiohttp import web  # noqa: PLC0415 (lazy: only sync serves HTTP)
@@ -153,6 +160,7 @@ class MetricsServer:
         return self.port
 
     async def stop(self) -> None:
+        self._stopping.set()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -166,10 +174,28 @@ class MetricsServer:
         return web.Response(status=503, text=f"not ready: {', '.join(waiting) or 'starting'}\n")
 
     async def _status(self, request: web.Request) -> web.Response:
+        """The health document with its tag; a watch (``?wait=S`` with ``If-None-Match``) is answered when
+        the tag changes, or with 304 after ``S`` seconds (``memsync.contracts.health``)."""
         from aiohttp import web  # noqa: PLC0415
 
         assert self.health is not None
-        return web.Response(body=encode_health(self.health()), content_type="application/json")
+        health = self.health()
+        current = tag(health)
+        wait = wait_seconds(request.query.get(WAIT_PARAM))
+        seen = request.headers.get("If-None-Match")
+        if wait and seen == current:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + wait
+            while current == seen:
+                left = deadline - loop.time()
+                if left <= 0 or self._stopping.is_set():
+                    return web.Response(status=304, headers={"ETag": current})
+                await asyncio.sleep(min(self.watch_check_s, left))
+                health = self.health()
+                current = tag(health)
+        return web.Response(
+            body=encode_health(health), content_type="application/json", headers={"ETag": current}
+        )
 
     async def _final(self, request: web.Request) -> web.Response:
         from aiohttp import web  # noqa: PLC0415

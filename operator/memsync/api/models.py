@@ -20,9 +20,13 @@ Operation = Literal["created", "modified", "deleted"]
 
 
 class WireModel(BaseModel):
-    """A response object: unknown fields are ignored, so a newer server does not break an older client."""
+    """A response object: unknown fields are ignored, so a newer server does not break an older client. Its
+    JSON schema (the store server's OpenAPI document) marks every field required: the server sends them
+    all, defaults or not."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(
+        extra="ignore", populate_by_name=True, json_schema_serialization_defaults_required=True
+    )
 
 
 class RequestModel(BaseModel):

@@ -7,6 +7,8 @@ the server, and ``memsync --help`` loads none of them.
 
 from __future__ import annotations
 
+import signal
+import sys
 import traceback
 from typing import Final
 
@@ -70,18 +72,33 @@ class _Root(LazyGroup):
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.Abort):
+        except click.exceptions.Exit:
             raise
+        except click.Abort as exc:
+            if isinstance(exc.__context__, KeyboardInterrupt):  # Ctrl-C at a prompt: not "Aborted!"
+                raise _interrupted(signal.SIGINT) from None
+            raise
+        except KeyboardInterrupt:
+            raise _interrupted(signal.SIGINT) from None
         except click.ClickException as exc:
             if ctx.params.get("debug") and exc.__cause__ is not None:  # an error a command explained
                 traceback.print_exception(exc.__cause__)
             raise
         except Exception as exc:
+            pid1 = sys.modules.get("memsync.pid1")  # loaded already when a command was signalled
+            if pid1 is not None and isinstance(exc, pid1.Signalled):
+                raise _interrupted(exc.signal) from None
             if ctx.params.get("debug"):
                 raise
             from memsync.cli.failures import explain  # noqa: PLC0415 (only on the way out)
 
             raise explain(exc) from None
+
+
+def _interrupted(sig: signal.Signals) -> click.exceptions.Exit:
+    from memsync.cli.failures import interrupted  # noqa: PLC0415 (only on the way out)
+
+    return interrupted(sig)
 
 
 @click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"]})

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -31,6 +32,7 @@ from typing import Any
 
 import click
 
+from memsync import pid1
 from memsync.agent.commands import EXIT_OK, AgentFailure, mount, run_sync
 from memsync.agent.config import AgentConfig, ConfigError, load_config
 from memsync.agent.localfs import open_root
@@ -39,9 +41,11 @@ from memsync.agent.state import load_state, lock_file, remove_state
 from memsync.api.constants import MARKER_FILENAME
 from memsync.api.hashing import marker_text, sha256_bytes
 from memsync.api.models import MemoryStore, MemoryStoreResource
+from memsync.cli.dev_folder import cli_lines, holding
 from memsync.cli.dev_keep import Kept, describe, move_aside, plan_keep
 from memsync.cli.dev_status import ClearStatusFirst, DevNumbers, StatusLine, format_status, read_counts
-from memsync.cli.failures import ExitCode
+from memsync.cli.failures import CliError, ExitCode
+from memsync.cli.params import NonEmptyPath
 from memsync.cli.store.admin import load_or_create_key_file
 from memsync.client import StoreClient
 from memsync.client import errors as store_errors
@@ -115,39 +119,40 @@ def _agent_config(run: DevRun, store: MemoryStore, slug: str, secret: str, base_
             termination_log=str(run.base / "no-termination-log" / "termination-log"),
         )
     except ConfigError as exc:
-        raise click.ClickException(f"cannot build the sync agent's configuration: {exc}") from None
+        raise CliError(f"cannot build the sync agent's configuration: {exc}", ExitCode.USAGE) from None
 
 
 async def _main(run: DevRun, status: StatusLine) -> int:
-    run.base.mkdir(parents=True, exist_ok=True, mode=0o700)
     admin_key, _ = load_or_create_key_file(run.key_path)
-    server = EmbeddedServer(run.db_path, admin_key, "127.0.0.1", run.port)
-    await asyncio.to_thread(server.start)
-    logger.info("embedded store server listening", extra={"url": server.url, "db": str(run.db_path)})
-
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    signals_seen = 0
+    received: list[signal.Signals] = []
+    mounted = False
 
     def on_signal(sig: signal.Signals) -> None:
-        nonlocal signals_seen
-        signals_seen += 1
-        if signals_seen == 1:
-            logger.info(f"{sig.name} received: running the final sync and flush, then cleaning up")
-        else:
+        received.append(sig)
+        if len(received) > 1:
             logger.warning(
                 "already shutting down: the final sync and flush are bounded by the flush timeout",
                 extra={"flush_timeout": run.flush_timeout},
             )
+        elif mounted:
+            logger.info(f"{sig.name} received: running the final sync and flush, then cleaning up")
+        else:
+            logger.info(f"{sig.name} received: stopping before the store folder is mounted")
         stop.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal, sig)
-    config: AgentConfig | None = None
+    server: EmbeddedServer | None = None
     store: MemoryStore | None = None
     code = 1
     kept: list[Kept] = []
     try:
+        server = EmbeddedServer(run.db_path, admin_key, "127.0.0.1", run.port)
+        await asyncio.to_thread(server.start)
+        logger.info("embedded store server listening", extra={"url": server.url, "db": str(run.db_path)})
+        click.echo("\n".join(cli_lines(server.url, run.key_path)), err=True)
         async with StoreClient(server.url, api_key=admin_key) as admin:
             store, created = await ensure_demo_store(admin)
             memories = await count_memories(admin, store.id)
@@ -161,9 +166,11 @@ async def _main(run: DevRun, status: StatusLine) -> int:
         slug = Path(session.resources[0].mount_path or f"/mnt/memory/{store.id}").name
         config = _agent_config(run, store, slug, secret, server.url)
         folder = config.mount_dir(config.stores[0])
-        if stop.is_set():
-            return 0
+        if received:
+            code = pid1.exit_code(received[0])
+            return code
         await _mount_or_resume(config, folder, store.id)
+        mounted = True
         click.echo(f"memsync dev: {store.name!r} ({store.id}) is mounted at {folder}", err=True)
         click.echo("memsync dev: edit the files there; Ctrl-C runs the final sync and cleans up", err=True)
         code = await _sync_with_status(config, store, stop, status)
@@ -179,15 +186,17 @@ async def _main(run: DevRun, status: StatusLine) -> int:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-        await asyncio.to_thread(server.stop)
+        if server is not None:
+            await asyncio.to_thread(server.stop)
         status.clear()
         _print_where(run, store, code, kept)
+        if received and not mounted:
+            click.echo(f"interrupted by {received[0].name}: nothing was mounted", err=True)
 
 
 async def _environment_main(run: DevRun) -> int:
     from memsync.devtools.environment import run_environment_demo  # noqa: PLC0415 (only this mode needs it)
 
-    run.base.mkdir(parents=True, exist_ok=True, mode=0o700)
     admin_key, _ = load_or_create_key_file(run.key_path)
     server = EmbeddedServer(run.db_path, admin_key, "127.0.0.1", run.port)
     await asyncio.to_thread(server.start)
@@ -318,20 +327,19 @@ def _cleanup(config: AgentConfig, folder: Path, store_id: str, code: int, base: 
 
 
 def _print_where(run: DevRun, store: MemoryStore | None, code: int, kept: list[Kept]) -> None:
+    db, key = shlex.quote(str(run.db_path)), shlex.quote(str(run.key_path))
+    url = f"http://127.0.0.1:{run.port}"
     lines = [
         "",
         f"memsync dev stopped (exit {code}). The store lives on in {run.db_path}",
         *describe(kept),
         f"  admin key file: {run.key_path}",
-        f"  API (while a server runs): http://127.0.0.1:{run.port}",
-        "  serve it again:   memsync store serve --db "
-        f"{run.db_path} --port {run.port} --admin-key-file {run.key_path}",
+        f"  API (while a server runs): {url}",
+        f"  serve it again:   memsync store serve --db {db} --port {run.port} --admin-key-file {key}",
     ]
     if store is not None:
-        lines.append(
-            f"  export it:        memsync store export {store.id} ./demo-export "
-            f"--url http://127.0.0.1:{run.port} --admin-key-file {run.key_path}"
-        )
+        export = f"memsync store export {store.id} ./demo-export --url {url} --admin-key-file {key}"
+        lines.append(f"  export it:        {export}")
     lines.append("  or run `memsync dev` again: it reuses the same store")
     click.echo("\n".join(lines), err=True)
 
@@ -342,7 +350,7 @@ def _print_where(run: DevRun, store: MemoryStore | None, code: int, kept: list[K
     "base",
     default="./.memsync",
     show_default=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=NonEmptyPath(file_okay=False, path_type=Path),
     help="Where the store database, the admin key, the mounted folder and the agent's state live.",
 )
 @click.option(
@@ -394,14 +402,15 @@ def dev(
         flush_timeout=flush_timeout,
         conflict_policy=conflict_policy,
     )
-    if environment:
-        sys.exit(asyncio.run(_environment_main(run)))
-    status = StatusLine(sys.stderr)
-    if status.tty:
-        for handler in logging.getLogger().handlers:
-            handler.addFilter(ClearStatusFirst(status))
-    try:
-        code = asyncio.run(_main(run, status))
-    except store_errors.StoreError as exc:
-        raise click.ClickException(f"the embedded store server refused a request: {exc}") from None
+    with holding(run.base):
+        if environment:
+            sys.exit(asyncio.run(pid1.until_signalled(lambda: _environment_main(run), what="the demo")))
+        status = StatusLine(sys.stderr)
+        if status.tty:
+            for handler in logging.getLogger().handlers:
+                handler.addFilter(ClearStatusFirst(status))
+        try:
+            code = asyncio.run(_main(run, status))
+        except store_errors.StoreError as exc:
+            raise click.ClickException(f"the embedded store server refused a request: {exc}") from None
     sys.exit(code)

@@ -10,6 +10,8 @@ Exit codes (docs/cli.md#errors-and-exit-codes)::
     5  unreachable: no answer (connection refused, a name that does not resolve, a timeout, TLS)
     6  conflict: someone else changed it first, or it already exists (409)
     7  partial: the command did part of its work; what it left is listed on stderr
+  130  interrupted: Ctrl-C (SIGINT) stopped a long command; what it had done is said on stderr
+  143  terminated: SIGTERM stopped it (the shell's 128 + the signal's number, as for 130)
 
 The sync agent's own commands (``mount``, ``sync``, ``flush``) keep their documented codes (0, 1, 2).
 An error that is not operational (a bug) is one line too, naming its type; ``--debug`` shows the traceback.
@@ -18,6 +20,7 @@ Nothing here imports more than click: the modules of an error are already loaded
 
 from __future__ import annotations
 
+import signal
 import sys
 from enum import IntEnum
 from urllib.parse import urlsplit
@@ -34,6 +37,16 @@ class ExitCode(IntEnum):
     UNREACHABLE = 5
     CONFLICT = 6
     PARTIAL = 7
+    INTERRUPTED = 130
+    TERMINATED = 143
+
+
+def interrupted(sig: signal.Signals, done: str = "") -> click.exceptions.Exit:
+    """Say that ``sig`` stopped the command (and what it had ``done``), and exit 130 or 143: never click's
+    ``Aborted!``."""
+    code = ExitCode.TERMINATED if sig == signal.SIGTERM else ExitCode.INTERRUPTED
+    click.echo(f"interrupted by {sig.name}" + (f": {done}" if done else ""), err=True)
+    return click.exceptions.Exit(int(code))
 
 
 class CliError(click.ClickException):

@@ -13,6 +13,10 @@ it up again and idle.
 The controller talks to the cluster with the credentials kopf uses: the in-cluster service account when it
 runs in a Pod, else the kubeconfig (``KUBECONFIG``, ``--context``). Every option is also an environment
 variable (shown in ``--help``).
+
+Replicas elect a leader through a Lease (``controller/leadership/``): only the holder acts, the others stand
+by and take over when it stops renewing; ``--no-leader-elect`` runs a single replica without a Lease (for
+development). What one process does is ``controller/runtime.py``.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import re
+import secrets
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -31,16 +36,19 @@ import kopf
 from prometheus_client import start_http_server
 from pydantic import TypeAdapter, ValidationError
 
+from memsync import __version__
 from memsync.cli.failures import CliError, ExitCode, kube_exit_code
-from memsync.controller import discovery
+from memsync.cli.operator_options import session_pod_options
+from memsync.controller import discovery, runtime
 from memsync.controller.kube import KubeApi, KubeApiError, version_refusal, version_unknown
+from memsync.controller.leadership.fence import Fence
+from memsync.controller.leadership.lease import Timings
+from memsync.controller.liveness import Bounds
 from memsync.controller.memtrace import install_from_env as install_memory_trace
-from memsync.controller.sessionmemory.pod import DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
-from memsync.controller.sessionmemory.registry import build_memo, build_registry
-from memsync.controller.settings import ControllerConfig, bounded_session, configure_settings
+from memsync.controller.runtime import Election, Process
+from memsync.controller.settings import ControllerConfig, configure_settings
 from memsync.crd import agentenv_schema
 from memsync.crd.env_spec import EnvVarSpec, env_problems
-from memsync.crd.models import BYTES_QUANTITY_MAX, BYTES_QUANTITY_PATTERN
 from memsync.crd.schema import render_crd_yaml
 from memsync.crd.spec_messages import describe_validation_error
 
@@ -49,12 +57,6 @@ logger = logging.getLogger("memsync.operator")
 F = TypeVar("F", bound=Callable[..., Any])
 
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
-
-
-def _check_quantity(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    if len(value) > BYTES_QUANTITY_MAX or re.fullmatch(BYTES_QUANTITY_PATTERN, value) is None:
-        raise click.BadParameter(f"{value!r} is not a quantity of bytes such as 512Mi or 2Gi")
-    return value
 
 
 def _run_options(fn: F) -> F:
@@ -110,7 +112,81 @@ def _run_options(fn: F) -> F:
             show_envvar=True,
             default=None,
             metavar="URL",
-            help="Serve kopf's liveness probe here, e.g. http://0.0.0.0:8080/healthz.",
+            help="Serve the liveness probe here, e.g. http://0.0.0.0:8080/healthz: it fails when a watch has "
+            "heard nothing, the periodic loop stalled or ended, or the leader election stalled.",
+        ),
+        click.option(
+            "--liveness-watch-silence",
+            envvar="MEMSYNC_LIVENESS_WATCH_SILENCE",
+            show_envvar=True,
+            type=click.FloatRange(10.0),
+            default=Bounds.watch_silence_s,
+            show_default=True,
+            help="Seconds a watch of the API server may receive nothing before the probe fails.",
+        ),
+        click.option(
+            "--liveness-periodic-stall",
+            envvar="MEMSYNC_LIVENESS_PERIODIC_STALL",
+            show_envvar=True,
+            type=click.FloatRange(5.0),
+            default=Bounds.periodic_stall_s,
+            show_default=True,
+            help="Seconds the periodic loop may complete no round before the probe fails.",
+        ),
+        click.option(
+            "--leader-elect/--no-leader-elect",
+            envvar="MEMSYNC_LEADER_ELECT",
+            show_envvar=True,
+            default=True,
+            show_default=True,
+            help="Act only while holding the leader election's Lease (run two replicas: one acts, one stands "
+            "by). --no-leader-elect: a single replica for development; never run two of those.",
+        ),
+        click.option(
+            "--leader-election-namespace",
+            envvar="MEMSYNC_LEADER_ELECTION_NAMESPACE",
+            show_envvar=True,
+            default=None,
+            metavar="NS",
+            help="Namespace of the Lease. Default: the operator Pod's namespace (POD_NAMESPACE, else its "
+            "service account's), else 'default'.",
+        ),
+        click.option(
+            "--leader-election-id",
+            envvar="MEMSYNC_LEADER_ELECTION_ID",
+            show_envvar=True,
+            default="memsync-operator",
+            show_default=True,
+            metavar="NAME",
+            help="Name of the Lease (one per operator installation).",
+        ),
+        click.option(
+            "--lease-duration",
+            envvar="MEMSYNC_LEASE_DURATION",
+            show_envvar=True,
+            type=click.FloatRange(1.0),
+            default=Timings.lease_duration,
+            show_default=True,
+            help="Seconds a standby waits, after the leader's last renewal, before it takes the Lease.",
+        ),
+        click.option(
+            "--renew-deadline",
+            envvar="MEMSYNC_RENEW_DEADLINE",
+            show_envvar=True,
+            type=click.FloatRange(0.5),
+            default=Timings.renew_deadline,
+            show_default=True,
+            help="Seconds the leader may go without renewing the Lease before it stops (it exits with "
+            "status 8); less than --lease-duration.",
+        ),
+        click.option(
+            "--retry-period",
+            envvar="MEMSYNC_RETRY_PERIOD",
+            show_envvar=True,
+            type=click.FloatRange(0.1),
+            default=Timings.retry_period,
+            show_default=True,
+            help="Seconds between the leader's renewals and a standby's tries; less than --renew-deadline.",
         ),
         click.option(
             "--metrics-port",
@@ -150,27 +226,6 @@ def _run_options(fn: F) -> F:
             "ServiceAccountNotFound.",
         ),
         click.option(
-            "--sidecar-start-timeout",
-            envvar="MEMSYNC_SIDECAR_START_TIMEOUT",
-            show_envvar=True,
-            type=click.FloatRange(10.0),
-            default=300.0,
-            show_default=True,
-            help="Seconds memsync-sync may take to start (its startupProbe to pass) after the stores were "
-            "mounted before the session fails with SidecarNotStarted and its Pod is deleted "
-            "(spec.sync.sidecarStartSeconds replaces it per session).",
-        ),
-        click.option(
-            "--memory-volume-size-limit",
-            envvar="MEMSYNC_MEMORY_VOLUME_SIZE_LIMIT",
-            show_envvar=True,
-            default=DEFAULT_MEMORY_VOLUME_SIZE_LIMIT,
-            show_default=True,
-            callback=_check_quantity,
-            help="Size limit of the stores' folder in every sandbox Pod (an emptyDir), also memsync-sync's "
-            "ephemeral-storage request (spec.sync.memoryVolumeSizeLimit replaces it per session).",
-        ),
-        click.option(
             "--memsync-env",
             envvar="MEMSYNC_OPERATOR_MEMSYNC_ENV",
             show_envvar=True,
@@ -181,6 +236,7 @@ def _run_options(fn: F) -> F:
             "own variables cannot be set this way.",
         ),
     ]
+    options += session_pod_options()
     for option in reversed(options):
         fn = option(fn)
     return fn
@@ -295,8 +351,48 @@ class RunOptions:
     service_account_wait: float
     sidecar_start_timeout: float
     memory_volume_size_limit: str
+    memsync_ephemeral_storage_request: str | None
+    memsync_ephemeral_storage_limit: str
+    start_deadline: float
+    node_lost_grace: float
+    force_delete_lost_pods: bool
     memsync_env: str | None
     environments: bool
+    liveness_watch_silence: float
+    liveness_periodic_stall: float
+    leader_elect: bool
+    leader_election_namespace: str | None
+    leader_election_id: str
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
+
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def _own_namespace() -> str:
+    """The operator Pod's namespace: POD_NAMESPACE (the downward API), else its service account's."""
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def _election(options: RunOptions, identity: str) -> Election | None:
+    if not options.leader_elect:
+        return None
+    timings = Timings(options.lease_duration, options.renew_deadline, options.retry_period)
+    problems = timings.problems()
+    if problems:
+        raise click.UsageError(
+            "leader election timings (--lease-duration, --renew-deadline, --retry-period): "
+            + "; ".join(problems)
+        )
+    namespace = options.leader_election_namespace or _own_namespace()
+    return Election(namespace, options.leader_election_id, identity, timings)
 
 
 def _run(options: RunOptions) -> None:
@@ -316,31 +412,44 @@ def _run(options: RunOptions) -> None:
         service_account_wait=options.service_account_wait,
         sidecar_start_timeout=options.sidecar_start_timeout,
         memory_volume_size_limit=options.memory_volume_size_limit,
+        ephemeral_storage_request=options.memsync_ephemeral_storage_request,
+        ephemeral_storage_limit=options.memsync_ephemeral_storage_limit,
+        start_deadline=options.start_deadline,
+        node_lost_grace=options.node_lost_grace,
+        force_delete_lost_pods=options.force_delete_lost_pods,
         memsync_env=parse_memsync_env(options.memsync_env),
         environments=options.environments,
     )
+    replica = os.environ.get("POD_NAME") or socket.gethostname()
+    # A new name at every start: a restarted container is a new candidate, never the holder it was.
+    identity = f"{replica}_{secrets.token_hex(4)}"
+    election = _election(options, identity)
     settings = configure_settings(
-        kopf.OperatorSettings(),
-        namespace_patterns=patterns,
-        reporting_instance=os.environ.get("POD_NAME") or socket.gethostname(),
+        kopf.OperatorSettings(), namespace_patterns=patterns, reporting_instance=replica
     )
     try:
         kube = KubeApi.from_environment(context=options.context)
     except Exception as exc:  # kubernetes.config.ConfigException and file errors
         raise click.ClickException(f"cannot configure the Kubernetes client: {exc}") from None
+    user_agent = f"memsync-operator/{__version__} ({identity})"
+    kube.user_agent = user_agent  # an audit log tells which replica made each request
 
     _check_server_version(kube)
     _check_served_resources(kube, environments=options.environments)
 
-    async def login(**_: Any) -> kopf.ConnectionInfo | kopf.AiohttpSession:
-        info = kube.connection_info()
-        if patterns:  # kopf watches every namespace that matches: no bound on the watches it holds
-            return info
-        # One watch of SessionMemories and one of Pods, per namespace served (or cluster-wide).
-        return bounded_session(info, watches=2 * max(len(options.namespaces), 1))
-
     if options.metrics_port:
         start_http_server(options.metrics_port)
+    process = Process(
+        settings=settings,
+        namespaces=options.namespaces,
+        patterns=patterns,
+        election=election,
+        liveness_url=options.liveness,
+        liveness_bounds=Bounds(
+            watch_silence_s=options.liveness_watch_silence, periodic_stall_s=options.liveness_periodic_stall
+        ),
+        user_agent=user_agent,
+    )
     logger.info(
         "starting the memsync operator",
         extra={
@@ -348,17 +457,11 @@ def _run(options: RunOptions) -> None:
             "agent_image": options.agent_image,
             "liveness": options.liveness,
             "metrics_port": options.metrics_port or None,
+            "identity": identity,
+            "lease": f"{election.namespace}/{election.name}" if election else None,
         },
     )
     try:
-        kopf.run(
-            registry=build_registry(config, login=login),
-            settings=settings,
-            memo=build_memo(kube, config),
-            standalone=True,
-            liveness_endpoint=options.liveness,
-            clusterwide=not options.namespaces,
-            namespaces=list(options.namespaces),
-        )
+        asyncio.run(runtime.run(kube, config, process, fence=Fence(elected=election is not None)))
     finally:
         kube.close()

@@ -1,5 +1,5 @@
 """Session endpoints of the store client, and the memsync store server's extensions: minting and deleting
-sessions, admin keys."""
+sessions, admin keys and viewer keys."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from memsync.client.core import ClientCore, seg
 __all__ = ["SessionEndpoints"]
 
 MEMSYNC_SESSIONS_PATH: Final = "/v1/memsync/sessions"
-MEMSYNC_ADMIN_KEYS_PATH: Final = "/v1/memsync/admin_keys"
+#: The memsync store server's named keys: ``admin_keys`` and ``viewer_keys`` under this path.
+MEMSYNC_KEYS_PATH: Final = "/v1/memsync/"
 
 
 class _MintedSession(WireModel):
@@ -96,10 +97,12 @@ class SessionEndpoints(ClientCore):
         """Delete a session on a memsync store server (admin key): its sessions token is revoked at once."""
         await self._request("DELETE", f"/v1/sessions/{seg(session_id)}", beta=SESSIONS_BETA)
 
-    async def admin_keys(self, method: str, path: str = "", body: Mapping[str, Any] | None = None) -> Any:
-        """memsync store server extension: ``/v1/memsync/admin_keys[path]`` (create, list, revoke); the JSON
-        answer."""
-        response = await self._request(method, MEMSYNC_ADMIN_KEYS_PATH + path, body=body)
+    async def named_keys(
+        self, collection: str, method: str, path: str = "", body: Mapping[str, Any] | None = None
+    ) -> Any:
+        """memsync store server extension: ``/v1/memsync/{collection}[path]`` (``admin_keys`` or
+        ``viewer_keys``: create, list, revoke); the JSON answer."""
+        response = await self._request(method, MEMSYNC_KEYS_PATH + collection + path, body=body)
         try:
             return json_text.loads(response.content)
         except ValueError as exc:

@@ -3,13 +3,25 @@
 It carries counts, times and the last error's message: never file content, never a credential (store
 errors are scrubbed of credentials by the client before they are built). ``healthy`` is False while the
 last pass of any store failed (or left transfers to retry), True once every store synced cleanly again.
+
+The operator watches the document rather than polling it (a thousand running sessions polled every few
+seconds cost a core). Every answer carries an ``ETag``: the ``tag`` of what the operator records from the
+document (everything but each store's ``last_success``, which moves on every pass, changed or not):
+
+- ``GET /status`` answers the document at once (200).
+- ``GET /status?wait=S`` with ``If-None-Match: <tag>`` answers the document (200) as soon as its tag is not
+  ``<tag>`` (at once if it already differs), or ``304 Not Modified`` after ``S`` seconds (at most
+  ``MAX_WAIT_S``) if it still is. A sidecar that predates the watch answers the document at once without an
+  ``ETag``; the operator then falls back to reading it every few seconds.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import re
-from dataclasses import asdict, field
+from dataclasses import asdict, field, replace
 from datetime import UTC, datetime
 from typing import Final
 
@@ -20,6 +32,9 @@ from memsync.contracts.report import StoreCounts
 
 STATUS_PATH: Final = "/status"
 ERROR_LIMIT: Final = 512  # characters of the last error kept (a condition message stays short)
+#: The watch's query parameter (seconds to hold the request while nothing changed) and its bound.
+WAIT_PARAM: Final = "wait"
+MAX_WAIT_S: Final = 300.0
 
 
 @dataclass
@@ -48,6 +63,29 @@ def encode_health(health: SyncHealth) -> bytes:
     serializer raises on one in a value and writes bytes no UTF-8 reader takes for one in a key.)"""
     text = json.dumps(asdict(health), ensure_ascii=False, separators=(",", ":"))
     return _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8")
+
+
+def tag(health: SyncHealth) -> str:
+    """The document's entity tag (a quoted string, as HTTP writes it): it changes when anything the operator
+    records changes (health, outcome, errors, totals), not when only a store's ``last_success`` moves."""
+    recorded = replace(
+        health, stores={sid: replace(h, last_success=None) for sid, h in health.stores.items()}
+    )
+    return f'"{hashlib.sha256(encode_health(recorded)).hexdigest()[:32]}"'
+
+
+def wait_seconds(raw: str | None) -> float | None:
+    """The ``wait`` query parameter as seconds (clamped to ``MAX_WAIT_S``); None when absent or not a
+    non-negative number (the request is then answered at once)."""
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    if math.isnan(value) or value < 0:
+        return None
+    return min(value, MAX_WAIT_S)
 
 
 def decode_health(data: bytes | str) -> SyncHealth | None:

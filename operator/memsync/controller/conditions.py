@@ -15,6 +15,11 @@ from memsync.contracts.report import MESSAGE_LIMIT
 from memsync.crd.status_types import Condition, ConditionStatus
 
 
+def now_utc() -> datetime:
+    """The current time (UTC): the controller's one clock; handlers pass its value into pure functions."""
+    return datetime.now(tz=UTC)
+
+
 def format_time(now: datetime) -> str:
     """RFC 3339 in UTC with second precision, as Kubernetes writes metav1.Time."""
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 from urllib.parse import quote
@@ -77,6 +77,19 @@ def is_refusal(exc: KubeApiError) -> bool:
 def is_missing_service_account(exc: KubeApiError) -> bool:
     """True for the ServiceAccount admission plugin's 403: the Pod's ServiceAccount does not exist (yet)."""
     return exc.status == 403 and _MISSING_SERVICE_ACCOUNT.search(exc.message) is not None
+
+
+#: What the ResourceQuota and LimitRanger admission plugins answer (403) when a Pod does not fit: a quota
+#: exceeded or one that needs a request or limit the Pod does not set, a LimitRange's minimum, maximum or
+#: limit-to-request ratio. Waiting may help (a quota frees up, the LimitRange or the template changes).
+_QUOTA_OR_LIMITS = re.compile(
+    r"exceeded quota|failed quota|(minimum|maximum) \S+ usage per (Container|Pod)|limit to request ratio per"
+)
+
+
+def is_quota_refusal(exc: KubeApiError) -> bool:
+    """True for a Pod refused by a ResourceQuota or a LimitRange (a wait, not a verdict on the session)."""
+    return exc.status == 403 and _QUOTA_OR_LIMITS.search(exc.message) is not None
 
 
 def refusal_message(exc: KubeApiError) -> str:
@@ -197,6 +210,11 @@ def custom_path(version: str, plural: str, namespace: str | None, name: str | No
 _core = core_path
 
 
+def _lease(namespace: str, name: str | None = None) -> str:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
+    return f"{path}/{quote(name, safe='')}" if name else path
+
+
 def _session_memories(namespace: str | None, name: str | None = None) -> str:
     return custom_path(VERSION, PLURAL, namespace, name)
 
@@ -215,12 +233,26 @@ def _items(listing: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 class KubeApi:
-    """Pods, Secrets (keys only) and SessionMemories, as plain dicts."""
+    """Pods, Secrets (keys only), SessionMemories and the leader election's Lease, as plain dicts.
+
+    ``fence``, when set, is asked before every write (``controller/leadership/fence.py``): a replica that
+    may no longer be the leader never sends one. The elector's own Lease calls are the exception."""
 
     def __init__(self, configuration: kubernetes.client.Configuration) -> None:
         configuration.connection_pool_maxsize = CALL_THREADS
         self._executor = ThreadPoolExecutor(max_workers=CALL_THREADS, thread_name_prefix="kube-api")
         self._client = kubernetes.client.ApiClient(configuration)
+        self.fence: Callable[[str, str], None] | None = None
+
+    @property
+    def user_agent(self) -> str:
+        return str(self._client.user_agent)
+
+    @user_agent.setter
+    def user_agent(self, value: str) -> None:
+        """The ``User-Agent`` of every request (the operator names its replica there: an audit log shows which
+        replica made each request)."""
+        self._client.user_agent = value
 
     @classmethod
     def from_environment(cls, *, context: str | None = None) -> KubeApi:
@@ -282,11 +314,14 @@ class KubeApi:
         body: Mapping[str, Any] | None = None,
         query: Mapping[str, str] | None = None,
         content_type: str = "application/json",
+        fenced: bool = True,
     ) -> dict[str, Any]:
         """One request through the client's ApiClient (its credentials, TLS, pool and token refresh).
 
         The generated API classes are not used: importing ``CoreV1Api`` alone costs the process about
         20 MB for the six calls made here."""
+        if fenced and self.fence is not None:
+            self.fence(method, path)
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
@@ -366,6 +401,13 @@ class KubeApi:
             return False
         return True
 
+    async def get_node(self, name: str) -> dict[str, Any] | None:
+        """A Node (cluster-scoped), or None when it does not exist."""
+        try:
+            return await self._call("GET", f"/api/v1/nodes/{quote(name, safe='')}")
+        except KubeNotFound:
+            return None
+
     # --- Secrets (keys only) -----------------------------------------------------------------------------
 
     async def secret_keys(self, namespace: str, name: str) -> frozenset[str] | None:
@@ -407,6 +449,23 @@ class KubeApi:
     async def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
         """Create one core/v1 Event."""
         await self._call("POST", _core(namespace, "events"), body=event)
+
+    # --- the leader election's Lease (never fenced: renewing it is what keeps the fence open) -------------
+
+    async def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._call("GET", _lease(namespace, name), fenced=False)
+        except KubeNotFound:
+            return None
+
+    async def create_lease(self, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create the Lease; :class:`KubeConflict` when another replica created it first."""
+        return await self._call("POST", _lease(namespace), body=body, fenced=False)
+
+    async def replace_lease(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace the Lease; ``body`` carries the resourceVersion read, so a concurrent write of another
+        replica makes this one fail with :class:`KubeConflict`."""
+        return await self._call("PUT", _lease(namespace, name), body=body, fenced=False)
 
     async def patch_session_memory_status(
         self, namespace: str, name: str, status: Mapping[str, Any], *, resource_version: str | None = None

@@ -52,8 +52,15 @@ LEASES_RELEASED: Final = Counter(
     "memsync_operator_environment_leases_released_total",
     "Work-item leases the operator stopped holding, by outcome: taken_over (the runner holds it), stopping "
     "(the item is being stopped), lost (refused, re-queued or no heartbeat answered within the TTL), "
-    "released (the operator gave the item up itself).",
+    "expired (its session did not start within the start deadline), released (the operator gave the item "
+    "up itself).",
     ["outcome"],
+)
+WATCH_FORBIDDEN: Final = Gauge(
+    "memsync_operator_watch_forbidden",
+    "1 while the API forbids the operator to watch a resource in a namespace it serves (its RoleBinding is "
+    "gone: the namespace is being deleted, or RBAC changed), else 0. The operator keeps running and retries.",
+    ["namespace", "resource"],
 )
 SESSIONMEMORIES: Final = Gauge(
     "memsync_operator_sessionmemories",
@@ -71,3 +78,21 @@ def count_phases(objects: Iterable[Mapping[str, Any]]) -> dict[str, int]:
 def show_sessionmemories(objects: Iterable[Mapping[str, Any]]) -> None:
     for phase, count in count_phases(objects).items():
         SESSIONMEMORIES.labels(phase=phase).set(count)
+
+
+LEADER: Final = Gauge(
+    "memsync_operator_leader",
+    "1 while this replica holds the leader election's Lease and acts, 0 while it stands by.",
+)
+LAST_RECONCILE: Final = Gauge(
+    "memsync_operator_last_reconcile_timestamp_seconds",
+    "Unix time when this replica last finished reconciling a SessionMemory (a handler or a periodic job).",
+)
+LAST_PERIODIC_ROUND: Final = Gauge(
+    "memsync_operator_periodic_round_timestamp_seconds",
+    "Unix time when the periodic loop (re-checks and sync-health watches) last completed a round.",
+)
+WITHOUT_STATUS: Final = Gauge(
+    "memsync_operator_sessionmemories_without_status",
+    "SessionMemories that have had no status for more than two minutes since their creation.",
+)

@@ -21,14 +21,18 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import aiohttp
 import kopf
 
-from memsync.controller.sessionmemory.pod import DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
+from memsync.controller.sessionmemory.pod import (
+    DEFAULT_EPHEMERAL_STORAGE_LIMIT,
+    DEFAULT_MEMORY_VOLUME_SIZE_LIMIT,
+    PodSettings,
+)
 from memsync.crd.env_spec import EnvVarSpec
 from memsync.crd.models import ANNOTATION_PREFIX, FINALIZER, LABEL_MANAGED_BY, MANAGED_BY
 
@@ -37,6 +41,9 @@ POD_SELECTOR: Final = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 DEFAULT_AGENT_IMAGE: Final = "ghcr.io/memsync/memsync:latest"
 EVENT_COMPONENT: Final = "memsync-operator"
 KOPF_REQUESTS: Final = 32
+#: Seconds from a SessionMemory's creation to its sandbox running, unless its spec says otherwise: room for
+#: a cluster autoscaler to add a node, an image pull and the mount.
+DEFAULT_START_DEADLINE: Final = 600.0
 #: How long kopf keeps an object's worker after its last event (kopf's default: 5 s). A waiting worker keeps
 #: the object's last body; in a burst of 1,000 new sessions, half a second kept the operator's peak RSS
 #: lower (bench/operator_scale.py), and a worker costs little to start again.
@@ -50,15 +57,21 @@ class ControllerConfig:
     - ``recheck_interval``: how often a SessionMemory refused before any Pod existed (missing Secret or
       key, duplicate session, invalid spec) is evaluated again, so it starts once the cause is fixed; and
       how often a session with a Pod and no outcome yet is reconciled against its Pod (a status write of
-      the Pod watcher that failed, or a missed watch event, is repaired by then).
+      the Pod watcher that failed is repaired by then).
+    - ``pod_reread_interval``: the re-check of an active session starts from the Pod as the watcher saw it
+      within this many seconds, and reads the Pod from the API otherwise (a missed watch event is repaired
+      within it); a running fleet of 5,000 sessions then reads a few Pods a second, not 166.
     - ``delete_recheck_delay``: while deleting, how often the operator checks whether the Pod is gone.
     - ``delete_extra_seconds``: the deletion waits for the Pod at most its ``terminationGracePeriodSeconds``
       plus this, then gives up waiting, warns, and releases the SessionMemory (``delete_timeout_seconds``,
       when set, replaces that bound with a fixed one).
     - ``report_settle_seconds``: once the Pod is gone, how long the deletion waits for the Pod watcher to
       record the Pod's last termination messages before recording the final flush as not reported.
-    - ``health_interval``: how often the sync sidecar's ``/status`` of a running session is read (the
-      ``Synced`` condition then turns False within a pass plus this of a failing pass).
+    - ``health_interval``: how often the sync sidecar's ``/status`` of a running session is read when it
+      cannot be watched (a sidecar of an older version, or one that could not be reached); a watched one
+      reports a change at once (``sessionmemory/health.py``).
+    - ``health_connections``: at most this many sidecars are watched over open connections at once (0: no
+      bound); beyond it, watches wait for a free connection and their changes arrive later.
     - ``health_address``: the URL of a Pod's ``/status`` (default: the Pod IP and the sidecar's metrics
       port); a test that runs Pods on one machine with remapped ports passes its own.
     - ``service_account_wait``: how long a Pod create refused because its ServiceAccount does not exist is
@@ -71,22 +84,50 @@ class ControllerConfig:
       ephemeral-storage request, unless ``spec.sync.memoryVolumeSizeLimit`` sets them.
     - ``memsync_env``: extra environment for the memsync containers of every Pod (a proxy, a CA bundle);
       a SessionMemory's ``spec.template.spec.memsync.env`` entries of the same name replace these.
+    - ``ephemeral_storage_request`` / ``ephemeral_storage_limit``: the memsync containers' ephemeral storage
+      (the request defaults to the stores' folder size; the limit is never below the request), unless
+      ``spec.template.spec.memsync.resources`` sets it.
+    - ``start_deadline``: seconds from a SessionMemory's creation (or restart) to its sandbox running,
+      unless ``spec.startDeadlineSeconds`` sets it; past it the session fails with ``StartTimeout``.
+    - ``node_lost_grace``: how long a Pod's node may be NotReady or Unknown before the session is
+      ``NodeLost`` (a node that is gone or tainted out-of-service is lost at once).
+    - ``force_delete_lost_pods``: force-delete a lost node's Pod once it had its grace period after that
+      (off: the Pod stays Terminating until the node comes back or is deleted).
     """
 
     agent_image: str = DEFAULT_AGENT_IMAGE
     agent_image_pull_policy: str = "IfNotPresent"
     recheck_interval: float = 30.0
+    pod_reread_interval: float = 600.0
     delete_recheck_delay: float = 5.0
     delete_extra_seconds: float = 60.0
     delete_timeout_seconds: float | None = None
     report_settle_seconds: float = 10.0
     default_grace_seconds: float = 120.0
     health_interval: float = 5.0
+    health_connections: int = 0
     service_account_wait: float = 60.0
     sidecar_start_timeout: float = 300.0
     memory_volume_size_limit: str = DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
     health_address: Callable[[Mapping[str, Any]], str | None] | None = None
     memsync_env: tuple[EnvVarSpec, ...] = field(default_factory=tuple)
+    ephemeral_storage_request: str | None = None
+    ephemeral_storage_limit: str = DEFAULT_EPHEMERAL_STORAGE_LIMIT
+    start_deadline: float = DEFAULT_START_DEADLINE
+    node_lost_grace: float = 60.0
+    force_delete_lost_pods: bool = False
+
+    @property
+    def pod_settings(self) -> PodSettings:
+        """What every sandbox Pod gets of this configuration."""
+        return PodSettings(
+            agent_image_pull_policy=self.agent_image_pull_policy,
+            memsync_env_defaults=self.memsync_env,
+            memory_volume_size_limit=self.memory_volume_size_limit,
+            ephemeral_storage_request=self.ephemeral_storage_request,
+            ephemeral_storage_limit=self.ephemeral_storage_limit,
+        )
+
     # Serve AgentEnvironments too (one poll loop each); off unless asked for.
     environments: bool = False
 
@@ -139,15 +180,34 @@ def configure_settings(
     return settings
 
 
-def bounded_session(info: kopf.ConnectionInfo, *, watches: int) -> kopf.AiohttpSession:
+def watches_per_namespace(*, environments: bool) -> int:
+    """The watches kopf holds per namespace served (or cluster-wide): SessionMemories and Pods, and
+    AgentEnvironments when the operator serves them."""
+    return 3 if environments else 2
+
+
+def bounded_session(
+    info: kopf.ConnectionInfo,
+    *,
+    watches: int | None,
+    traces: Sequence[aiohttp.TraceConfig] = (),
+    user_agent: str | None = None,
+) -> kopf.AiohttpSession:
     """kopf's API session for ``info``'s server and credentials, with at most ``KOPF_REQUESTS`` requests in
-    flight besides its ``watches`` (each holds a connection for as long as it runs). Call it in the event
-    loop (kopf's login handlers are)."""
+    flight besides its ``watches`` (each holds a connection for as long as it runs; None: a number not known
+    in advance, as with namespace globs, and no bound). ``traces`` see every request (the leadership fence,
+    the liveness probe's watch signals). Call it in the event loop (kopf's login handlers are)."""
+    headers = dict(info.as_http_headers())
+    if user_agent:
+        headers["User-Agent"] = user_agent
     session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=KOPF_REQUESTS + watches, ssl=info.as_ssl_context()),
-        headers=info.as_http_headers(),
+        connector=aiohttp.TCPConnector(
+            limit=0 if watches is None else KOPF_REQUESTS + watches, ssl=info.as_ssl_context()
+        ),
+        headers=headers,
         proxy=info.proxy_url,
         trust_env=info.trust_env,
+        trace_configs=list(traces),
     )
     return kopf.AiohttpSession(
         server=info.server,

@@ -16,7 +16,15 @@ from typing import Annotated, Any, Final
 from pydantic import Field, ValidationError, field_validator
 
 from memsync.api.constants import DEFAULT_BASE_URL
-from memsync.crd.models import GROUP, SandboxTemplate, SecretKeyRef, SyncSpec, checked_api_base_url
+from memsync.crd.models import (
+    GROUP,
+    START_DEADLINE_MAX,
+    START_DEADLINE_MIN,
+    SandboxTemplate,
+    SecretKeyRef,
+    SyncSpec,
+    checked_api_base_url,
+)
 from memsync.crd.spec_base import SpecModel, matched
 from memsync.crd.spec_messages import InvalidSpecError, describe_validation_error, plain
 
@@ -34,6 +42,9 @@ API_VERSION: Final = f"{GROUP}/{VERSION}"
 LABEL_ENVIRONMENT: Final = f"{GROUP}/agentenvironment"
 LABEL_WORK_ID: Final = f"{GROUP}/work-id"  # cut to a label's 63 characters; the annotation is exact
 ANNOTATION_WORK_ID: Final = f"{GROUP}/work-id"
+#: In the AgentEnvironment's status, work id -> the last heartbeat value the operator holds the item's lease
+#: with, so a new leader of the operator can go on holding from there (``controller/environment/holder.py``).
+STATUS_HELD_HEARTBEATS: Final = "heldHeartbeats"
 
 ENVIRONMENT_ID_PATTERN: Final = r"^env_[A-Za-z0-9_-]+$"
 ENVIRONMENT_ID_MAX: Final = 128
@@ -71,6 +82,8 @@ class AgentEnvironmentSpec(SpecModel):
         MAX_CONCURRENT_DEFAULT
     )
     finished_retention_seconds: Annotated[int, Field(ge=RETENTION_MIN, le=RETENTION_MAX)] = RETENTION_DEFAULT
+    # None: the operator's --start-deadline
+    start_deadline_seconds: Annotated[int, Field(ge=START_DEADLINE_MIN, le=START_DEADLINE_MAX)] | None = None
     # The worker id's prefix (None: "<namespace>.<name>"); each operator replica and start adds its host
     # name and a new token, so two replicas or a restarted operator are never one worker.
     worker_id: str | None = None

@@ -17,7 +17,7 @@ from memsync.api.constants import DEFAULT_BASE_URL
 from memsync.crd import agentenv as a
 from memsync.crd import models as m
 from memsync.crd.sandbox_schema import template_schema
-from memsync.crd.schema import condition_schema, crd_document, sync_schema
+from memsync.crd.schema import condition_schema, crd_document, start_deadline_node, sync_schema
 from memsync.crd.schema_nodes import count_node, rule, string_node
 
 
@@ -79,6 +79,12 @@ def spec_schema() -> dict[str, Any]:
                 "maximum": a.RETENTION_MAX,
                 "default": a.RETENTION_DEFAULT,
             },
+            "startDeadlineSeconds": {
+                **start_deadline_node(),
+                "description": "Seconds from a claimed session's SessionMemory's creation to its sandbox "
+                "running; past them its work item is force-stopped (the operator stops heartbeating it "
+                "then). Unset: the operator's --start-deadline (600).",
+            },
             "workerId": string_node(
                 "The prefix of the worker id sent with every poll (Anthropic-Worker-ID): "
                 "<workerId>.<operator host>-<token new at each start>. Default: <namespace>.<name>.",
@@ -112,6 +118,16 @@ def status_schema() -> dict[str, Any]:
             ),
             "lastPollTime": string_node("When the queue was last polled successfully.", format="date-time"),
             "lastError": string_node("The latest error, if the last pass failed.", maxLength=m.MESSAGE_MAX),
+            a.STATUS_HELD_HEARTBEATS: {
+                "type": "object",
+                "description": (
+                    "Work items whose lease the operator holds until their Pod's runner takes it over, by "
+                    "work id: the last heartbeat value it holds each with (a new leader of the operator goes "
+                    "on from there)."
+                ),
+                "additionalProperties": {"type": "string", "maxLength": 128},
+                "maxProperties": 1000,
+            },
             "tally": {
                 "type": "object",
                 "description": "The operator's running counts behind claimed, succeeded and failed.",

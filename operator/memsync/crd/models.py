@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Annotated, Any, Final, get_args
+from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import (
     Field,
@@ -84,6 +84,8 @@ LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "memsync"
 LABEL_APP_NAME: Final = "app.kubernetes.io/name"
 LABEL_APP_COMPONENT: Final = "app.kubernetes.io/component"
+#: The sandbox Pod's attempt: 0, then one more per restart after an interruption.
+LABEL_ATTEMPT: Final = f"{GROUP}/attempt"
 
 # --- bounds and patterns shared with the CRD schema -------------------------------------------------------
 # Patterns are written for both RE2 (the API server) and Python's re (used with fullmatch here).
@@ -112,9 +114,18 @@ FINAL_FLUSH_DEFAULT: Final = 30
 FINAL_FLUSH_MAX: Final = 300
 SIDECAR_START_MIN: Final = 10
 SIDECAR_START_MAX: Final = 3600
+#: ``startDeadlineSeconds``: from the SessionMemory's creation to its sandbox container running.
+START_DEADLINE_MIN: Final = 10
+START_DEADLINE_MAX: Final = 86400
 #: A Kubernetes quantity of bytes, as emptyDir's ``sizeLimit`` and ``ephemeral-storage`` take it.
 BYTES_QUANTITY_PATTERN: Final = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
 BYTES_QUANTITY_MAX: Final = 32
+
+#: ``onInterruption``: what a session interrupted by a drain, an eviction, a preemption or a lost node does.
+OnInterruption = Literal["Fail", "Restart"]
+ON_INTERRUPTION_VALUES: Final = get_args(OnInterruption)
+#: How many times one session may be restarted after an interruption (``onInterruption: Restart``).
+MAX_RESTARTS: Final = 3
 
 ACCESS_VALUES: Final = get_args(Access)
 DELETIONS_VALUES: Final = get_args(Deletions)
@@ -140,6 +151,10 @@ CONDITION_READY: Final = "Ready"
 CONDITION_STORES_MOUNTED: Final = "StoresMounted"
 CONDITION_FLUSHED: Final = "Flushed"
 CONDITION_SYNCED: Final = "Synced"
+#: The sandbox Pod's ``PodScheduled`` condition, mirrored while the session waits to start.
+CONDITION_SCHEDULED: Final = "Scheduled"
+#: False when the spec changed after the sandbox Pod was built (a Pod cannot take the change).
+CONDITION_SPEC_APPLIED: Final = "SpecApplied"
 
 
 # --- spec --------------------------------------------------------------------------------------------------
@@ -248,7 +263,14 @@ class SecretKeyRef(SpecModel):
 
 def reserved_label_keys() -> tuple[str, ...]:
     """The Pod labels the operator sets (it finds and reports on its Pods by them)."""
-    return (LABEL_APP_NAME, LABEL_APP_COMPONENT, LABEL_MANAGED_BY, LABEL_SESSION_ID, LABEL_SESSIONMEMORY)
+    return (
+        LABEL_APP_NAME,
+        LABEL_APP_COMPONENT,
+        LABEL_MANAGED_BY,
+        LABEL_SESSION_ID,
+        LABEL_SESSIONMEMORY,
+        LABEL_ATTEMPT,
+    )
 
 
 class TemplateMetadata(SpecModel):
@@ -370,6 +392,10 @@ class SessionMemorySpec(SpecModel):
     stores: Annotated[list[StoreSpec], Field(min_length=STORES_MIN, max_length=STORES_MAX)] | None = None
     sync: SyncSpec = Field(default_factory=SyncSpec)
     template: SandboxTemplate
+    # None: the operator's --start-deadline
+    start_deadline_seconds: Annotated[int, Field(ge=START_DEADLINE_MIN, le=START_DEADLINE_MAX)] | None = None
+    # None: Fail
+    on_interruption: OnInterruption | None = None
 
     @field_validator("session_id")
     @classmethod

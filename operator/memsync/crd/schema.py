@@ -166,13 +166,25 @@ def sync_schema() -> dict[str, Any]:
                 "maximum": m.SIDECAR_START_MAX,
             },
             "memoryVolumeSizeLimit": string_node(
-                "The size limit of the stores' folder (the emptyDir at /mnt/memory), also memsync-sync's "
-                "ephemeral-storage request, so disk-pressure evictions do not pick the session first. "
+                "The size limit of the stores' folder (the emptyDir at /mnt/memory), also the memsync "
+                "containers' ephemeral-storage request, so disk-pressure evictions do not pick the session "
+                "first. "
                 "Unset: the operator's --memory-volume-size-limit (1Gi).",
                 pattern=m.BYTES_QUANTITY_PATTERN,
                 maxLength=m.BYTES_QUANTITY_MAX,
             ),
         },
+    }
+
+
+def start_deadline_node() -> dict[str, Any]:
+    return {
+        "type": "integer",
+        "description": "Seconds from the SessionMemory's creation (or restart) to its sandbox container "
+        "running (scheduling, quota waits, image pulls and the mount included); past them the session fails "
+        "with StartTimeout and its Pod is deleted. Unset: the operator's --start-deadline (600).",
+        "minimum": m.START_DEADLINE_MIN,
+        "maximum": m.START_DEADLINE_MAX,
     }
 
 
@@ -221,6 +233,14 @@ def spec_schema() -> dict[str, Any]:
             "stores": stores_schema(),
             "sync": sync_schema(),
             "template": template_schema(),
+            "startDeadlineSeconds": start_deadline_node(),
+            "onInterruption": string_node(
+                "What a session interrupted by a drain, an eviction, a preemption or a lost node "
+                "does: Fail (unset) ends it as Interrupted or NodeLost; Restart starts a new sandbox "
+                "Pod that mounts the stores again, after the old Pod's final flush (a lost node's Pod: "
+                f"once it is gone), at most {m.MAX_RESTARTS} times (status.restarts counts them).",
+                enum=list(m.ON_INTERRUPTION_VALUES),
+            ),
         },
     }
 
@@ -262,6 +282,13 @@ def status_schema() -> dict[str, Any]:
                 "When the sidecar last completed a sync of every store without errors.", format="date-time"
             ),
             "storeCount": count_node("How many stores the session attaches (the Stores column)."),
+            "restarts": count_node(
+                "How many new sandbox Pods were started after interruptions (spec.onInterruption: Restart)."
+            ),
+            "lastRestartTime": string_node(
+                "When the latest restart was decided: its start deadline counts from here.",
+                format="date-time",
+            ),
             "conditions": {
                 "type": "array",
                 "items": condition_schema(),
@@ -299,6 +326,7 @@ def printer_columns() -> list[dict[str, Any]]:
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         {"name": "Session", "type": "string", "jsonPath": ".spec.sessionId", "priority": 1},
         {"name": "Pod", "type": "string", "jsonPath": ".status.podName", "priority": 1},
+        {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts", "priority": 1},
         {"name": "Message", "type": "string", "jsonPath": ".status.message", "priority": 1},
     ]
 

@@ -15,7 +15,8 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 
 
 class Condition(TypedDict, total=False):
-    """One condition (metav1.Condition): ``Ready``, ``StoresMounted``, ``Flushed`` or ``Synced``."""
+    """One condition (metav1.Condition): ``Ready``, ``StoresMounted``, ``Flushed``, ``Synced``, ``Scheduled``
+    or ``SpecApplied``."""
 
     type: str
     status: ConditionStatus
@@ -56,6 +57,8 @@ class SessionMemoryStatus(TypedDict, total=False):
     storeCount: int
     lastSyncTime: str  # RFC 3339, UTC, whole seconds; only ever moves forward
     message: str
+    restarts: int  # new sandbox Pods started after interruptions (``spec.onInterruption: Restart``)
+    lastRestartTime: str  # RFC 3339, UTC: when the latest restart was decided (its start deadline's origin)
 
 
 #: Every field of a status entry, by part (what the tests hold the models in ``tests/support`` to).

@@ -7,6 +7,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from memsync.crd.agentenv import STATUS_HELD_HEARTBEATS as HELD_HEARTBEATS
+
 
 class MemoryObjects:
     """The Kubernetes objects of one namespace, in memory (the loop's EnvironmentObjects)."""
@@ -31,6 +33,15 @@ class MemoryObjects:
 
     async def owned_session_memories(self, namespace: str, environment: str) -> list[dict[str, Any]]:
         return [copy.deepcopy(s) for s in self.smems.values()]
+
+    async def record_heartbeat(self, namespace: str, name: str, work_id: str, value: str | None) -> None:
+        if self.env is None:
+            return
+        held = self.env.setdefault("status", {}).setdefault(HELD_HEARTBEATS, {})
+        if value is None:
+            held.pop(work_id, None)
+        else:
+            held[work_id] = value
 
     async def get_session_memory(self, namespace: str, name: str) -> dict[str, Any] | None:
         found = self.smems.get(name)

@@ -8,6 +8,8 @@ the probe's fast path does, so a busy credential's requests never wait for the l
 
 - Admin keys are named; several may be current at once, so one can be rotated (create the new key, move the
   clients, revoke the old one). The key the server is started with is entered into the database on start.
+- Viewer keys are named too, and read-only: they list and read every store and write nothing (the store
+  browser's auditors). Both kinds are created, listed and revoked by an admin key (``keys.py``).
 - Sessions tokens expire (the expiry is set when the session is minted) and are revoked when their session is
   deleted (``DELETE /v1/sessions/{id}``, or ``memsync store token revoke``).
 """
@@ -33,7 +35,6 @@ from memsync.server.ids import (
     SESSION_PREFIX,
     api_key_id,
     format_ts,
-    new_admin_key,
     new_id,
     new_sessions_token,
     now_ts,
@@ -41,7 +42,6 @@ from memsync.server.ids import (
     token_hash,
 )
 from memsync.server.storage.database import (
-    AdminKeyRow,
     Database,
     DuplicateKeyError,
     ResourceRow,
@@ -64,20 +64,22 @@ INSTRUCTIONS_MAX = 4096
 
 @dataclass(frozen=True)
 class Principal:
-    """An admin key (an ``api_actor``) or one session's token (a ``session_actor`` limited to its stores)."""
+    """An admin key (an ``api_actor``), a viewer key (``viewer``: every store, read only) or one session's
+    token (a ``session_actor`` limited to its stores)."""
 
     actor_type: Literal["api_actor", "session_actor"]
     actor_id: str
     session: SessionRow | None = None
+    viewer: bool = False
 
     @property
     def is_admin(self) -> bool:
-        return self.session is None
+        return self.session is None and not self.viewer
 
     def access_to(self, store_id: str) -> str | None:
-        """``read_write``/``read_only`` for an attached store; None when the session cannot reach it."""
+        """``read_write``/``read_only`` for a store the caller reaches; None when the session cannot."""
         if self.session is None:
-            return "read_write"
+            return "read_only" if self.viewer else "read_write"
         for resource in self.session.resources:
             if resource.store_id == store_id:
                 return resource.access
@@ -85,12 +87,22 @@ class Principal:
 
     @property
     def scope(self) -> str:
-        return "admin" if self.session is None else self.session.id
+        if self.session is not None:
+            return self.session.id
+        return "viewer" if self.viewer else "admin"
+
+    @property
+    def described(self) -> str:
+        """Who the caller is, for a refusal's message."""
+        if self.session is not None:
+            return f"session {self.actor_id}"
+        return f"viewer key {self.actor_id}" if self.viewer else f"admin key {self.actor_id}"
 
 
 def require_admin(p: Principal, action: str) -> None:
     if not p.is_admin:
-        raise forbidden(f"a sessions token cannot {action}; use an admin key (x-api-key)")
+        held = "a viewer key" if p.viewer else "a sessions token"
+        raise forbidden(f"{held} cannot {action}; use an admin key (x-api-key)")
 
 
 def _digest(x_api_key: str | None, authorization: str | None) -> str | None:
@@ -188,12 +200,6 @@ class MintSessionRequest(BaseModel):
 MintHook = Callable[[Tx, str, MintSessionRequest, str], dict[str, Any]]
 
 
-class CreateAdminKeyRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-
-
 def session_json(row: SessionRow) -> dict[str, Any]:
     return {
         "type": "session",
@@ -214,18 +220,8 @@ def session_json(row: SessionRow) -> dict[str, Any]:
     }
 
 
-def admin_key_json(row: AdminKeyRow) -> dict[str, Any]:
-    return {
-        "type": "admin_key",
-        "id": row.id,
-        "name": row.name,
-        "created_at": row.created_at,
-        "revoked_at": row.revoked_at,
-    }
-
-
 class AccessService:
-    """Authentication, sessions (mint, read, revoke) and admin keys."""
+    """Authentication and sessions (mint, read, revoke); the configured admin key entered on start."""
 
     def __init__(
         self,
@@ -281,7 +277,7 @@ class AccessService:
         """``cached``, and whether that answer is due to be read again (``refresh``) while still served."""
         digest = _digest(x_api_key, authorization)
         found, due = self.cache.lookup(digest, _now()) if digest is not None else (None, False)
-        if not isinstance(found, Principal) or (x_api_key is not None and not found.is_admin):
+        if not isinstance(found, Principal) or (x_api_key is not None and found.session is not None):
             return None, False
         return found, due
 
@@ -302,10 +298,12 @@ class AccessService:
 
     def _authenticate(self, x_api_key: str | None, authorization: str | None, read: Reader) -> Principal:
         if x_api_key is not None:
-            admin = self._principal_for(token_hash(x_api_key.strip()), read, bearer=False)
-            if admin is None or not admin.is_admin:
-                raise unauthenticated("invalid x-api-key: it is not a current admin key of this server")
-            return admin
+            key = self._principal_for(token_hash(x_api_key.strip()), read, bearer=False)
+            if key is None or key.session is not None:
+                raise unauthenticated(
+                    "invalid x-api-key: it is not a current admin key or viewer key of this server"
+                )
+            return key
         if authorization is not None:
             token = parse_bearer(authorization)
             if token is None:
@@ -326,9 +324,9 @@ class AccessService:
     def _principal_for(
         self, digest: str, read: Reader, *, bearer: bool, fresh: bool = False
     ) -> Principal | None:
-        """A bearer token is looked up as a session's first (what sidecars send), then as an admin key; an
-        ``x-api-key`` only as an admin key. The rows read need no common snapshot: a credential is one row,
-        and a session's resources are written with it and never changed."""
+        """A bearer token is looked up as a session's first (what sidecars send), then as an admin key, then
+        as a viewer key; an ``x-api-key`` as an admin key, then a viewer key. The rows read need no common
+        snapshot: a credential is one row, and a session's resources are written with it and never changed."""
         now = _now()
         cached = None if fresh else self.cache.get(digest, now)
         if cached is not None:
@@ -337,10 +335,13 @@ class AccessService:
         with read() as tx:
             session = tx.session_by_token_hash(digest) if bearer else None
             key = tx.admin_key_by_hash(digest) if session is None else None
+            viewer = tx.viewer_key_by_hash(digest) if session is None and key is None else None
         principal: Principal | None = None
         valid_until = now + self.cache.ttl_s
         if key is not None and key.revoked_at is None:
             principal = Principal("api_actor", key.id)
+        elif viewer is not None and viewer.revoked_at is None:
+            principal = Principal("api_actor", viewer.id, viewer=True)
         elif session is not None and session.revoked_at is None:
             expires = parse_ts(session.expires_at).timestamp() if session.expires_at else None
             if expires is None or expires > now:
@@ -454,41 +455,6 @@ class AccessService:
                 ResourceRow(store.id, store.name, store.description, mount, res.access, res.instructions)
             )
         return resources
-
-    # --- admin keys ---------------------------------------------------------------------------------------
-
-    def create_admin_key(self, p: Principal, raw: bytes) -> dict[str, Any]:
-        """memsync extension: a new named admin key; the key itself is in this answer only."""
-        require_admin(p, "create admin keys")
-        name = bodies.validate_key_name(bodies.parse_body(CreateAdminKeyRequest, raw).name)
-        key = new_admin_key()
-        with self.db.write() as tx:
-            tx.insert_admin_key(api_key_id(key), name, token_hash(key), now_ts())
-            row = tx.admin_key_by_hash(token_hash(key))
-        assert row is not None
-        return {**admin_key_json(row), "key": key}
-
-    def list_admin_keys(self, p: Principal) -> dict[str, Any]:
-        require_admin(p, "list admin keys")
-        with self.db.read() as tx:
-            rows = tx.list_admin_keys()
-        return {"data": [admin_key_json(r) for r in rows], "next_page": None}
-
-    def revoke_admin_key(self, p: Principal, key_id: str) -> dict[str, Any]:
-        """Revoke an admin key at once (the last current key cannot be revoked: nobody could administer)."""
-        require_admin(p, "revoke admin keys")
-        with self.db.write() as tx:
-            tx.lock_admin_keys()  # two revocations cannot both count the other's key as still current
-            row = tx.admin_key(key_id)
-            if row is None:
-                raise not_found(f"admin key {key_id!r} not found")
-            if row.revoked_at is None and tx.count_current_admin_keys() == 1:
-                raise conflict(f"admin key {key_id} is the last current admin key; create another first")
-            tx.revoke_admin_key(key_id, now_ts())
-            revoked = tx.admin_key(key_id)
-        self.cache.drop_where(lambda v: isinstance(v, Principal) and v.actor_id == key_id)
-        assert revoked is not None
-        return admin_key_json(revoked)
 
 
 def _now() -> float:

@@ -3,6 +3,9 @@
 Endpoints are plain ``def`` functions, so FastAPI runs them in its threadpool and database work never blocks
 the event loop. Request bodies are read by an async dependency that enforces the size cap while streaming
 (``http/envelope.py``).
+
+The app's OpenAPI document is ``app.openapi()`` (``http/openapi.py``); with ``ui`` (the default) the app also
+serves the store browser at ``/ui/`` and the API reference at ``/docs`` and ``/openapi.json`` (``ui/``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from typing import Any, TypedDict, Unpack
 
 from fastapi import Depends, FastAPI
 
-from memsync import __version__
 from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, AccessService
 from memsync.server.environments.extension import EnvironmentExtension
 from memsync.server.environments.rules import DEFAULT_FIRST_HEARTBEAT_S
@@ -24,7 +26,8 @@ from memsync.server.environments.work import DEFAULT_LEASE_TTL_S
 from memsync.server.http import access as access_routes
 from memsync.server.http import environments as environment_routes
 from memsync.server.http import memories as memory_routes
-from memsync.server.http import observe, openapi
+from memsync.server.http import observe
+from memsync.server.http import openapi as openapi_document
 from memsync.server.http import sessions as session_routes
 from memsync.server.http import stores as store_routes
 from memsync.server.http import versions as version_routes
@@ -35,6 +38,8 @@ from memsync.server.http.envelope import RequestIdMiddleware, install_error_hand
 from memsync.server.http.probe import ProbeAnswers, ProbeMiddleware, listing_route
 from memsync.server.storage.backends import open_database
 from memsync.server.stores.service import StoreService
+from memsync.server.ui import BrowserHeadersMiddleware
+from memsync.server.ui import install as install_browser
 
 logger = logging.getLogger("memsync.server")
 
@@ -49,6 +54,7 @@ class AppSettings(TypedDict, total=False):
     lease_ttl_s: int
     first_heartbeat_s: int
     db_pool_size: int
+    ui: bool
 
 
 def create_app(
@@ -106,7 +112,6 @@ def create_app(
 
     app = FastAPI(
         title="memsync store server",
-        version=__version__,
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
@@ -127,9 +132,10 @@ def create_app(
         AdmissionMiddleware, limits=admission or AdmissionLimits.derived(), render=scope_error_response
     )
     app.add_middleware(observe.ObserveMiddleware, access_logs=access_logs)
-    app.add_middleware(RequestIdMiddleware)  # added last: outermost, so the access log has the request id
+    app.add_middleware(RequestIdMiddleware)  # outermost but one, so the access log has the request id
+    if settings.get("ui", True):
+        app.add_middleware(BrowserHeadersMiddleware)  # outermost: every browser answer has its headers
     install_error_handlers(app)
-    app.openapi = openapi.document(app)  # type: ignore[method-assign]
     for router in (
         environment_routes.router(extension.envs),
         work_routes.router(extension.work),
@@ -141,4 +147,7 @@ def create_app(
         access_routes.router(access),
     ):
         app.include_router(router, dependencies=[Depends(ids_in_path)])
+    openapi_document.install(app)
+    if settings.get("ui", True):
+        install_browser(app, service, access)
     return app

@@ -180,13 +180,13 @@ def validate_stored_text(value: str, what: str) -> bytes:
 KEY_NAME_MAX = 64
 
 
-def validate_key_name(name: str) -> str:
-    """An admin key's name: 1-64 ASCII letters, digits, '.', '_' or '-'."""
+def validate_key_name(name: str, noun: str = "admin key") -> str:
+    """A named key's name: 1-64 ASCII letters, digits, '.', '_' or '-'."""
     if not 1 <= len(name) <= KEY_NAME_MAX or not all(
         ch.isascii() and (ch.isalnum() or ch in "._-") for ch in name
     ):
         raise invalid(
-            f"admin key name must be 1 to {KEY_NAME_MAX} ASCII letters, digits, '.', '_' or '-', got {name!r}"
+            f"{noun} name must be 1 to {KEY_NAME_MAX} ASCII letters, digits, '.', '_' or '-', got {name!r}"
         )
     return name
 

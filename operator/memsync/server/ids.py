@@ -58,7 +58,12 @@ def parse_ts(text: str) -> datetime:
 
 
 ADMIN_KEY_PREFIX = "sk-memsync-admin-"  # a public prefix, not a secret
+VIEWER_KEY_PREFIX = "sk-memsync-viewer-"  # a public prefix, not a secret
 
 
 def new_admin_key() -> str:
     return ADMIN_KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def new_viewer_key() -> str:
+    return VIEWER_KEY_PREFIX + secrets.token_urlsafe(32)

@@ -52,6 +52,7 @@ class ServeSettings:
     max_queued: int | None = None
     max_in_flight_per_credential: int | None = None
     max_loop_lag_s: float = DEFAULT_MAX_LAG_S
+    ui: bool = True
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -74,6 +75,7 @@ def build_app(settings: ServeSettings, admin_key: str) -> FastAPI:
         first_heartbeat_s=settings.first_heartbeat_s,
         db_pool_size=settings.db_pool_size,
         access_logs=settings.access_logs,
+        ui=settings.ui,
         admission=AdmissionLimits.derived(
             settings.max_in_flight,
             max_queued=settings.max_queued,

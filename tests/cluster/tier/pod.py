@@ -225,6 +225,7 @@ class PodWorker:
             await c.reap()
             if not self._will_restart(c):
                 return
+            c.last_state = c.state  # the termination stays the container's lastState while it waits
             c.state = {"waiting": {"reason": "CrashLoopBackOff", "message": f"back-off {backoff:.0f}s"}}
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)

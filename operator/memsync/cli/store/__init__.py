@@ -1,11 +1,11 @@
 """``memsync store``: run the self-hosted store server, and administer one over HTTP.
 
 ``serve`` (``memsync.cli.store.serve``) runs the server; ``backup`` and ``restore`` (``backup``) work on
-its SQLite file; ``create``, ``list``, ``token`` and ``admin-key`` (``admin``), ``import`` and ``export``
-(``transfer``) and ``show``, ``delete``, ``archive``, ``memories``, ``history``, ``cat`` and ``redact``
-(``inspect``) talk to a running server with the store client and the admin key. This module is only the
-group: each command's module is imported only when one of its commands runs, so the admin commands never
-load the server.
+its SQLite file; ``create``, ``list``, ``token``, ``admin-key`` and ``viewer-key`` (``admin``), ``import``
+(``importing``) and ``export`` (``exporting``, both over ``transfer``) and ``show``, ``delete``,
+``archive``, ``memories``, ``history``, ``cat`` and ``redact`` (``inspect``) talk to a running server with
+the store client and the admin key. This module is only the group: each command's module is imported only
+when one of its commands runs, so the admin commands never load the server.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import click
 from memsync.cli.lazy import Lazy, lazy_group
 
 _ADMIN: Final = "memsync.cli.store.admin"
-_TRANSFER: Final = "memsync.cli.store.transfer"
+_IMPORT: Final = "memsync.cli.store.importing"
+_EXPORT: Final = "memsync.cli.store.exporting"
 _SERVE: Final = "memsync.cli.store.serve"
 _BACKUP: Final = "memsync.cli.store.backup"
 _INSPECT: Final = "memsync.cli.store.inspect"
@@ -44,18 +45,23 @@ COMMANDS: Final = {
         "cat",
         "Print a memory's content: MEMORY (its id or path), or one version of it with --version.",
     ),
-    "create": Lazy(_ADMIN, "create", "Create a memory store; print its id."),
+    "create": Lazy(
+        _ADMIN, "create", "Create a memory store; print its id (-o json|yaml: the whole store object)."
+    ),
     "delete": Lazy(
         _INSPECT,
         "delete",
         "Delete a store with all its memories and their versions (asks first; --yes to skip).",
     ),
     "export": Lazy(
-        _TRANSFER, "export", "Write every memory of a store as a file below DIRECTORY (created if missing)."
+        _EXPORT,
+        "export",
+        "Write every memory of a store as a file below DIRECTORY (created if missing; a folder that holds "
+        "files needs --merge or --force).",
     ),
     "history": Lazy(_INSPECT, "history", "A memory's versions, newest first."),
     "import": Lazy(
-        _TRANSFER,
+        _IMPORT,
         "import_",
         "Upload a directory tree into a store: each UTF-8 file becomes the memory at its relative path.",
     ),
@@ -80,6 +86,12 @@ COMMANDS: Final = {
         _INSPECT,
         "show",
         "Show a store: name, description, times, metadata, and how many memories it holds.",
+    ),
+    "viewer-key": Lazy(
+        _ADMIN,
+        "viewer_key",
+        "Named viewer keys: read-only keys for the store browser (/ui/) and the API's reads; they list and "
+        "read every store and write nothing.",
     ),
     "token": Lazy(
         _ADMIN,

@@ -1,4 +1,5 @@
-"""``memsync store create|list|token|admin-key``: administer a store server over HTTP with the admin key.
+"""``memsync store create|list|token|admin-key|viewer-key``: administer a store server over HTTP with the
+admin key.
 
 The admin key is never a command-line value (it would show in ``ps``): it comes from ``MEMSYNC_ADMIN_KEY``
 or a file. ``run_with_client`` is how every admin command (here, in ``transfer`` and in
@@ -12,12 +13,13 @@ import os
 import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import click
 
+from memsync import pid1
 from memsync.api.models import MemoryStore, MemoryStoreResource
-from memsync.cli.failures import store_failure
+from memsync.cli.failures import CliError, ExitCode, store_failure
 from memsync.cli.output import dump, is_data, listing, output_options, timestamp
 from memsync.cli.params import ID, check_url
 from memsync.client import StoreClient, errors
@@ -33,12 +35,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def read_key_file(path: Path) -> str:
+    """The key in ``path``; a file that cannot be read, or holds nothing, is a configuration error (2)."""
     try:
         key = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise click.ClickException(f"cannot read the admin key file {path}: {exc.strerror}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise CliError(f"--admin-key-file: cannot read {path}: {why}", ExitCode.USAGE) from None
     if not key:
-        raise click.ClickException(f"the admin key file {path} is empty")
+        raise CliError(f"--admin-key-file: {path} is empty", ExitCode.USAGE)
     return key
 
 
@@ -89,15 +93,27 @@ def admin_options(func: F) -> F:
 T = TypeVar("T")
 
 
-def run_with_client(url: str, key_file: Path | None, work: Callable[[StoreClient], Awaitable[T]]) -> T:
+def run_with_client(
+    url: str,
+    key_file: Path | None,
+    work: Callable[[StoreClient], Awaitable[T]],
+    *,
+    interruptible: str | None = None,
+) -> T:
+    """``work`` with a client of the server at ``url``; a store error becomes one line and its exit code.
+    ``interruptible`` (what the work is, for the log): SIGINT and SIGTERM cancel the work at its next await
+    and raise ``pid1.Signalled``, so the command can say what it had done before it exits 130 or 143."""
     key = admin_key_from(key_file)
 
     async def main() -> T:
         async with StoreClient(url, api_key=key) as client:
             return await work(client)
 
+    async def guarded() -> T:
+        return await pid1.cancel_on_signal(main, what=interruptible or "the command")
+
     try:
-        return asyncio.run(main())
+        return asyncio.run(guarded() if interruptible else main())
     except errors.StoreError as exc:
         raise store_failure(exc, url) from exc
 
@@ -105,16 +121,14 @@ def run_with_client(url: str, key_file: Path | None, work: Callable[[StoreClient
 @click.command()
 @click.argument("name")
 @click.option("--description", default=None, help="Shown to the agent; at most 1,024 characters.")
-@click.option("--json", "as_json", is_flag=True, help="Print the whole store object as JSON.")
+@output_options
 @admin_options
-def create(
-    *, name: str, description: str | None, as_json: bool, url: str, admin_key_file: Path | None
-) -> None:
-    """Create a memory store; print its id."""
+def create(*, name: str, description: str | None, output: str, url: str, admin_key_file: Path | None) -> None:
+    """Create a memory store; print its id (-o json|yaml: the whole store object)."""
 
     async def work(client: StoreClient) -> None:
         created = await client.create_store(name, description=description)
-        click.echo(created.model_dump_json() if as_json else created.id)
+        click.echo(dump(created.model_dump(mode="json"), output) if is_data(output) else created.id)
 
     run_with_client(url, admin_key_file, work)
 
@@ -223,51 +237,72 @@ def token_revoke(*, session_id: str, url: str, admin_key_file: Path | None) -> N
     click.echo(f"revoked the sessions token of {session_id}", err=True)
 
 
-# --- admin keys -----------------------------------------------------------------------------------------
+# --- named keys: admin keys and viewer keys --------------------------------------------------------------
 
 
-@click.group("admin-key")
-def admin_key() -> None:
-    """Named admin keys: several may be current at once, so a key can be rotated (create the new key,
-    move the clients to it, revoke the old one)."""
+def key_group(kind: str, help_text: str) -> click.Group:
+    """``memsync store {kind}-key create|list|revoke`` over ``/v1/memsync/{kind}_keys``."""
+    noun, collection = f"{kind} key", f"{kind}_keys"
 
+    @click.group(f"{kind}-key", help=help_text)
+    def group() -> None:
+        pass
 
-@admin_key.command("create")
-@click.argument("name")
-@admin_options
-def admin_key_create(*, name: str, url: str, admin_key_file: Path | None) -> None:
-    """Create an admin key; print the key (shown only this once) on stdout, its id on stderr."""
-    made = run_with_client(url, admin_key_file, lambda c: c.admin_keys("POST", body={"name": name}))
-    click.echo(f"created admin key {made['id']} ({made['name']})", err=True)
-    click.echo(made["key"])
-
-
-@admin_key.command("list")
-@output_options
-@admin_options
-def admin_key_list(*, output: str, url: str, admin_key_file: Path | None) -> None:
-    """List admin keys (ids and names; never the keys)."""
-    listed = run_with_client(url, admin_key_file, lambda c: c.admin_keys("GET"))
-    rows = [row for row in listed["data"] if isinstance(row, dict)]
-    if is_data(output):
-        click.echo(dump(listing({k: v for k, v in row.items() if k != "key"} for row in rows), output))
-        return
-    states = [f"revoked {row['revoked_at']}" if row["revoked_at"] else "current" for row in rows]
-    click.echo(
-        table(
-            ["ID", "NAME", "CREATED", "STATE"],
-            [
-                [row["id"], row["name"], row["created_at"], state]
-                for row, state in zip(rows, states, strict=True)
-            ],
-        )
+    @group.command(
+        "create",
+        help=f"Create a{'n' if kind[0] in 'aeiou' else ''} {noun}; print the key (shown "
+        "only this once) on stdout, its id on stderr.",
     )
+    @click.argument("name")
+    @admin_options
+    def create(*, name: str, url: str, admin_key_file: Path | None) -> None:
+        made = run_with_client(
+            url, admin_key_file, lambda c: c.named_keys(collection, "POST", body={"name": name})
+        )
+        click.echo(f"created {noun} {made['id']} ({made['name']})", err=True)
+        click.echo(made["key"])
+
+    @group.command("list", help=f"List {noun}s (ids and names; never the keys).")
+    @output_options
+    @admin_options
+    def list_keys(*, output: str, url: str, admin_key_file: Path | None) -> None:
+        listed = run_with_client(url, admin_key_file, lambda c: c.named_keys(collection, "GET"))
+        rows = [row for row in listed["data"] if isinstance(row, dict)]
+        if is_data(output):
+            click.echo(dump(listing({k: v for k, v in row.items() if k != "key"} for row in rows), output))
+            return
+        states = [f"revoked {row['revoked_at']}" if row["revoked_at"] else "current" for row in rows]
+        click.echo(
+            table(
+                ["ID", "NAME", "CREATED", "STATE"],
+                [
+                    [row["id"], row["name"], row["created_at"], state]
+                    for row, state in zip(rows, states, strict=True)
+                ],
+            )
+        )
+
+    @group.command("revoke", help=REVOKE_HELP[kind])
+    @click.argument("key_id", type=ID)
+    @admin_options
+    def revoke(*, key_id: str, url: str, admin_key_file: Path | None) -> None:
+        run_with_client(url, admin_key_file, lambda c: c.named_keys(collection, "POST", f"/{key_id}/revoke"))
+        click.echo(f"revoked {noun} {key_id}", err=True)
+
+    return group
 
 
-@admin_key.command("revoke")
-@click.argument("key_id", type=ID)
-@admin_options
-def admin_key_revoke(*, key_id: str, url: str, admin_key_file: Path | None) -> None:
-    """Revoke an admin key by id (apikey_...); the last current key cannot be revoked."""
-    run_with_client(url, admin_key_file, lambda c: c.admin_keys("POST", f"/{key_id}/revoke"))
-    click.echo(f"revoked admin key {key_id}", err=True)
+REVOKE_HELP: Final = {
+    "admin": "Revoke an admin key by id (apikey_...); the last current key cannot be revoked.",
+    "viewer": "Revoke a viewer key by id (viewerkey_...); its store browser sessions end at once.",
+}
+ADMIN_KEY_HELP: Final = (
+    "Named admin keys: several may be current at once, so a key can be rotated (create the new key, move "
+    "the clients to it, revoke the old one)."
+)
+VIEWER_KEY_HELP: Final = (
+    "Named viewer keys: read-only keys for the store browser (/ui/) and the API's reads; they list and "
+    "read every store and write nothing."
+)
+admin_key = key_group("admin", ADMIN_KEY_HELP)
+viewer_key = key_group("viewer", VIEWER_KEY_HELP)

@@ -1,17 +1,16 @@
 """``memsync store show|delete|archive|memories|history|cat|redact``: look into a store and manage it.
 
 Each command talks to the server with the store client and the admin key (see ``memsync.cli.store``) and
-names the argument a refusal is about. The single-object commands have ``--json``; the listings
-(``memories``, ``history``) have ``-o table|wide|json|yaml`` (``memsync.cli.output``: one ``{"items": [...]}``
-document). Only ``cat`` prints memory content: the listings use the API's ``basic`` view. Deleted memories
-stay reachable: ``memories --deleted`` lists them (from their ``deleted`` versions), and ``history``,
-``cat --version`` and ``redact`` take their ids (or their last path). The destructive commands (``delete``,
-``redact``) ask first, or need ``--yes`` when stdin is not a terminal.
+names the argument a refusal is about. Every command that prints an object takes ``-o table|wide|json|yaml``
+(``memsync.cli.output``): the single-object commands print the one object, the listings (``memories``,
+``history``) one ``{"items": [...]}`` document. Only ``cat`` prints memory content: the listings use the
+API's ``basic`` view. Deleted memories stay reachable: ``memories --deleted`` lists them (from their
+``deleted`` versions), and ``history``, ``cat --version`` and ``redact`` take their ids (or their last path).
+The destructive commands (``delete``, ``redact``) ask first, or need ``--yes`` when stdin is not a terminal.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,7 +24,7 @@ from pydantic import BaseModel
 from memsync.api.models import Memory, MemoryStore, MemoryVersion
 from memsync.cli.failures import CliError, ExitCode, store_exit_code
 from memsync.cli.output import dump, is_data, listing, output_options, timestamp
-from memsync.cli.params import ID, MEMORY_REF
+from memsync.cli.params import ID, MEMORY_REF, normalise_prefix
 from memsync.cli.store.admin import admin_options, run_with_client
 from memsync.client import StoreClient, errors
 from memsync.status.table import table
@@ -192,12 +191,13 @@ def confirm_or_refuse(question: str, yes: bool) -> None:
     click.confirm(question, abort=True, err=True)
 
 
-def emit(model: BaseModel, as_json: bool, text: str, extra: dict[str, Any] | None = None) -> None:
-    """The API object as JSON (with ``extra`` fields, never its content), or ``text``."""
-    if not as_json:
+def emit(model: BaseModel, output: str, text: str, extra: dict[str, Any] | None = None) -> None:
+    """The API object as JSON or YAML (with ``extra`` fields, never its content), or ``text`` (table and
+    wide: one object has no more columns to show)."""
+    if not is_data(output):
         click.echo(text)
         return
-    click.echo(json.dumps({**model.model_dump(mode="json", exclude={"content"}), **(extra or {})}))
+    click.echo(dump({**model.model_dump(mode="json", exclude={"content"}), **(extra or {})}, output))
 
 
 def print_items(models: Sequence[BaseModel], output: str) -> None:
@@ -226,7 +226,6 @@ def store_id_argument(func: Any) -> Any:
     return click.argument("store_id", metavar="STORE_ID", type=ID)(func)
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 
 
@@ -237,9 +236,9 @@ yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for conf
 
 @click.command()
 @store_id_argument
-@json_option
+@output_options
 @admin_options
-def show(*, store_id: str, as_json: bool, url: str, admin_key_file: Path | None) -> None:
+def show(*, store_id: str, output: str, url: str, admin_key_file: Path | None) -> None:
     """Show a store: name, description, times, metadata, and how many memories it holds."""
 
     async def work(client: StoreClient) -> None:
@@ -248,7 +247,7 @@ def show(*, store_id: str, as_json: bool, url: str, admin_key_file: Path | None)
             held = await all_memories(client, store_id)
         total = sum(m.content_size_bytes for m in held)
         extra = {"memory_count": len(held), "total_size_bytes": total}
-        emit(info, as_json, render_store(info, len(held), total), extra)
+        emit(info, output, render_store(info, len(held), total), extra)
 
     run_with_client(url, admin_key_file, work)
 
@@ -256,9 +255,9 @@ def show(*, store_id: str, as_json: bool, url: str, admin_key_file: Path | None)
 @click.command()
 @store_id_argument
 @yes_option
-@json_option
+@output_options
 @admin_options
-def delete(*, store_id: str, yes: bool, as_json: bool, url: str, admin_key_file: Path | None) -> None:
+def delete(*, store_id: str, yes: bool, output: str, url: str, admin_key_file: Path | None) -> None:
     """Delete a store with all its memories and their versions (asks first; --yes to skip)."""
 
     async def work(client: StoreClient) -> None:
@@ -270,29 +269,34 @@ def delete(*, store_id: str, yes: bool, as_json: bool, url: str, admin_key_file:
                 yes,
             )
             deleted = await client.delete_store(store_id)
-        emit(deleted, as_json, f"deleted {deleted.id}")
+        emit(deleted, output, f"deleted {deleted.id}")
 
     run_with_client(url, admin_key_file, work)
 
 
 @click.command()
 @store_id_argument
-@json_option
+@output_options
 @admin_options
-def archive(*, store_id: str, as_json: bool, url: str, admin_key_file: Path | None) -> None:
+def archive(*, store_id: str, output: str, url: str, admin_key_file: Path | None) -> None:
     """Archive a store: it stays readable, refuses writes, and cannot be attached to new sessions."""
 
     async def work(client: StoreClient) -> None:
         with about("STORE_ID", store_id):
             info = await client.archive_store(store_id)
-        emit(info, as_json, f"archived {info.id} at {timestamp(info.archived_at)}")
+        emit(info, output, f"archived {info.id} at {timestamp(info.archived_at)}")
 
     run_with_client(url, admin_key_file, work)
 
 
 @click.command()
 @store_id_argument
-@click.option("--prefix", default=None, help="Only the memories below this folder (ends in /, e.g. /notes/).")
+@click.option(
+    "--prefix",
+    default=None,
+    callback=normalise_prefix,
+    help="Only the memories below this folder (/notes/; notes and notes/ are the same).",
+)
 @click.option(
     "--deleted",
     is_flag=True,
@@ -425,10 +429,10 @@ def version_content(version: MemoryVersion) -> str:
 @store_id_argument
 @click.argument("version_id", metavar="VERSION_ID", type=ID)
 @yes_option
-@json_option
+@output_options
 @admin_options
 def redact(
-    *, store_id: str, version_id: str, yes: bool, as_json: bool, url: str, admin_key_file: Path | None
+    *, store_id: str, version_id: str, yes: bool, output: str, url: str, admin_key_file: Path | None
 ) -> None:
     """Erase the content of one version for good (e.g. a leaked secret); asks first, --yes to skip.
 
@@ -446,7 +450,7 @@ def redact(
             redacted = await client.redact_version(store_id, version_id)
         emit(
             redacted,
-            as_json,
+            output,
             f"redacted {redacted.id} of {redacted.memory_id} at {timestamp(redacted.redacted_at)}",
         )
 

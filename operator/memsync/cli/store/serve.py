@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sqlite3
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -18,9 +19,15 @@ import uvicorn
 from fastapi import FastAPI
 
 from memsync.api.constants import MAX_MEMORIES_PER_STORE
-from memsync.cli.failures import CliError
+from memsync.cli.failures import CliError, ExitCode
 from memsync.cli.store.admin import ADMIN_KEY_ENV, load_or_create_key_file, read_key_file
 from memsync.cli.store.backup import db_option
+from memsync.cli.store.serve_checks import (
+    MIN_ADMIN_KEY_LENGTH,
+    check_database,
+    check_public_url,
+    long_enough,
+)
 from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, MAX_SESSION_TOKEN_TTL_S
 from memsync.server.environments.rules import DEFAULT_FIRST_HEARTBEAT_S
 from memsync.server.environments.work import DEFAULT_LEASE_TTL_S, LEASE_TTL_MAX_S, LEASE_TTL_MIN_S
@@ -63,20 +70,21 @@ def _derived_bound(
     envvar="MEMSYNC_STORE_PORT",
     show_envvar=True,
 )
-@db_option
+@db_option(required=False)
 @click.option(
     "--public-url",
     envvar="MEMSYNC_PUBLIC_URL",
     show_envvar=True,
-    help="URL clients reach this server at; put into minted work secrets. Default http://HOST:PORT.",
+    help="URL clients reach this server at; put into minted work secrets. Default http://HOST:PORT; "
+    "required when HOST is a wildcard address (0.0.0.0, ::), which no client can reach.",
 )
 @click.option(
     "--admin-key-file",
     type=click.Path(dir_okay=False, path_type=Path),
     envvar="MEMSYNC_ADMIN_KEY_FILE",
     show_envvar=True,
-    help=f"File holding the admin key. Default: ${ADMIN_KEY_ENV}, else (SQLite) a key generated into "
-    "DB.admin-key.",
+    help=f"File holding the admin key (at least {MIN_ADMIN_KEY_LENGTH} characters). Default: "
+    f"${ADMIN_KEY_ENV}, else (SQLite) a key generated into DB.admin-key.",
 )
 @click.option(
     "--admin-key-name",
@@ -225,6 +233,15 @@ def _derived_bound(
     show_envvar=True,
     help="One structured INFO line per request (no headers, no query strings).",
 )
+@click.option(
+    "--ui/--no-ui",
+    default=True,
+    show_default=True,
+    envvar="MEMSYNC_STORE_UI",
+    show_envvar=True,
+    help="Serve the store browser (/ui/) and the API reference (/docs, /openapi.json), signed in with an "
+    "admin key or a viewer key.",
+)
 @click.pass_context
 def serve(  # noqa: PLR0913 - click passes each of the command's options as a parameter
     ctx: click.Context,
@@ -251,10 +268,14 @@ def serve(  # noqa: PLR0913 - click passes each of the command's options as a pa
     max_queued: int | None,
     max_in_flight_per_credential: int | None,
     max_loop_lag: float,
+    ui: bool,
 ) -> None:
     """Run the store server (FastAPI + uvicorn over an SQLite file or PostgreSQL)."""
     if (ssl_certfile is None) != (ssl_keyfile is None):
         raise click.UsageError("--ssl-certfile and --ssl-keyfile go together")
+    # What can be checked without writing anything is checked first: no stray key file beside a wrong --db.
+    check_public_url(host, public_url)
+    check_database(database)
     # The address first: a port in use is said before the database is touched or anything says "ready".
     try:
         sock = bind(host, port)
@@ -283,6 +304,7 @@ def serve(  # noqa: PLR0913 - click passes each of the command's options as a pa
         max_queued=max_queued,
         max_in_flight_per_credential=max_in_flight_per_credential,
         max_loop_lag_s=max_loop_lag,
+        ui=ui,
         log_level=logging.getLevelName(logging.getLogger().getEffectiveLevel()),
         log_format=_root_params(ctx).get("log_format") or "text",
     )
@@ -293,8 +315,10 @@ def serve(  # noqa: PLR0913 - click passes each of the command's options as a pa
         # Built here even with several workers: the schema is migrated and the admin key entered once,
         # and a bad setting fails before any worker starts.
         app = build_app(settings, admin_key)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+    except ValueError as exc:  # a setting the server refuses
+        raise CliError(str(exc), ExitCode.USAGE) from None
+    except sqlite3.DatabaseError as exc:
+        raise CliError(f"--db {database!r}: not a usable SQLite database: {exc}", ExitCode.USAGE) from None
     run_server(app, settings, admin_key=admin_key, sock=sock, address=(host, port), workers=workers, tls=tls)
 
 
@@ -306,9 +330,9 @@ def resolve_admin_key(admin_key_file: Path | None, database: str) -> str:
     """The admin key: from the file, else ``MEMSYNC_ADMIN_KEY``, else (SQLite only) the key file beside the
     database, generated on first use."""
     if admin_key_file is not None:
-        return read_key_file(admin_key_file)
+        return long_enough(read_key_file(admin_key_file), f"--admin-key-file {admin_key_file}")
     if os.environ.get(ADMIN_KEY_ENV, "").strip():
-        return os.environ[ADMIN_KEY_ENV].strip()
+        return long_enough(os.environ[ADMIN_KEY_ENV].strip(), ADMIN_KEY_ENV)
     if is_postgres(database):
         raise click.UsageError(f"no admin key: on PostgreSQL set {ADMIN_KEY_ENV} or pass --admin-key-file")
     db_path = Path(database)

@@ -1,149 +1,37 @@
-"""``memsync store import|export``: a directory tree into a store, and a store out to one."""
+"""What ``memsync store import`` and ``export`` share: progress on stderr, a bounded patience with a store
+server that stopped answering, and a listing that goes through it.
+
+Both commands are safe to run again: an import sends only what differs, an export with ``--merge`` writes
+only what is missing. So when the server has not answered for ``--give-up-after`` seconds (30 by default) they
+stop, say what they did and how to resume, and exit 5, rather than retrying for as long as the tree is large.
+Until a first answer the server is not waited for at all (a wrong ``--url`` fails at once).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import stat
+import functools
+import logging
 import sys
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Final, TypeVar
 
 import click
 
-from memsync.agent.localfs import StoreRoot
-from memsync.api.constants import MARKER_FILENAME, MAX_CONTENT_BYTES
-from memsync.api.hashing import content_sha256
-from memsync.api.models import Memory
-from memsync.api.paths import path_violation
-from memsync.cli.failures import ExitCode
-from memsync.cli.params import ID
-from memsync.cli.store.admin import admin_options, run_with_client
+from memsync.api.models import Memory, View
+from memsync.cli.failures import CliError, ExitCode
 from memsync.client import StoreClient, errors
 
-NAME_MAX = 255  # bytes in one file name on the usual Linux filesystems
+T = TypeVar("T")
 
-
-# --- import ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class LocalFile:
-    path: str  # memory path, '/'-rooted
-    content: str
-
-
-@dataclass
-class ImportPlan:
-    files: list[LocalFile] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # (relative path, why)
-
-
-def _walk_regular_files(root: Path) -> Iterator[tuple[str, Path]]:
-    """``(relative posix path, absolute path)`` of regular files below ``root``; symlinks are not followed."""
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames.sort()
-        for name in sorted(filenames):
-            full = Path(dirpath) / name
-            yield full.relative_to(root).as_posix(), full
-
-
-def shown_name(rel: str) -> str:
-    """A file name as it can be printed: bytes that are not UTF-8 as ``\\xNN`` escapes."""
-    return os.fsencode(rel).decode("utf-8", "backslashreplace")
-
-
-def plan_import(root: Path) -> ImportPlan:
-    """Which files of ``root`` become memories, and which are skipped and why (names as ``shown_name``)."""
-    plan = ImportPlan()
-    for rel, full in _walk_regular_files(root):
-        if rel == MARKER_FILENAME:
-            continue
-        try:
-            rel.encode("utf-8")
-        except UnicodeEncodeError:  # os.walk keeps undecodable bytes as lone surrogates
-            plan.skipped.append((shown_name(rel), "the file name is not UTF-8 (a memory path is UTF-8 text)"))
-            continue
-        try:
-            st = full.lstat()
-            data = full.read_bytes() if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_CONTENT_BYTES else b""
-        except OSError as exc:
-            plan.skipped.append((rel, f"cannot read it: {exc.strerror}"))
-            continue
-        if stat.S_ISLNK(st.st_mode):
-            plan.skipped.append((rel, "symbolic link (not followed)"))
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            plan.skipped.append((rel, "not a regular file (a FIFO, device or socket)"))
-            continue
-        memory_path = "/" + rel
-        violation = path_violation(memory_path)
-        if violation is not None:
-            plan.skipped.append((rel, f"not a valid memory path: {violation.message}"))
-            continue
-        if st.st_size > MAX_CONTENT_BYTES:
-            plan.skipped.append((rel, f"{st.st_size} bytes; a memory holds at most {MAX_CONTENT_BYTES}"))
-            continue
-        if len(data) > MAX_CONTENT_BYTES:
-            plan.skipped.append((rel, f"{len(data)} bytes; a memory holds at most {MAX_CONTENT_BYTES}"))
-            continue
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            plan.skipped.append((rel, "not UTF-8 text"))
-            continue
-        plan.files.append(LocalFile(memory_path, text))
-    return plan
-
-
-@dataclass
-class ImportResult:
-    created: int = 0
-    updated: int = 0
-    unchanged: int = 0
-    failed: list[tuple[str, str]] = field(default_factory=list)
-
-
-async def import_files(
-    client: StoreClient,
-    store_id: str,
-    files: list[LocalFile],
-    *,
-    concurrency: int,
-    on_done: Callable[[], None] = lambda: None,
-) -> ImportResult:
-    """Create each file as a memory; a path that already exists is updated when its content differs
-    (preconditioned on the listed hash, so a concurrent edit is never overwritten)."""
-    existing: dict[str, Memory] = {}
-    async for item in client.list_memories(store_id, view="basic", limit=100):
-        if isinstance(item, Memory):
-            existing[item.path] = item
-    result = ImportResult()
-    gate = asyncio.Semaphore(concurrency)
-
-    async def one(f: LocalFile) -> None:
-        async with gate:
-            try:
-                current = existing.get(f.path)
-                if current is None:
-                    await client.create_memory(store_id, f.path, f.content)
-                    result.created += 1
-                elif current.content_sha256 == content_sha256(f.content):
-                    result.unchanged += 1
-                else:
-                    await client.update_memory(
-                        store_id, current.id, content=f.content, expected_sha256=current.content_sha256
-                    )
-                    result.updated += 1
-            except errors.StoreError as exc:
-                result.failed.append((f.path, str(exc)))
-            finally:
-                on_done()
-
-    await asyncio.gather(*(one(f) for f in files))
-    return result
+DEFAULT_GIVE_UP_S: Final = 30.0
+#: Pauses between two tries while the server does not answer: 0.5 s, doubling, at most 4 s.
+FIRST_PAUSE_S: Final = 0.5
+MAX_PAUSE_S: Final = 4.0
+RESUME: Final = "run the same command again to resume"
 
 
 # --- progress -------------------------------------------------------------------------------------------
@@ -188,116 +76,123 @@ def progress_of(label: str, total: int, show: bool | None) -> Iterator[Callable[
     yield step
 
 
-@click.command("import")
-@click.argument("store_id", type=ID)
-@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--concurrency", default=16, show_default=True, type=click.IntRange(1, 64))
-@progress_option
-@admin_options
-def import_(
-    *,
-    store_id: str,
-    directory: Path,
-    concurrency: int,
-    progress: bool | None,
-    url: str,
-    admin_key_file: Path | None,
-) -> None:
-    """Upload a directory tree into a store: each UTF-8 file becomes the memory at its relative path."""
-    plan = plan_import(directory)
-    for rel, why in plan.skipped:
-        click.echo(f"skipped {rel}: {why}", err=True)
+# --- a server that stops answering ----------------------------------------------------------------------
 
-    async def work(client: StoreClient) -> ImportResult:
-        with progress_of("importing", len(plan.files), progress) as step:
-            return await import_files(client, store_id, plan.files, concurrency=concurrency, on_done=step)
+give_up_option = click.option(
+    "--give-up-after",
+    "give_up_after",
+    default=DEFAULT_GIVE_UP_S,
+    show_default=True,
+    metavar="SECONDS",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Stop when the store server has not answered for this long (exit 5); what was done is kept, and "
+    "running the same command again resumes.",
+)
 
-    result = run_with_client(url, admin_key_file, work)
-    for path, why in sorted(result.failed):
-        click.echo(f"failed {path}: {why}", err=True)
-    click.echo(
-        f"imported into {store_id}: {result.created} created, {result.updated} updated, "
-        f"{result.unchanged} unchanged, {len(plan.skipped)} skipped, {len(result.failed)} failed",
-        err=True,
+
+class GaveUp(Exception):
+    """The store server did not answer for the whole budget."""
+
+    def __init__(self, last: errors.StoreError, waited_s: float) -> None:
+        super().__init__(last.message)
+        self.last = last
+        self.waited_s = waited_s
+
+
+def time_left(since: float | None, now: float, budget_s: float) -> float:
+    """Seconds of the budget left in a run of failures that began at ``since`` (None: the first failure)."""
+    return budget_s - (now - (now if since is None else since))
+
+
+@dataclass
+class Patience:
+    """Calls to the store server that ride out an outage of up to ``budget_s`` seconds: a call that finds
+    no server is tried again (after a pause that doubles) until it is answered or the run of failures
+    has lasted the budget, when ``GaveUp`` is raised. Any answer ends a run."""
+
+    budget_s: float
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    answered: bool = False  # the server answered once: before that, no answer is an error at once
+    since: float | None = None  # when the current run of failures began
+    said: bool = False
+
+    async def call(self, request: Callable[[], Awaitable[T]]) -> T:
+        pause = FIRST_PAUSE_S
+        while True:
+            try:
+                result = await request()
+            except errors.TransportError as exc:
+                if not self.answered:
+                    raise
+                left = self._failed(exc)
+                await self.sleep(min(pause, left))
+                pause = min(pause * 2, MAX_PAUSE_S)
+                continue
+            self._answer()
+            return result
+
+    def _failed(self, exc: errors.TransportError) -> float:
+        now = self.clock()
+        left = time_left(self.since, now, self.budget_s)
+        if self.since is None:
+            self.since = now
+        if left <= 0:
+            raise GaveUp(exc, now - self.since)
+        if not self.said:
+            self.said = True
+            click.echo(
+                f"the store server does not answer ({exc.message}); trying again for up to "
+                f"{left:.0f} s (--give-up-after)",
+                err=True,
+            )
+        return left
+
+    def _answer(self) -> None:
+        if self.said:
+            click.echo("the store server answers again; going on", err=True)
+        self.answered, self.since, self.said = True, None, False
+
+
+def stopped(gave_up: GaveUp, done: str, resume: str = RESUME) -> CliError:
+    """The one line of a command that gave up on the server: for how long, what it did, how to resume."""
+    return CliError(
+        f"the store server has not answered for {gave_up.waited_s:.0f} s ({gave_up.last.message}); "
+        f"stopped: {done}; {resume}",
+        ExitCode.UNREACHABLE,
     )
-    if plan.skipped or result.failed:
-        sys.exit(ExitCode.PARTIAL)
 
 
-# --- export ---------------------------------------------------------------------------------------------
+@contextmanager
+def quiet_transport_retries() -> Iterator[None]:
+    """The client's own line per retry of a request that found no server is left out: ``Patience`` says
+    once that the server does not answer (16 requests in flight would otherwise print a line each, twice
+    a second)."""
 
+    def keep(record: logging.LogRecord) -> bool:
+        return record.msg != "retrying store request after a transport error"
 
-class UnsafePathError(ValueError):
-    pass
-
-
-def export_segments(memory_path: str) -> list[str]:
-    """The path's segments if it is safe to write below the export directory; else UnsafePathError."""
-    violation = path_violation(memory_path)
-    if violation is not None:
-        raise UnsafePathError(violation.message)
-    segments = memory_path[1:].split("/")
-    for seg in segments:
-        if "\x00" in seg or seg in ("", ".", ".."):
-            raise UnsafePathError(f"segment {seg!r} is not allowed")
-        if len(seg.encode("utf-8")) > NAME_MAX:
-            raise UnsafePathError(f"segment of {len(seg.encode('utf-8'))} bytes exceeds {NAME_MAX}")
-    if segments[-1] == MARKER_FILENAME and len(segments) == 1:
-        raise UnsafePathError("the marker file's name is reserved")
-    return segments
-
-
-EXPORT_DIR_MODE = 0o755
-EXPORT_FILE_MODE = 0o644
-
-
-def write_below(root_fd: int, segments: list[str], data: bytes) -> None:
-    """Write ``data`` at ``root/segments...`` without following any symlink, through the sync agent's safe
-    filesystem layer: each directory is opened with O_NOFOLLOW relative to its parent's fd (created when
-    missing), and the file is written to a temp name and renamed into place."""
-    with StoreRoot(os.dup(root_fd), Path(), dir_mode=EXPORT_DIR_MODE, file_mode=EXPORT_FILE_MODE) as root:
-        root.write_bytes("/".join(segments), data)
-
-
-@click.command()
-@click.argument("store_id", type=ID)
-@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@progress_option
-@admin_options
-def export(
-    *, store_id: str, directory: Path, progress: bool | None, url: str, admin_key_file: Path | None
-) -> None:
-    """Write every memory of a store as a file below DIRECTORY (created if missing)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    root_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    written = 0
-    refused: list[tuple[str, str]] = []
-    shown = sys.stderr.isatty() if progress is None else progress
-
-    async def work(client: StoreClient) -> None:
-        nonlocal written
-        total = 0
-        if shown:  # one cheap pass of ids and sizes (100 a page) sizes the bar; content comes 20 a page
-            async for item in client.list_memories(store_id, view="basic", limit=100):
-                total += isinstance(item, Memory)
-        with progress_of("exporting", total, shown) as step:
-            async for item in client.list_memories(store_id, view="full", limit=20):
-                if not isinstance(item, Memory):
-                    continue
-                try:
-                    segments = export_segments(item.path)
-                    write_below(root_fd, segments, (item.content or "").encode("utf-8"))
-                    written += 1
-                except (UnsafePathError, OSError) as exc:
-                    refused.append((item.path, str(exc)))
-                step()
-
+    client_logger = logging.getLogger("memsync.client")
+    client_logger.addFilter(keep)
     try:
-        run_with_client(url, admin_key_file, work)
+        yield
     finally:
-        os.close(root_fd)
-    for path, why in refused:
-        click.echo(f"refused {path!r}: {why}", err=True)
-    click.echo(f"exported {written} memories of {store_id} to {directory}; {len(refused)} refused", err=True)
-    if refused:
-        sys.exit(ExitCode.PARTIAL)
+        client_logger.removeFilter(keep)
+
+
+async def each_memory(
+    client: StoreClient, patience: Patience, store_id: str, *, view: View, limit: int
+) -> AsyncIterator[Memory]:
+    """Every memory of the store, a page at a time, each page through ``patience`` (a page that finds no
+    server is asked for again with the same cursor)."""
+    page: str | None = None
+    while True:
+        result = await patience.call(
+            functools.partial(client.list_memories_page, store_id, view=view, limit=limit, page=page)
+        )
+        for item in result.data:
+            if isinstance(item, Memory):
+                yield item
+        if not result.next_page or result.next_page == page:
+            return
+        page = result.next_page

@@ -18,7 +18,7 @@ from typing import Any
 
 from memsync.api.secret import WorkSecretError, decode_work_secret
 from memsync.controller.environment import decisions as d
-from memsync.controller.environment.holder import Hold, LeaseHolder
+from memsync.controller.environment.holder import EXPIRED, Hold, LeaseHolder
 from memsync.controller.environment.objects import EnvironmentObjects
 from memsync.controller.environment.queue import QueueError, WorkQueue
 from memsync.controller.kube import KubeApiError, is_refusal, refusal_message
@@ -46,6 +46,7 @@ class Claims:
     tally: dict[str, int]
     fields: Callable[..., dict[str, Any]]
     jitter: Callable[[], float]
+    start_deadline: float = 600.0  # the operator's --start-deadline (an environment's spec may set its own)
     pending: dict[str, d.WorkItem] = field(default_factory=dict)
     adopted: set[str] = field(default_factory=set)  # held items whose running SessionMemory was adopted
     ack_failures: int = 0
@@ -76,10 +77,15 @@ class Claims:
             return await self._fail(queue, item, str(exc), fields)
         self.count("claimed")
         acknowledged_at = acked.get("acknowledged_at")
+        deadline = spec.start_deadline_seconds or self.start_deadline
         self.holder.hold(
             queue,
             Hold(
-                item.id, item.session_id, token, acknowledged_at if isinstance(acknowledged_at, str) else None
+                item.id,
+                item.session_id,
+                token,
+                acknowledged_at if isinstance(acknowledged_at, str) else None,
+                deadline_s=float(deadline),
             ),
         )
         self.pending[item.id] = item
@@ -92,6 +98,11 @@ class Claims:
         created = 0
         for work_id, item in list(self.pending.items()):
             if not self.holder.holding(work_id):
+                if self.holder.outcomes.get(work_id) == EXPIRED:
+                    # no SessionMemory started it within the start deadline: released as one it cannot run
+                    why = "its session did not start within the start deadline"
+                    await self._fail(queue, item, why, self.fields(work_id=work_id))
+                    continue
                 # the hold ended (the item is stopping, its lease was lost or taken over): nothing to create
                 logger.info("a pending work item is no longer held", extra=self.fields(work_id=work_id))
                 self.pending.pop(work_id, None)

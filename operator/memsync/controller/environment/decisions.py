@@ -21,7 +21,9 @@ from memsync.api.secret import NO_SESSIONS_TOKEN
 from memsync.contracts import runner
 from memsync.contracts.stores import StoreEntry, encode_stores
 from memsync.controller.conditions import Cond, merge_conditions
+from memsync.controller.environment import starts
 from memsync.controller.objects import meta_of
+from memsync.controller.sessionmemory.phases import NODE_LOST
 from memsync.controller.sessionmemory.pod import METRICS_PORT
 from memsync.crd import agentenv as a
 from memsync.crd.models import (
@@ -49,6 +51,9 @@ RETRY_AFTER_MAX_S: Final = 600.0
 NAME_MAX: Final = 63
 _HASH_LEN: Final = 8
 REASON_UNAVAILABLE: Final = "EnvironmentUnavailable"
+#: What an interruption (a drain, an eviction, a lost node) does to an environment's session.
+ON_INTERRUPTION: Final = "Fail"
+
 
 #: What the operator logs (and records as the last error) when it fails a work item whose session has
 #: memory stores but which carried no secret: the SDK workers' documented wording, so one grep finds both.
@@ -118,7 +123,11 @@ def secret_name(session_id: str) -> str:
     return object_name(session_id) + "-work"
 
 
-def capacity(max_concurrent: int, active: int) -> int:
+def capacity(max_concurrent: int, active: int, smems: Sequence[Mapping[str, Any]] = ()) -> int:
+    """How many more items may be claimed: none while one of the environment's sessions waits for a quota
+    or a LimitRange (a new item would only wait in the same full quota)."""
+    if starts.waits_for_quota(smems):
+        return 0
     return max(0, max_concurrent - active)
 
 
@@ -277,7 +286,12 @@ def session_memory_manifest(
         "stores": [dict(s) for s in stores],
         "sync": spec.sync.model_dump(by_alias=True, exclude_none=True),
         "template": template,
+        # The work queue is how an environment's session runs again: its runner stops the item when its Pod
+        # ends (evicted too), and the session's next message queues a new item, served by a new Pod.
+        "onInterruption": ON_INTERRUPTION,
     }
+    if spec.start_deadline_seconds is not None:
+        body["startDeadlineSeconds"] = spec.start_deadline_seconds
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -303,11 +317,13 @@ def on_existing(existing: Mapping[str, Any], item: WorkItem, *, adopted: bool = 
     it has not finished (wait: a re-delivered item's Pod may still run, or an earlier item's Pod is ending);
     ``replace`` it once it finished serving an earlier item of the session (a dormant session woke up), or
     finished after this process adopted it for this very item (the old Pod lost the lease when the item was
-    re-delivered: a new Pod serves the item to its end); ``done`` when it had already finished serving this
-    very item when the item came back (stop the item: it ran)."""
-    if is_active(existing) or meta_of(existing).deletion_timestamp is not None:
+    re-delivered: a new Pod serves the item to its end), or ended because its node was lost (its Pod never
+    ended: the item came back for another Pod); ``done`` when it had already finished serving this very item
+    when the item came back (stop the item: it ran)."""
+    lost = phase_of(existing) in TERMINAL_PHASES and starts.ready_reason(existing) == NODE_LOST
+    if not lost and (is_active(existing) or meta_of(existing).deletion_timestamp is not None):
         return "adopt"
-    if work_id_of(existing) != item.id or adopted:
+    if work_id_of(existing) != item.id or adopted or lost:
         return "replace"
     return "done"
 
@@ -446,6 +462,8 @@ def _parse(stamp: Any) -> datetime | None:
 def worth_writing(previous: Mapping[str, Any], new: Mapping[str, Any], poll_time_every_s: float) -> bool:
     """Whether ``new`` differs from ``previous`` in more than a ``lastPollTime`` moved by less than
     ``poll_time_every_s`` (a pass polls about once a second; the status need not say so each time)."""
+    # The held heartbeats are the holder's own record (written by it, never by the pass).
+    previous = {k: v for k, v in previous.items() if k != a.STATUS_HELD_HEARTBEATS}
     if new == previous:
         return False
     if {k: v for k, v in new.items() if k != "lastPollTime"} != {
@@ -454,3 +472,19 @@ def worth_writing(previous: Mapping[str, Any], new: Mapping[str, Any], poll_time
         return True
     before, after = _parse(previous.get("lastPollTime")), _parse(new.get("lastPollTime"))
     return before is None or after is None or (after - before).total_seconds() >= poll_time_every_s
+
+
+def holds_to_resume(
+    env: Mapping[str, Any], smems: Sequence[Mapping[str, Any]], held: set[str]
+) -> list[tuple[str, str, str]]:
+    """(work id, session id, heartbeat value) of the items an earlier holder (the old leader) recorded in the
+    environment's status whose SessionMemory is still active and which this process does not hold."""
+    recorded = (env.get("status") or {}).get(a.STATUS_HELD_HEARTBEATS) or {}
+    out = []
+    for smem in smems:
+        work_id = work_id_of(smem)
+        session_id = (smem.get("spec") or {}).get("sessionId")
+        value = recorded.get(work_id) if isinstance(recorded, Mapping) and work_id else None
+        if work_id and work_id not in held and isinstance(session_id, str) and is_active(smem) and value:
+            out.append((work_id, session_id, str(value)))
+    return out

@@ -22,17 +22,21 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from memsync.controller.conditions import format_time
+from memsync.api.secret import WorkSecretError, decode_work_secret
+from memsync.contracts import runner
+from memsync.controller.conditions import format_time, now_utc
 from memsync.controller.environment import decisions as d
+from memsync.controller.environment import starts
 from memsync.controller.environment.claims import Claims
-from memsync.controller.environment.holder import LeaseHolder
+from memsync.controller.environment.holder import Hold, LeaseHolder
 from memsync.controller.environment.objects import EnvironmentObjects
 from memsync.controller.environment.queue import QueueError, WorkQueue
 from memsync.controller.kube import KubeApiError
 from memsync.controller.objects import meta_of
+from memsync.controller.settings import DEFAULT_START_DEADLINE
 from memsync.crd.agentenv import AgentEnvironmentSpec, validate_environment_spec
 from memsync.crd.spec_messages import InvalidSpecError
 
@@ -42,10 +46,6 @@ QueueFactory = Callable[[str, str, str, str], WorkQueue]
 RECHECK_S = 5.0
 AT_CAPACITY_WAIT_S = 2.0
 STATUS_POLL_TIME_EVERY_S = 30.0  # lastPollTime alone is refreshed at most this often
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class EnvironmentLoop:
@@ -58,9 +58,10 @@ class EnvironmentLoop:
         name: str,
         *,
         queue_factory: QueueFactory = WorkQueue,
-        clock: Callable[[], datetime] = _now,
+        clock: Callable[[], datetime] = now_utc,
         jitter: Callable[[], float] = random.random,
         host: str | None = None,
+        start_deadline: float = DEFAULT_START_DEADLINE,
     ) -> None:
         self.objects = objects
         self.namespace = namespace
@@ -78,8 +79,11 @@ class EnvironmentLoop:
             set()
         )  # work items of finished SessionMemories, stopped by this process
         self.unavailable: tuple[int | None, str] | None = None  # (generation, why) of a final poll refusal
-        self.holder = LeaseHolder(self._log)
-        self.claims = Claims(objects, namespace, self.holder, self.tally, self._log, jitter)
+        self.holder = LeaseHolder(self._log, record=self._record_held)
+        self.claims = Claims(
+            objects, namespace, self.holder, self.tally, self._log, jitter, start_deadline=start_deadline
+        )
+        self.resumed = False  # the holds an earlier leader left were looked for
 
     def _log(self, **fields: Any) -> dict[str, Any]:
         return {"namespace": self.namespace, "agentenvironment": self.name, **fields}
@@ -125,6 +129,8 @@ class EnvironmentLoop:
         ref = spec.environment_key_secret_ref
         key = await self.objects.secret_value(self.namespace, ref.name, ref.key)
         smems = await self.objects.owned_session_memories(self.namespace, self.name)
+        if key is not None and not self.resumed:
+            await self._resume_holds(env, smems, await self._queue_for(spec, key))
         if key is not None:
             await self._stop_finished(smems, await self._queue_for(spec, key))
         await self._retire(smems, spec)
@@ -151,7 +157,7 @@ class EnvironmentLoop:
             await self._write_status(env, _with(seen, unavailable=self.unavailable[1]))
             return RECHECK_S * 6
         self.unavailable = None
-        if d.capacity(spec.max_concurrent_sessions, active) == 0:
+        if d.capacity(spec.max_concurrent_sessions, active, smems) == 0:
             await self._write_status(env, seen)
             return AT_CAPACITY_WAIT_S
         started = time.monotonic()
@@ -227,6 +233,34 @@ class EnvironmentLoop:
                 )
                 continue
             self.stopped_items.add(work_id)
+
+    async def _resume_holds(
+        self, env: Mapping[str, Any], smems: list[dict[str, Any]], queue: WorkQueue
+    ) -> None:
+        """Once, at the start: hold again the items an earlier leader of the operator held (the status
+        records the value), so their lease never lapses while their runner is not there yet."""
+        for work_id, session_id, value in d.holds_to_resume(env, smems, self.holder.held()):
+            token = await self.objects.secret_value(
+                self.namespace, d.secret_name(session_id), runner.SECRET_KEY
+            )
+            try:
+                sessions_token = decode_work_secret(token or "").sessions_token
+            except WorkSecretError as exc:
+                logger.warning(
+                    "cannot resume a held work item", extra=self._log(work_id=work_id, error=str(exc))
+                )
+                continue
+            logger.info(
+                "resuming the hold of a work item an earlier leader held", extra=self._log(work_id=work_id)
+            )
+            smem = next((s for s in smems if meta_of(s).name == d.object_name(session_id)), None)
+            deadline = starts.resumed_hold_deadline(smem, self.claims.start_deadline, self.clock())
+            hold = Hold(work_id, session_id, sessions_token, None, resume_from=value, deadline_s=deadline)
+            self.holder.hold(queue, hold)
+        self.resumed = True
+
+    async def _record_held(self, hold: Hold, value: str | None) -> None:
+        await self.objects.record_heartbeat(self.namespace, self.name, hold.work_id, value)
 
     async def _retire(self, smems: list[dict[str, Any]], spec: AgentEnvironmentSpec) -> None:
         for smem in d.expired(list(smems), self.clock(), spec.finished_retention_seconds, self.stopped_items):

@@ -41,6 +41,11 @@ class EnvironmentObjects(Protocol):
 
     async def owned_session_memories(self, namespace: str, environment: str) -> list[dict[str, Any]]: ...
 
+    async def record_heartbeat(self, namespace: str, name: str, work_id: str, value: str | None) -> None:
+        """Record (None: clear) the heartbeat value a work item's lease is held with, in the
+        AgentEnvironment's status (``STATUS_HELD_HEARTBEATS``)."""
+        ...
+
     async def get_session_memory(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
     async def create(self, namespace: str, body: Mapping[str, Any]) -> bool:
@@ -92,6 +97,14 @@ class KubeObjects:
         )
         items = listing.get("items")
         return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+    async def record_heartbeat(self, namespace: str, name: str, work_id: str, value: str | None) -> None:
+        path = custom_path(a.VERSION, a.PLURAL, namespace, name) + "/status"
+        body = {"status": {a.STATUS_HELD_HEARTBEATS: {work_id: value}}}
+        try:
+            await self.kube._call("PATCH", path, body=body, content_type=MERGE_PATCH)
+        except KubeNotFound:
+            pass  # the AgentEnvironment is gone: nothing to hold for
 
     async def get_session_memory(self, namespace: str, name: str) -> dict[str, Any] | None:
         return await self.kube.get_session_memory(namespace, name)

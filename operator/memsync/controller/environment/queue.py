@@ -10,7 +10,7 @@ only its bearer credential: an ``X-Api-Key`` or ``Authorization`` in ``ANTHROPIC
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import anthropic
@@ -50,12 +50,24 @@ class QueueError(Exception):
         return self.status is not None and 400 <= self.status < 500 and self.status not in (408, 409, 429)
 
 
-def _client(base_url: str, credential: str) -> anthropic.AsyncAnthropic:
+#: Called before every request to the queue with what it is; it raises to stop it (the leadership fence).
+Guard = Callable[[str], None]
+
+
+def _client(base_url: str, credential: str, guard: Guard | None = None) -> anthropic.AsyncAnthropic:
+    hooks: dict[str, list[Callable[[httpx.Request], Awaitable[None]]]] = {}
+    if guard is not None:
+
+        async def before(request: httpx.Request) -> None:
+            guard(f"{request.method} {request.url.path}")
+
+        hooks["request"] = [before]
     client = anthropic.AsyncAnthropic(
         base_url=base_url,
         auth_token=credential,
         max_retries=0,
         timeout=REQUEST_TIMEOUT_S,
+        http_client=anthropic.DefaultAsyncHttpxClient(event_hooks=hooks) if hooks else None,
     )
     # only the bearer credential, even when ANTHROPIC_API_KEY or credential custom headers are set
     keep_only_bearer_auth(client)
@@ -95,11 +107,20 @@ def _error(exc: Exception, what: str) -> QueueError:
 class WorkQueue:
     """One environment's queue, authenticated with its environment key."""
 
-    def __init__(self, base_url: str, environment_id: str, environment_key: str, worker_id: str) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        environment_id: str,
+        environment_key: str,
+        worker_id: str,
+        *,
+        guard: Guard | None = None,
+    ) -> None:
         self.base_url = base_url
         self.environment_id = environment_id
         self.worker_id = worker_id
-        self._client = _client(base_url, environment_key)
+        self.guard = guard
+        self._client = _client(base_url, environment_key, guard)
         self._key = environment_key
 
     def uses_key(self, key: str) -> bool:
@@ -141,7 +162,7 @@ class WorkQueue:
     def item_client(self, sessions_token: str | None) -> anthropic.AsyncAnthropic:
         """A client for one held item's heartbeats: its sessions token (the environment key when there is
         none); the caller closes it."""
-        return _client(self.base_url, sessions_token or self._key)
+        return _client(self.base_url, sessions_token or self._key, self.guard)
 
     async def heartbeat(
         self, client: anthropic.AsyncAnthropic, work_id: str, expected: str
@@ -158,7 +179,9 @@ class WorkQueue:
 
     async def session(self, session_id: str, sessions_token: str | None) -> dict[str, Any]:
         """``GET /v1/sessions/{id}`` with the sessions token (the environment key when there is none)."""
-        client = self._client if sessions_token is None else _client(self.base_url, sessions_token)
+        client = (
+            self._client if sessions_token is None else _client(self.base_url, sessions_token, self.guard)
+        )
         try:
             data = (await client.beta.sessions.retrieve(session_id)).model_dump(mode="json")
         except Exception as exc:

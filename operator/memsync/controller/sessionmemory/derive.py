@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, cast
 
 from pydantic.alias_generators import to_camel
@@ -57,10 +57,12 @@ from memsync.controller.sessionmemory.phases import (
     FLUSH_NOT_REPORTED,
     FLUSHED,
     IN_SYNC,
+    NODE_LOST,
     OPERATOR_VERDICTS,
     POD_LOST,
     RANK,
     READY,
+    SPEC_APPLIED,
     STATUS_UNAVAILABLE,
     STORES_MOUNTED,
     SYNC_FAILING,
@@ -68,6 +70,7 @@ from memsync.controller.sessionmemory.phases import (
     TERMINAL_PHASES,
     is_refusal,
 )
+from memsync.controller.sessionmemory.pod import attempt_of_pod
 from memsync.controller.sessionmemory.podview import pod_view
 from memsync.crd.status_types import SessionMemoryStatus, StoreStatus
 
@@ -134,7 +137,7 @@ def counts_of(entry: Mapping[str, Any]) -> StoreCounts:
     return StoreCounts(**{name: entry[key] for key, name in _STORE_COUNT_KEYS if key in entry})
 
 
-def _assemble(
+def assemble(
     previous: Mapping[str, Any],
     outcome: Outcome,
     *,
@@ -164,16 +167,15 @@ def _assemble(
     # the "Stores" column of kubectl get (printer columns cannot count); without spec.stores, the stores the
     # Pod reported (resolved from the session at mount)
     status["storeCount"] = len(stores) or len(status["stores"])
-    if outcome.synced is not None:
-        status["conditions"] = merge_conditions(
-            status["conditions"], [outcome.synced], generation=generation, now=now
-        )
-        status["conditions"].sort(key=_condition_order)
+    extra = [c for c in (outcome.synced, outcome.scheduled) if c is not None]
+    if extra:
+        status["conditions"] = merge_conditions(status["conditions"], extra, generation=generation, now=now)
+        status["conditions"].sort(key=condition_order)
     _advance_last_sync(status, outcome.last_sync)
     return status
 
 
-def _condition_order(entry: Mapping[str, Any]) -> int:
+def condition_order(entry: Mapping[str, Any]) -> int:
     kind = entry.get("type")
     return CONDITION_TYPES.index(kind) if kind in CONDITION_TYPES else len(CONDITION_TYPES)
 
@@ -237,7 +239,7 @@ def health_status(
     conditions = merge_conditions(
         previous.get("conditions"), [synced_condition(health, error)], generation=generation, now=now
     )
-    status["conditions"] = sorted(conditions, key=_condition_order)
+    status["conditions"] = sorted(conditions, key=condition_order)
     if health is None:
         return status
     successes = [h.last_success for h in health.stores.values()]
@@ -268,21 +270,29 @@ def derive_status(
       that arrives late, but never reopen the session. An outcome the operator decided
       (``OPERATOR_VERDICTS``) is not replaced at all.
     - A refusal (Failed before any Pod) is replaced by what the Pod says.
+    - A lost node's verdict (``NodeLost``) is replaced only by an end the Pod reports with its final flush
+      (the node came back), not by the Pod's disappearance.
+    - A Pod of an earlier attempt (the session was restarted since) changes nothing.
     """
     prev: Mapping[str, Any] = previous or {}
+    restarts = prev.get("restarts")
+    if isinstance(restarts, int) and attempt_of_pod(pod) < restarts:
+        return cast(Status, dict(prev))
     outcome = pod_outcome(pod, pod_gone=pod_gone)
     pod_name = pod_view(pod).name or (prev.get("podName") if isinstance(prev.get("podName"), str) else None)
     prev_phase = prev.get("phase")
     if prev_phase in TERMINAL_PHASES and not is_refusal(prev) and prev.get("podName") == pod_name:
+        verdict = (condition(prev, READY) or {}).get("reason")
         if (
             outcome.phase not in TERMINAL_PHASES
-            or (condition(prev, READY) or {}).get("reason") in OPERATOR_VERDICTS
+            or verdict in OPERATOR_VERDICTS
+            or (verdict == NODE_LOST and outcome.flush_report is None)
         ):
             return cast(Status, dict(prev))
     elif prev_phase in RANK and outcome.phase in RANK and RANK[outcome.phase] < RANK[str(prev_phase)]:
         # Keep the phase that was reached; the conditions still say what is true now.
         outcome = dataclasses.replace(outcome, phase=str(prev_phase))
-    return _assemble(prev, outcome, pod_name=pod_name, stores=stores, generation=generation, now=now)
+    return assemble(prev, outcome, pod_name=pod_name, stores=stores, generation=generation, now=now)
 
 
 def refusal_status(
@@ -303,7 +313,7 @@ def refusal_status(
         Cond(FLUSHED, "True", "NothingToFlush", "no sandbox Pod was started: nothing to flush"),
         message,
     )
-    return _assemble(prev, outcome, pod_name=None, stores=stores, generation=generation, now=now)
+    return assemble(prev, outcome, pod_name=None, stores=stores, generation=generation, now=now)
 
 
 def lost_pod_status(
@@ -349,7 +359,7 @@ def lost_pod_status(
     if flushed.status != "True":
         text = f"{text}; {flushed.message}"
     outcome = Outcome(FAILED, Cond(READY, "False", reason, text), mounted, flushed, text)
-    return _assemble(prev, outcome, pod_name=pod_name, stores=stores, generation=generation, now=now)
+    return assemble(prev, outcome, pod_name=pod_name, stores=stores, generation=generation, now=now)
 
 
 def with_generation(previous: Mapping[str, Any] | None, generation: int | None) -> Status:
@@ -369,6 +379,20 @@ def with_generation(previous: Mapping[str, Any] | None, generation: int | None) 
     return status
 
 
+def with_spec_applied(
+    previous: Mapping[str, Any], applied: bool, message: str, generation: int | None, now: datetime
+) -> Status:
+    """The status with the ``SpecApplied`` condition: whether the running Pod was built from the spec."""
+    status = with_generation(previous, generation)
+    reason = "SpecApplied" if applied else "SpecChangeNotApplied"
+    cond = Cond(SPEC_APPLIED, "True" if applied else "False", reason, message)
+    status["conditions"] = sorted(
+        merge_conditions(status.get("conditions"), [cond], generation=generation, now=now),
+        key=condition_order,
+    )
+    return status
+
+
 def status_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, Any]:
     """A JSON merge patch turning ``old`` into ``new`` at the top level (dropped keys become None)."""
     old = old or {}
@@ -377,8 +401,3 @@ def status_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dic
         if key not in new and key != "kopf":
             patch[key] = None
     return patch
-
-
-def now_utc() -> datetime:
-    """The one impure helper: handlers pass its value into the functions above."""
-    return datetime.now(tz=UTC)

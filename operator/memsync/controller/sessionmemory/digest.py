@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from memsync.controller.sessionmemory.phases import DISRUPTION_TARGET
-from memsync.controller.sessionmemory.pod import SYNC_CONTAINER
-from memsync.crd.models import SessionMemorySpec, validate_spec
+from memsync.controller.sessionmemory.phases import DISRUPTION_TARGET, POD_SCHEDULED
+from memsync.controller.sessionmemory.pod import ANNOTATION_SPEC_HASH, SYNC_CONTAINER
+from memsync.crd.models import LABEL_ATTEMPT, SessionMemorySpec, validate_spec
 from memsync.crd.spec_messages import InvalidSpecError, plain
 
 #: memoryStoreId -> effective mount path (None when the spec is invalid), in the spec's order.
@@ -40,7 +40,12 @@ _POD_META: Final = (
     "deletionTimestamp",
     "deletionGracePeriodSeconds",
 )
+#: Of a SessionMemory's spec, what the operator reads while the session runs (besides the sidecar's start).
+_OBJECT_SPEC: Final = ("startDeadlineSeconds", "onInterruption")
 _POD_STATUS: Final = ("phase", "reason", "message", "podIP")
+#: Pod conditions that change the outcome or are mirrored: a disruption (eviction, preemption, node
+#: shutdown) and the scheduler's verdict.
+_POD_CONDITIONS: Final = (DISRUPTION_TARGET, POD_SCHEDULED)
 _CONTAINER_STATUS: Final = ("name", "ready", "started", "state")
 _CONDITION: Final = ("type", "status", "reason", "message")
 
@@ -52,23 +57,29 @@ def _pick(source: Any, keys: tuple[str, ...]) -> dict[str, Any]:
 
 def object_digest(obj: Mapping[str, Any]) -> dict[str, Any]:
     """A SessionMemory as a status write and the re-check need it: kind, identity, generation,
-    resourceVersion, status, and of the spec only the sidecar's start time."""
+    resourceVersion, status, and of the spec only the sidecar's start time, the start deadline and what an
+    interruption does."""
     out = _pick(obj, ("apiVersion", "kind"))
     out["metadata"] = _pick(obj.get("metadata"), _OBJECT_META)
     out.update(_pick(obj, ("status",)))
     spec = obj.get("spec")
-    sync = _pick(spec.get("sync") if isinstance(spec, Mapping) else None, ("sidecarStartSeconds",))
+    spec = spec if isinstance(spec, Mapping) else {}
+    kept = _pick(spec, _OBJECT_SPEC)
+    sync = _pick(spec.get("sync"), ("sidecarStartSeconds",))
     if sync:
-        out["spec"] = {"sync": sync}
+        kept["sync"] = sync
+    if kept:
+        out["spec"] = kept
     return out
 
 
 def pod_digest(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """A Pod as the status, the health poll and the deletion read it (its spec only for its grace period
-    and the sync sidecar's ports; per container only name, readiness and state)."""
+    """A Pod as the status, the health poll and the deletion read it (its spec only for its grace period,
+    its node and the sync sidecar's ports; per container only name, readiness and state; its attempt and
+    the hash of the spec it was built from)."""
     spec = pod.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
-    out_spec = _pick(spec, ("terminationGracePeriodSeconds",))
+    out_spec = _pick(spec, ("terminationGracePeriodSeconds", "nodeName"))
     sync = [
         _pick(c, ("name", "ports"))
         for c in spec.get("initContainers") or []
@@ -82,16 +93,24 @@ def pod_digest(pod: Mapping[str, Any]) -> dict[str, Any]:
         for key in ("initContainerStatuses", "containerStatuses"):
             if isinstance(status.get(key), list | tuple):
                 out_status[key] = [_pick(c, _CONTAINER_STATUS) for c in status[key]]
-        # Of the conditions, only a disruption (eviction, preemption, node shutdown) changes the outcome.
         if isinstance(status.get("conditions"), list | tuple):
-            disruptions = [
+            kept = [
                 _pick(c, _CONDITION)
                 for c in status["conditions"]
-                if isinstance(c, Mapping) and c.get("type") == DISRUPTION_TARGET
+                if isinstance(c, Mapping) and c.get("type") in _POD_CONDITIONS
             ]
-            if disruptions:
-                out_status["conditions"] = disruptions
-    return {"metadata": _pick(pod.get("metadata"), _POD_META), "spec": out_spec, "status": out_status}
+            if kept:
+                out_status["conditions"] = kept
+    meta = pod.get("metadata")
+    out_meta = _pick(meta, _POD_META)
+    if isinstance(meta, Mapping):
+        labels = _pick(meta.get("labels"), (LABEL_ATTEMPT,))
+        annotations = _pick(meta.get("annotations"), (ANNOTATION_SPEC_HASH,))
+        if labels:
+            out_meta["labels"] = labels
+        if annotations:
+            out_meta["annotations"] = annotations
+    return {"metadata": out_meta, "spec": out_spec, "status": out_status}
 
 
 def paths_of(spec: SessionMemorySpec | None, raw_spec: Mapping[str, Any]) -> StorePaths:

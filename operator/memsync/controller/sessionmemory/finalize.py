@@ -17,6 +17,7 @@ from typing import Any
 import kopf
 
 from memsync.controller.conditions import condition
+from memsync.controller.kube import KubeApiError, refusal_message
 from memsync.controller.objects import ObjectRef, meta_of
 from memsync.controller.sessionmemory import phases as ph
 from memsync.controller.sessionmemory.ownership import owner_uid
@@ -51,11 +52,16 @@ async def finalize(state: SessionMemories, body: Mapping[str, Any], elapsed: flo
     status: Mapping[str, Any] = current.get("status") or {}
     pod_name = str(status.get("podName") or pod_name_for(name))
 
-    pod = await state.kube.get_pod(namespace, pod_name)
-    if pod is not None and owner_uid(pod) == uid:
-        await _end_pod(state, body, pod, elapsed)
-    elif status.get("podName") and not ph.is_refusal(status):
-        await _settle_gone_pod(state, body, status, pod_name)
+    try:
+        pod = await state.kube.get_pod(namespace, pod_name)
+        if pod is not None and owner_uid(pod) == uid:
+            await _end_pod(state, body, pod, elapsed)
+        elif status.get("podName") and not ph.is_refusal(status):
+            await _settle_gone_pod(state, body, status, pod_name)
+    except KubeApiError as exc:
+        if exc.status != 403:
+            raise
+        await _release_without_access(state, body, status, pod_name, exc)
     logger.info("SessionMemory released", extra={"namespace": namespace, "sessionmemory": name})
     state.forget(namespace, name)
 
@@ -104,6 +110,38 @@ async def _end_pod(
         reason=ph.DELETION_TIMED_OUT,
         why=f"the deletion gave up waiting for sandbox Pod {pod_name} after {bound:.0f}s",
     )
+
+
+async def _release_without_access(
+    state: SessionMemories,
+    body: Mapping[str, Any],
+    status: Mapping[str, Any],
+    pod_name: str,
+    exc: KubeApiError,
+) -> None:
+    """The API forbids the operator the namespace's Pods (namespaced RBAC, and the namespace is being
+    deleted: its RoleBinding went first). The Pod ends with the namespace, with its grace period, so its
+    final flush runs; the operator cannot see it end, so it records that and releases the SessionMemory
+    rather than hold the namespace's deletion for ever."""
+    meta = meta_of(body)
+    namespace, name, uid = str(meta.namespace), str(meta.name), str(meta.uid)
+    why = (
+        f"the operator may no longer read sandbox Pod {pod_name} ({refusal_message(exc)}): its grants in "
+        f"namespace {namespace} are gone (is the namespace being deleted?); the Pod ends with its grace "
+        "period and its final flush runs, unconfirmed"
+    )
+    logger.warning(
+        "releasing a SessionMemory whose Pod the operator may no longer see",
+        extra={"namespace": namespace, "sessionmemory": name, "pod": pod_name, "error": str(exc)},
+    )
+    if status.get("phase") in ph.TERMINAL_PHASES or not status.get("podName"):
+        return
+    try:
+        await record_lost_pod(
+            state, ObjectRef(namespace, name, uid), pod_name, reason=ph.NAMESPACE_ACCESS_LOST, why=why
+        )
+    except KubeApiError as write_error:  # no grant on the status either: the release still goes on
+        logger.warning("cannot record the release", extra={"namespace": namespace, "error": str(write_error)})
 
 
 async def _settle_gone_pod(

@@ -36,12 +36,14 @@ from memsync.controller.sessionmemory.phases import (
     RUNNING,
     SANDBOX_FAILED,
     SANDBOX_KILLED,
+    SCHEDULED,
     SESSION_SUCCEEDED,
     STORES_MOUNTED,
     SUCCEEDED,
     SYNCED,
 )
 from memsync.controller.sessionmemory.podview import PodView, pod_view, waiting_reason
+from memsync.crd.status_types import ConditionStatus
 
 #: The agent's report in a termination message (``memsync.contracts.report``), parsed leniently there.
 parse_termination_message = parse_report
@@ -60,6 +62,7 @@ class Outcome:
     flush_report: FlushReport | None = None
     last_sync: str | None = None  # when the Pod last reported a sync (mount or final flush), RFC 3339
     synced: Cond | None = None  # the final word on sync health, once the session has ended
+    scheduled: Cond | None = None  # the Pod's PodScheduled condition, mirrored
 
 
 def plural(n: int, word: str, words: str | None = None) -> str:
@@ -277,10 +280,32 @@ def sidecar_start_overdue(pod: Mapping[str, Any], now: datetime, timeout_s: floa
     )
 
 
+def scheduled_condition(view: PodView) -> Cond | None:
+    """The ``Scheduled`` condition: the Pod's ``PodScheduled`` (reason and the scheduler's message) while
+    it waits for a node, True with the node once bound; None before the scheduler said anything."""
+    found = view.scheduled
+    if found is None:
+        return None
+    if found.status == "True":
+        where = f" on node {view.node}" if view.node else ""
+        return Cond(SCHEDULED, "True", "Scheduled", f"the sandbox Pod {view.name} was scheduled{where}")
+    status: ConditionStatus = "False" if found.status == "False" else "Unknown"
+    reason = found.reason or "NotScheduled"
+    return Cond(SCHEDULED, status, reason, found.message or f"the sandbox Pod {view.name} has no node yet")
+
+
+def unscheduled(view: PodView) -> str | None:
+    """Why the Pod waits for a node ("<reason>: <the scheduler's message>"), or None once it has one."""
+    found = view.scheduled
+    if found is None or found.status == "True" or view.node:
+        return None
+    return ": ".join(part for part in (found.reason or "NotScheduled", found.message) if part)
+
+
 def pod_outcome(pod: Mapping[str, Any], *, pod_gone: bool = False) -> Outcome:
     """What a Pod's statuses mean for the session, without regard to the previous status."""
     view = pod_view(pod)
-    outcome = _pod_outcome(view, pod_gone=pod_gone)
+    outcome = dataclasses.replace(_pod_outcome(view, pod_gone=pod_gone), scheduled=scheduled_condition(view))
     if outcome.flush_report is not None and view.sync.finished_at:
         return dataclasses.replace(outcome, last_sync=view.sync.finished_at)
     if outcome.mounted.status == "True" and view.mount.finished_at:
@@ -332,5 +357,9 @@ def _pod_outcome(view: PodView, *, pod_gone: bool) -> Outcome:
             if stuck:
                 text = "; ".join(stuck)
         return Outcome(MOUNTING, Cond(READY, "False", "Mounting", text), mounted, not_yet, text, mount_report)
+    waiting_node = unscheduled(view)
+    if waiting_node is not None:
+        text = f"the sandbox Pod {view.name} waits for a node: {waiting_node}"
+        return Outcome(PENDING, Cond(READY, "False", "PodUnschedulable", text), mounted, not_yet, text)
     text = f"the sandbox Pod {view.name} is pending: {mounted.message}"
     return Outcome(PENDING, Cond(READY, "False", "PodPending", text), mounted, not_yet, text)

@@ -13,6 +13,8 @@ from memsync.controller.conditions import condition
 from memsync.crd.models import (
     CONDITION_FLUSHED,
     CONDITION_READY,
+    CONDITION_SCHEDULED,
+    CONDITION_SPEC_APPLIED,
     CONDITION_STORES_MOUNTED,
     CONDITION_SYNCED,
     Phase,
@@ -31,7 +33,9 @@ READY: Final = CONDITION_READY
 STORES_MOUNTED: Final = CONDITION_STORES_MOUNTED
 FLUSHED: Final = CONDITION_FLUSHED
 SYNCED: Final = CONDITION_SYNCED
-CONDITION_TYPES: Final = (READY, STORES_MOUNTED, FLUSHED, SYNCED)
+SCHEDULED: Final = CONDITION_SCHEDULED
+SPEC_APPLIED: Final = CONDITION_SPEC_APPLIED
+CONDITION_TYPES: Final = (READY, STORES_MOUNTED, FLUSHED, SYNCED, SCHEDULED, SPEC_APPLIED)
 
 # Reasons of the refusals that happen before any Pod exists. They are re-evaluated (the user may fix the
 # spec, create the Secret, or delete the older duplicate); every other Failed is final.
@@ -70,6 +74,8 @@ INTERRUPTED: Final = "Interrupted"
 DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 #: The Pod condition the API server and the kubelet set on a Pod they are about to end for a disruption.
 DISRUPTION_TARGET: Final = "DisruptionTarget"
+#: The Pod condition the scheduler sets (False with reason Unschedulable while no node fits).
+POD_SCHEDULED: Final = "PodScheduled"
 #: The Pod reason of every kubelet eviction (local-storage evictions set it without a DisruptionTarget).
 EVICTED: Final = "Evicted"
 POD_FAILED: Final = "PodFailed"
@@ -78,8 +84,27 @@ DELETION_TIMED_OUT: Final = "DeletionTimedOut"
 #: memsync-sync had not started (its startupProbe never passed) within the sidecar start time after the
 #: mount: the operator failed the session and deleted its Pod (the sandbox never ran).
 SIDECAR_NOT_STARTED: Final = "SidecarNotStarted"
+#: The sandbox container was not running ``startDeadlineSeconds`` after the SessionMemory was created: the
+#: operator failed the session (naming the last reason it waited for) and deleted its Pod.
+START_TIMEOUT: Final = "StartTimeout"
+#: The Pod's node stopped answering (NotReady or Unknown past the operator's grace), is gone, or is tainted
+#: out-of-service: the Pod cannot end there, so no final flush will be reported. A flush report the Pod sends
+#: after all (the node came back) replaces this verdict.
+NODE_LOST: Final = "NodeLost"
+#: The operator lost its grants on the namespace's Pods while the SessionMemory was being deleted (namespaced
+#: RBAC, and the namespace is being deleted): it released the object without seeing the Pod's end.
+NAMESPACE_ACCESS_LOST: Final = "NamespaceAccessLost"
 #: Outcomes the operator itself decided; what the Pod reports afterwards (its deletion) does not replace them.
-OPERATOR_VERDICTS: Final = frozenset({SIDECAR_NOT_STARTED})
+OPERATOR_VERDICTS: Final = frozenset({SIDECAR_NOT_STARTED, START_TIMEOUT})
+
+# Reasons of a session that waits without a Pod of its own (phase Pending; re-checked with a backoff until
+# the start deadline): the API refused the Pod for a ResourceQuota or a LimitRange (the message is the
+# API's), a Pod of an earlier SessionMemory of the same name still holds the name, or a restart after an
+# interruption waits for the old Pod to be gone.
+QUOTA_EXCEEDED: Final = "QuotaExceeded"
+PREVIOUS_POD_TERMINATING: Final = "PreviousPodTerminating"
+RESTARTING: Final = "Restarting"
+WAITING_REASONS: Final = frozenset({QUOTA_EXCEEDED, PREVIOUS_POD_TERMINATING, RESTARTING})
 FLUSH_INCOMPLETE: Final = "FlushIncomplete"
 FLUSH_NOT_REPORTED: Final = "FlushNotReported"
 SESSION_SUCCEEDED: Final = "SessionSucceeded"
@@ -91,7 +116,23 @@ FIRST_SYNC_PENDING: Final = "FirstSyncPending"
 STATUS_UNAVAILABLE: Final = "StatusUnavailable"
 
 
+def ready_reason(status: Mapping[str, Any]) -> str | None:
+    reason = (condition(status, READY) or {}).get("reason")
+    return reason if isinstance(reason, str) else None
+
+
+def is_waiting(status: Mapping[str, Any]) -> bool:
+    """True when the session is Pending without a Pod of its own, waiting (``WAITING_REASONS``)."""
+    return status.get("phase") == PENDING and ready_reason(status) in WAITING_REASONS
+
+
 def is_refusal(status: Mapping[str, Any]) -> bool:
     """True when the status is a Failed refusal that happened before any Pod was created."""
     ready = condition(status, READY)
     return status.get("phase") == FAILED and ready is not None and ready.get("reason") in REFUSAL_REASONS
+
+
+def holds_finalizer(status: Mapping[str, Any]) -> bool:
+    """Whether memsync's finalizer stays on the SessionMemory: until its outcome (the final flush's too) is
+    recorded. A refusal keeps it (it is re-checked and may still start a Pod)."""
+    return status.get("phase") not in TERMINAL_PHASES or is_refusal(status)

@@ -38,10 +38,13 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
+from kubernetes.utils.quantity import parse_quantity
 from pydantic.alias_generators import to_snake
 
 from memsync.api.constants import MOUNT_ROOT
@@ -53,9 +56,11 @@ from memsync.crd.guards import ALLOWED_ADDED_CAPABILITIES, SANDBOX_CONTAINER_NAM
 from memsync.crd.models import (
     API_VERSION,
     DEFAULT_CONTAINER_ANNOTATION,
+    GROUP,
     KIND,
     LABEL_APP_COMPONENT,
     LABEL_APP_NAME,
+    LABEL_ATTEMPT,
     LABEL_MANAGED_BY,
     LABEL_SESSION_ID,
     LABEL_SESSIONMEMORY,
@@ -87,10 +92,17 @@ DNS_LABEL_MAX: Final = 63
 _HASH_LEN: Final = 8
 
 #: The stores' folder's emptyDir ``sizeLimit`` unless the SessionMemory or the operator sets one: 8 stores
-#: of 2,000 memories of a few kB fit many times over. memsync-sync requests as much ephemeral storage, so the
-#: Pod's own memory never counts as usage above its request when the kubelet ranks Pods to evict.
+#: of 2,000 memories of a few kB fit many times over. The memsync containers request as much ephemeral
+#: storage (unless the operator sets another request), so the Pod's own memory never counts as usage above
+#: its request when the kubelet ranks Pods to evict.
 DEFAULT_MEMORY_VOLUME_SIZE_LIMIT: Final = "1Gi"
+#: The memsync containers' ephemeral-storage limit unless the operator sets one (never below the request).
+#: A limit is set so that a LimitRange's default limit (lower than the request) is never applied to them,
+#: and a ``limits.ephemeral-storage`` quota finds one.
+DEFAULT_EPHEMERAL_STORAGE_LIMIT: Final = "2Gi"
 EPHEMERAL_STORAGE: Final = "ephemeral-storage"
+#: The Pod annotation of a hash of the spec the Pod was built from (``spec_hash``).
+ANNOTATION_SPEC_HASH: Final = f"{GROUP}/spec-hash"
 
 MEMSYNC_RESOURCES: Final[dict[str, dict[str, str]]] = {
     "requests": {"cpu": "50m", "memory": "128Mi"},
@@ -104,21 +116,67 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:_HASH_LEN]
 
 
-def pod_name_for(smem_name: str) -> str:
-    """The sandbox Pod's name: ``<name>-sandbox``, a DNS label of at most 63 characters.
+def pod_name_for(smem_name: str, attempt: int = 0) -> str:
+    """The sandbox Pod's name: ``<name>-sandbox`` (``<name>-sandbox-<attempt>`` for a restart), a DNS label
+    of at most 63 characters.
 
     A SessionMemory name is a DNS subdomain (up to 253 characters, dots allowed). When it is already a short
     DNS label the Pod is simply ``<name>-sandbox``; otherwise dots become hyphens, the name is cut to fit and
     an 8-hex-digit hash of the full name is added, so two different names never share a Pod name.
     """
-    candidate = smem_name + POD_NAME_SUFFIX
+    suffix = POD_NAME_SUFFIX if attempt <= 0 else f"{POD_NAME_SUFFIX}-{attempt}"
+    candidate = smem_name + suffix
     if len(candidate) <= DNS_LABEL_MAX and _DNS_LABEL.match(candidate):
         return candidate
     base = re.sub(r"[^a-z0-9-]+", "-", smem_name.lower())
-    room = DNS_LABEL_MAX - len(POD_NAME_SUFFIX) - _HASH_LEN - 1
+    room = DNS_LABEL_MAX - len(suffix) - _HASH_LEN - 1
     base = base[:room].strip("-")
     prefix = f"{base}-" if base else ""
-    return f"{prefix}{_short_hash(smem_name)}{POD_NAME_SUFFIX}"
+    return f"{prefix}{_short_hash(smem_name)}{suffix}"
+
+
+def attempt_of_pod(pod: Mapping[str, Any]) -> int:
+    """The attempt a sandbox Pod serves (its ``LABEL_ATTEMPT``; 0 for a Pod without one)."""
+    meta = pod.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    value = labels.get(LABEL_ATTEMPT) if isinstance(labels, Mapping) else None
+    return int(value) if isinstance(value, str) and value.isdigit() else 0
+
+
+#: The spec fields a sandbox Pod is built from (the others are read by the operator while it runs).
+_POD_SPEC_FIELDS: Final = frozenset(
+    {"session_id", "work_item_secret_ref", "api_base_url", "stores", "sync", "template"}
+)
+
+
+def spec_hash(spec: SessionMemorySpec) -> str:
+    """A hash of the parts of a SessionMemory's spec a sandbox Pod is built from: a spec change the running
+    Pod cannot take changes it (and changing the spec back restores it)."""
+    parts = spec.model_dump(by_alias=True, exclude_none=True, include=set(_POD_SPEC_FIELDS))
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _bytes(quantity: str) -> int:
+    return int(parse_quantity(quantity))  # type: ignore[no-untyped-call]
+
+
+def with_ephemeral_storage(resources: Mapping[str, Any], request: str, limit: str) -> dict[str, Any]:
+    """``resources`` with an ephemeral-storage request and limit: the ones given there, else ``request``
+    and ``limit``; a limit is never below its request (a LimitRange's lower default limit would make the
+    Pod invalid, and a ``limits.ephemeral-storage`` quota refuses a container without one)."""
+    out: dict[str, Any] = copy.deepcopy(dict(resources))
+    requests: dict[str, Any] = dict(out.get("requests") or {})
+    limits: dict[str, Any] = dict(out.get("limits") or {})
+    given_request, given_limit = requests.get(EPHEMERAL_STORAGE), limits.get(EPHEMERAL_STORAGE)
+    if given_request is None:
+        given_request = request
+        if given_limit is not None and _bytes(str(given_limit)) < _bytes(request):
+            given_request = given_limit
+    if given_limit is None:
+        given_limit = limit if _bytes(limit) >= _bytes(str(given_request)) else given_request
+    requests[EPHEMERAL_STORAGE], limits[EPHEMERAL_STORAGE] = given_request, given_limit
+    out["requests"], out["limits"] = requests, limits
+    return out
 
 
 def owner_label_value(smem_name: str) -> str:
@@ -145,7 +203,7 @@ TEMPLATE_POD_FIELDS: Final = (
 _TEMPLATE_ATTRS: Final = {to_snake(f) for f in TEMPLATE_POD_FIELDS}
 
 
-def pod_labels(smem_name: str, spec: SessionMemorySpec) -> dict[str, str]:
+def pod_labels(smem_name: str, spec: SessionMemorySpec, attempt: int = 0) -> dict[str, str]:
     """Labels of the sandbox Pod: the template's, then the operator's (the model refuses a template that sets
     one of those); the controller watches Pods by ``app.kubernetes.io/managed-by=memsync``."""
     meta = spec.template.metadata
@@ -156,6 +214,7 @@ def pod_labels(smem_name: str, spec: SessionMemorySpec) -> dict[str, str]:
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_SESSION_ID: spec.session_id,
         LABEL_SESSIONMEMORY: owner_label_value(smem_name),
+        LABEL_ATTEMPT: str(attempt),
     }
 
 
@@ -301,6 +360,26 @@ def _memsync_container(
     }
 
 
+@dataclass(frozen=True)
+class PodSettings:
+    """The operator's settings of every sandbox Pod (each SessionMemory's spec may replace some):
+
+    - ``agent_image_pull_policy`` of the memsync containers' image;
+    - ``memsync_env_defaults``: extra environment of the memsync containers
+      (``spec.template.spec.memsync.env`` replaces an entry of the same name);
+    - ``memory_volume_size_limit``: the stores' folder's size (``spec.sync.memoryVolumeSizeLimit``
+      replaces it);
+    - ``ephemeral_storage_request`` (None: the folder's size) and ``ephemeral_storage_limit`` of the memsync
+      containers, unless ``spec.template.spec.memsync.resources`` sets them.
+    """
+
+    agent_image_pull_policy: str = "IfNotPresent"
+    memsync_env_defaults: Sequence[EnvVarSpec] = ()
+    memory_volume_size_limit: str = DEFAULT_MEMORY_VOLUME_SIZE_LIMIT
+    ephemeral_storage_request: str | None = None
+    ephemeral_storage_limit: str = DEFAULT_EPHEMERAL_STORAGE_LIMIT
+
+
 def build_sandbox_pod(
     *,
     name: str,
@@ -308,13 +387,11 @@ def build_sandbox_pod(
     uid: str,
     spec: SessionMemorySpec,
     agent_image: str,
-    agent_image_pull_policy: str = "IfNotPresent",
-    memsync_env_defaults: Sequence[EnvVarSpec] = (),
-    memory_volume_size_limit: str = DEFAULT_MEMORY_VOLUME_SIZE_LIMIT,
+    settings: PodSettings = PodSettings(),
+    attempt: int = 0,
 ) -> dict[str, Any]:
-    """The sandbox Pod manifest of SessionMemory ``namespace/name`` (uid ``uid``); ``memsync_env_defaults``
-    is the operator's extra environment for the memsync containers, ``memory_volume_size_limit`` its
-    default size of the stores' folder (``spec.sync.memoryVolumeSizeLimit`` replaces it)."""
+    """The sandbox Pod manifest of SessionMemory ``namespace/name`` (uid ``uid``), with the operator's
+    ``settings``; ``attempt``: 0, or the restart this Pod serves (its name and ``LABEL_ATTEMPT``)."""
     template = spec.template.spec
     problems = guards.pod_spec_problems(template.model_dump(by_alias=True, exclude_none=True), "")
     if problems:
@@ -324,14 +401,18 @@ def build_sandbox_pod(
         _memsync_container,
         spec=spec,
         image=agent_image,
-        pull_policy=agent_image_pull_policy,
-        defaults=memsync_env_defaults,
+        pull_policy=settings.agent_image_pull_policy,
+        defaults=settings.memsync_env_defaults,
     )
     mount = container(MOUNT_CONTAINER, ["memsync", "mount"])
     sync = container(SYNC_CONTAINER, ["memsync", "sync"])
     sync["restartPolicy"] = "Always"
-    size_limit = spec.sync.memory_volume_size_limit or memory_volume_size_limit
-    sync["resources"].setdefault("requests", {}).setdefault(EPHEMERAL_STORAGE, size_limit)
+    size_limit = spec.sync.memory_volume_size_limit or settings.memory_volume_size_limit
+    request = settings.ephemeral_storage_request or size_limit
+    for memsync_container in (mount, sync):
+        memsync_container["resources"] = with_ephemeral_storage(
+            memsync_container["resources"], request, settings.ephemeral_storage_limit
+        )
     sync["env"].insert(len(memsync_env(spec)), {"name": env.METRICS_PORT, "value": str(METRICS_PORT)})
     sync["ports"] = [{"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"}]
     # The kubelet starts the next container (the sandbox) once this sidecar has *started*; readiness gates
@@ -362,6 +443,7 @@ def build_sandbox_pod(
     annotations = {
         **((meta.annotations if meta else None) or {}),
         DEFAULT_CONTAINER_ANNOTATION: SANDBOX_CONTAINER,
+        ANNOTATION_SPEC_HASH: spec_hash(spec),
     }
     scheduling = template.model_dump(by_alias=True, exclude_none=True, include=_TEMPLATE_ATTRS)
 
@@ -369,9 +451,9 @@ def build_sandbox_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name_for(name),
+            "name": pod_name_for(name, attempt),
             "namespace": namespace,
-            "labels": pod_labels(name, spec),
+            "labels": pod_labels(name, spec, attempt),
             "annotations": annotations,
             "ownerReferences": [
                 {

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from memsync.controller.sessionmemory.phases import DISRUPTION_TARGET, EVICTED
+from memsync.controller.sessionmemory.phases import DISRUPTION_TARGET, EVICTED, POD_SCHEDULED
 from memsync.controller.sessionmemory.pod import MOUNT_CONTAINER, SANDBOX_CONTAINER, SYNC_CONTAINER
 
 ContainerStateName = Literal["waiting", "running", "terminated", "absent"]
@@ -29,6 +29,15 @@ class ContainerView:
 
 
 @dataclass(frozen=True)
+class PodScheduled:
+    """The Pod's ``PodScheduled`` condition (the scheduler's verdict: ``Unschedulable`` and why)."""
+
+    status: str  # True, False or Unknown
+    reason: str | None
+    message: str | None
+
+
+@dataclass(frozen=True)
 class PodView:
     name: str
     phase: str  # the Pod's own phase: Pending, Running, Succeeded, Failed, Unknown
@@ -39,6 +48,8 @@ class PodView:
     sync: ContainerView
     sandbox: ContainerView
     disruption: str | None = None  # "reason: message" of a DisruptionTarget condition that is True
+    scheduled: PodScheduled | None = None  # the PodScheduled condition, when the Pod has one
+    node: str | None = None  # spec.nodeName, once scheduled
 
 
 def _str(value: Any) -> str | None:
@@ -98,12 +109,24 @@ def _disruption(status: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _scheduled(status: Mapping[str, Any]) -> PodScheduled | None:
+    conditions = status.get("conditions")
+    for cond in conditions if isinstance(conditions, list | tuple) else ():
+        if isinstance(cond, Mapping) and cond.get("type") == POD_SCHEDULED:
+            return PodScheduled(
+                str(cond.get("status") or "Unknown"), _str(cond.get("reason")), _str(cond.get("message"))
+            )
+    return None
+
+
 def pod_view(pod: Mapping[str, Any]) -> PodView:
     """The parts of a Pod that the status depends on; tolerant of any missing or odd field."""
     meta = pod.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     status = pod.get("status")
     status = status if isinstance(status, Mapping) else {}
+    spec = pod.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
     init_statuses = status.get("initContainerStatuses")
     return PodView(
         name=str(meta.get("name") or ""),
@@ -115,6 +138,8 @@ def pod_view(pod: Mapping[str, Any]) -> PodView:
         sync=_container_view(init_statuses, SYNC_CONTAINER),
         sandbox=_container_view(status.get("containerStatuses"), SANDBOX_CONTAINER),
         disruption=_disruption(status),
+        scheduled=_scheduled(status),
+        node=_str(spec.get("nodeName")),
     )
 
 

@@ -17,9 +17,12 @@ import kopf
 
 from memsync.controller.kube import KubeApiError
 from memsync.controller.objects import ObjectRef, meta_of
+from memsync.controller.sessionmemory import phases as ph
 from memsync.controller.sessionmemory.ownership import owner_name, owner_uid
+from memsync.controller.sessionmemory.reconcile import reconcile
 from memsync.controller.sessionmemory.record import record_pod
 from memsync.controller.sessionmemory.state import SessionMemories
+from memsync.crd.models import API_VERSION, KIND
 
 logger = logging.getLogger(__name__)
 
@@ -39,13 +42,17 @@ def see_pod_event(state: SessionMemories, event_type: str | None, pod: Mapping[s
 
 
 async def derive_from_seen_pod(state: SessionMemories, ref: ObjectRef) -> None:
-    """Derive SessionMemory ``ref``'s status from the last Pod state the watcher saw, and write it."""
+    """Derive SessionMemory ``ref``'s status from the last Pod state the watcher saw, and write it; when
+    that ended an interrupted Pod of a session that restarts, its next Pod is started at once."""
     seen = state.last_seen(ref.namespace, ref.name)
     if seen is None:
         return
-    written = await record_pod(state, ref._replace(uid=seen.owner_uid), seen.pod, pod_gone=seen.gone)
+    owner = ref._replace(uid=seen.owner_uid)
+    written = await record_pod(state, owner, seen.pod, pod_gone=seen.gone)
     if written is None:
         state.unsee(ref.namespace, ref.name, seen)  # the SessionMemory is gone: nothing to remember it for
+    elif ph.ready_reason(written) == ph.RESTARTING:
+        await reconcile(state, owner.as_body(API_VERSION, KIND))
 
 
 async def derive_later(state: SessionMemories, ref: ObjectRef) -> None:

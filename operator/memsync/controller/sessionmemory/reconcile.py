@@ -16,10 +16,12 @@ from typing import Any
 import kopf
 
 from memsync.controller import metrics, waits
+from memsync.controller.conditions import condition
 from memsync.controller.kube import (
     KubeAlreadyExists,
     KubeApiError,
     is_missing_service_account,
+    is_quota_refusal,
     is_refusal,
     refusal_message,
 )
@@ -29,16 +31,29 @@ from memsync.controller.sessionmemory import derive
 from memsync.controller.sessionmemory import phases as ph
 from memsync.controller.sessionmemory.derive import Status
 from memsync.controller.sessionmemory.digest import StorePaths, paths_of
+from memsync.controller.sessionmemory.lostnodes import check_node, force_delete_if_due, lost_node_of
 from memsync.controller.sessionmemory.outcome import sidecar_start_overdue
-from memsync.controller.sessionmemory.ownership import Claims, owner_uid, senior_duplicate
-from memsync.controller.sessionmemory.pod import build_sandbox_pod, pod_name_for
+from memsync.controller.sessionmemory.ownership import Claims, owner_name, owner_uid, senior_duplicate
+from memsync.controller.sessionmemory.pod import (
+    ANNOTATION_SPEC_HASH,
+    build_sandbox_pod,
+    pod_name_for,
+    spec_hash,
+)
 from memsync.controller.sessionmemory.record import record_gone_pod, record_lost_pod, record_pod, refuse
+from memsync.controller.sessionmemory.starting import timed_out, wait_without_pod
 from memsync.controller.sessionmemory.state import SessionMemories
 from memsync.controller.sessionmemory.writer import generation_of, post_event, write_status
 from memsync.crd.models import SessionMemorySpec, validate_spec
 from memsync.crd.spec_messages import InvalidSpecError
 
 logger = logging.getLogger(__name__)
+
+
+def attempt_of(status: Mapping[str, Any]) -> int:
+    """The attempt the session is at: 0, then one more per restart after an interruption."""
+    restarts = status.get("restarts")
+    return restarts if isinstance(restarts, int) and restarts > 0 else 0
 
 
 async def adopt_or_refuse(
@@ -48,28 +63,16 @@ async def adopt_or_refuse(
     *,
     created: bool,
     stores: StorePaths | None = None,
-) -> None:
+) -> Status | None:
+    """Adopt the session's Pod of this attempt and record its state (a Pod that is not its own: refused, or
+    waited for when an earlier SessionMemory of the same name left it); fail a start that is overdue and a
+    sidecar that never started; judge its node. The status written, if any."""
     meta = meta_of(body)
     namespace, name, uid = str(meta.namespace), str(meta.name), str(meta.uid)
     pod_name = str(meta_of(pod).name)
     if owner_uid(pod) != uid:
-        status: Mapping[str, Any] = body.get("status") or {}
-        if status.get("podName") and not ph.is_refusal(status):
-            # Our Pod is gone and another took its name: the session is over.
-            await record_gone_pod(
-                state, ObjectRef(namespace, name, uid), str(status["podName"]), stores=stores
-            )
-            return
-        await refuse(
-            state,
-            namespace,
-            name,
-            ph.POD_NAME_TAKEN,
-            f"a Pod named {pod_name} already exists in {namespace} and is not owned by this SessionMemory; "
-            "delete that Pod or rename the SessionMemory",
-            stores=stores,
-        )
-        return
+        await _not_our_pod(state, body, pod, stores=stores)
+        return None
     if state.first_sight(str(meta_of(pod).uid or pod_name)):
         verb = "created" if created else "adopted"
         (metrics.PODS_CREATED if created else metrics.PODS_ADOPTED).inc()
@@ -83,26 +86,69 @@ async def adopt_or_refuse(
             "PodCreated" if created else "PodAdopted",
             f"sandbox Pod {pod_name} {verb}",
         )
+    if await timed_out(state, body, pod, stores=stores):
+        return None
     timeout = sidecar_start_seconds(body, state.config.sidecar_start_timeout)
     stuck = sidecar_start_overdue(pod, state.clock(), timeout)
-    if stuck is None:
-        await record_pod(state, ObjectRef(namespace, name, uid), pod, stores=stores)
+    if stuck is not None:
+        logger.warning(
+            "memsync-sync never started; failing the session and deleting its Pod",
+            extra={"namespace": namespace, "sessionmemory": name, "pod": pod_name, "timeout_s": timeout},
+        )
+        await record_lost_pod(
+            state,
+            ObjectRef(namespace, name, uid),
+            pod_name,
+            reason=ph.SIDECAR_NOT_STARTED,
+            why=stuck,
+            never_ran=True,
+            stores=stores,
+        )
+        real_uid = meta_of(pod).uid
+        await state.kube.delete_pod(namespace, pod_name, uid=str(real_uid) if real_uid else None)
+        return None
+    if await check_node(state, body, pod, stores=stores):
+        return None
+    return await record_pod(state, ObjectRef(namespace, name, uid), pod, stores=stores)
+
+
+async def _not_our_pod(
+    state: SessionMemories, body: Mapping[str, Any], pod: Mapping[str, Any], *, stores: StorePaths | None
+) -> None:
+    """A Pod of this attempt's name that this SessionMemory does not own: our own Pod is gone and another
+    took its name (the session is over), an earlier SessionMemory of the same name left it (wait until it
+    is gone, force-deleting it on a lost node when allowed), or it is someone else's (``PodNameTaken``)."""
+    meta = meta_of(body)
+    namespace, name, uid = str(meta.namespace), str(meta.name), str(meta.uid)
+    pod_name = str(meta_of(pod).name)
+    status: Mapping[str, Any] = body.get("status") or {}
+    if status.get("podName") == pod_name and not ph.is_refusal(status) and not ph.is_waiting(status):
+        # Our Pod is gone and another took its name: the session is over.
+        await record_gone_pod(state, ObjectRef(namespace, name, uid), pod_name, stores=stores)
         return
-    logger.warning(
-        "memsync-sync never started; failing the session and deleting its Pod",
-        extra={"namespace": namespace, "sessionmemory": name, "pod": pod_name, "timeout_s": timeout},
-    )
-    await record_lost_pod(
+    if owner_name(pod) == name and owner_uid(pod) is not None:
+        lost = await lost_node_of(state, pod)
+        if lost is not None:
+            await force_delete_if_due(state, body, pod, lost)
+        where = f" on {lost.why}" if lost is not None else ""
+        await wait_without_pod(
+            state,
+            body,
+            ph.PREVIOUS_POD_TERMINATING,
+            f"sandbox Pod {pod_name} of an earlier SessionMemory named {name} still exists{where}; this "
+            "session starts once it is gone",
+            stores=stores,
+        )
+        return
+    await refuse(
         state,
-        ObjectRef(namespace, name, uid),
-        pod_name,
-        reason=ph.SIDECAR_NOT_STARTED,
-        why=stuck,
-        never_ran=True,
+        namespace,
+        name,
+        ph.POD_NAME_TAKEN,
+        f"a Pod named {pod_name} already exists in {namespace} and is not owned by this SessionMemory; "
+        "delete that Pod or rename the SessionMemory",
         stores=stores,
     )
-    real_uid = meta_of(pod).uid
-    await state.kube.delete_pod(namespace, pod_name, uid=str(real_uid) if real_uid else None)
 
 
 async def reconcile(
@@ -135,14 +181,22 @@ async def reconcile(
 
     # A SessionMemory never reconciled (no status) and whose Pod the watcher has not seen gets no read of
     # its Pod: the create below answers 409 if one exists after all, and that Pod is then read and adopted.
+    attempt = attempt_of(status)
+    pod_name = pod_name_for(name, attempt)
     seen = state.last_seen(namespace, name) is not None
-    pod = await state.kube.get_pod(namespace, pod_name_for(name)) if status or seen else None
+    pod = await state.kube.get_pod(namespace, pod_name) if status or seen else None
     if pod is not None:
-        await adopt_or_refuse(state, body, pod, created=False, stores=stores)
+        written = await adopt_or_refuse(state, body, pod, created=False, stores=stores)
+        if written is not None and ph.ready_reason(written) == ph.RESTARTING:
+            await reconcile(state, event_body, claims)  # the interrupted Pod has ended: start the next
         return
-    if status.get("podName") and not ph.is_refusal(status):
+    if status.get("podName") == pod_name and not ph.is_refusal(status):
         # The session had its Pod and the Pod is gone: it does not get a second one.
-        await record_gone_pod(state, ObjectRef(namespace, name, uid), str(status["podName"]), stores=stores)
+        await record_gone_pod(state, ObjectRef(namespace, name, uid), pod_name, stores=stores)
+        return
+    if status.get("phase") in ph.TERMINAL_PHASES and not ph.is_refusal(status):
+        return  # ended without a Pod of this attempt (its start timed out): final
+    if attempt and status.get("podName") and not await _interrupted_pod_done(state, body, stores):
         return
 
     if valid is None:
@@ -153,7 +207,25 @@ async def reconcile(
         await refuse(state, namespace, name, *refusal, stores=stores)
         return
     assert valid is not None
-    await _create_pod(state, body, valid, stores)
+    if ph.is_waiting(status) and await timed_out(state, body, None, stores=stores):
+        return
+    await _create_pod(state, body, valid, stores, attempt)
+
+
+async def _interrupted_pod_done(state: SessionMemories, body: Mapping[str, Any], stores: StorePaths) -> bool:
+    """A restart starts its Pod once the interrupted one has ended (its final flush is over) or is gone;
+    meanwhile a Pod on a lost node is force-deleted when allowed, and the start deadline runs."""
+    meta = meta_of(body)
+    status: Mapping[str, Any] = body.get("status") or {}
+    old_name = str(status["podName"])
+    old = await state.kube.get_pod(str(meta.namespace), old_name)
+    if old is None or (old.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return True
+    lost = await lost_node_of(state, old)
+    if lost is not None and await force_delete_if_due(state, body, old, lost):
+        return False  # gone in a moment: the Pod watcher's DELETED event (or the re-check) goes on
+    await timed_out(state, body, None, stores=stores)
+    return False
 
 
 async def _refusal(
@@ -202,12 +274,17 @@ async def _refusal(
 
 
 async def _create_pod(
-    state: SessionMemories, body: Mapping[str, Any], spec: SessionMemorySpec, stores: StorePaths
+    state: SessionMemories,
+    body: Mapping[str, Any],
+    spec: SessionMemorySpec,
+    stores: StorePaths,
+    attempt: int,
 ) -> None:
-    """Build the sandbox Pod and create it; adopt it when it exists already, refuse what the API refuses."""
+    """Build the sandbox Pod of ``attempt`` and create it; adopt it when it exists already, wait when a
+    quota or a LimitRange refuses it, refuse what else the API refuses."""
     meta = meta_of(body)
     namespace, name, uid = str(meta.namespace), str(meta.name), str(meta.uid)
-    pod_name = pod_name_for(name)
+    pod_name = pod_name_for(name, attempt)
     config = state.config
     try:
         manifest = build_sandbox_pod(
@@ -216,9 +293,8 @@ async def _create_pod(
             uid=uid,
             spec=spec,
             agent_image=config.agent_image,
-            agent_image_pull_policy=config.agent_image_pull_policy,
-            memsync_env_defaults=config.memsync_env,
-            memory_volume_size_limit=config.memory_volume_size_limit,
+            settings=config.pod_settings,
+            attempt=attempt,
         )
     except ValueError as exc:
         await refuse(state, namespace, name, ph.INVALID_SPEC, f"the spec is invalid: {exc}", stores=stores)
@@ -240,11 +316,20 @@ async def _create_pod(
             return
         if not is_refusal(exc):
             raise
+        if is_quota_refusal(exc):
+            refused = f"the API refused sandbox Pod {pod_name}: {refusal_message(exc)}"
+            await wait_without_pod(state, body, ph.QUOTA_EXCEEDED, refused, stores=stores)
+            return
         message = f"the API refused sandbox Pod {pod_name}: {refusal_message(exc)} (re-checked periodically)"
         await refuse(state, namespace, name, ph.POD_REJECTED, message, stores=stores)
         return
     state.service_account_found(namespace, name)
+    state.wait_over(namespace, name)
     await adopt_or_refuse(state, body, created, created=True, stores=stores)
+    applied = condition(body.get("status") or {}, ph.SPEC_APPLIED)
+    if applied is not None and applied.get("status") != "True":
+        text = f"sandbox Pod {pod_name} was built from this spec (generation {generation_of(body)})"
+        await record_spec_applied(state, namespace, name, True, text)
 
 
 async def _wait_for_service_account(
@@ -279,23 +364,38 @@ async def recheck(
 ) -> None:
     """The periodic re-check. A session with its Pod and no outcome yet is checked against its Pod alone,
     from the SessionMemory as this process last read or wrote it (only this operator writes the status, so
-    that copy's status is current; a write it makes still carries that copy's resourceVersion): the Pod is
-    read, and a gone Pod is recorded from the watcher's last view. Anything else (a refusal, which needs the
-    spec; an object this process holds no copy of) is reconciled in full."""
+    that copy's status is current; a write it makes still carries that copy's resourceVersion): the Pod as
+    the watcher saw it within ``pod_reread_interval`` (else it is read), and a gone Pod is recorded from the
+    watcher's last view. Anything else (a refusal, which needs the spec; a session waiting without its Pod;
+    a lost node's Pod still there; an object this process holds no copy of) is reconciled in full."""
     meta = meta_of(event_body)
     namespace, name, uid = str(meta.namespace), str(meta.name), str(meta.uid)
     known = state.known(namespace, name, uid)
     status: Mapping[str, Any] = (known or {}).get("status") or {}
-    active = needs_recheck(status) and not ph.is_refusal(status)
+    active = (
+        needs_recheck(status)
+        and status.get("phase") not in ph.TERMINAL_PHASES
+        and not ph.is_waiting(status)
+        and status.get("podName") == pod_name_for(name, attempt_of(status))
+    )
     if known is None or not active or meta_of(known).deletion_timestamp:
         await reconcile(state, event_body, claims)
         return
     pod_name = str(status["podName"])
-    pod = await state.kube.get_pod(namespace, pod_name)
+    # The Pod as the watcher saw it lately (kopf's watch of Pods delivers every change, and the liveness probe
+    # fails when a watch stalls), so a running fleet costs few reads; read when it saw none lately (a missed
+    # event is repaired within ``pod_reread_interval``).
+    seen = state.seen_pod(namespace, name, uid, pod_name)
+    fresh = (
+        seen is not None and not seen.gone and time.monotonic() - seen.at < state.config.pod_reread_interval
+    )
+    pod = seen.pod if fresh and seen is not None else await state.kube.get_pod(namespace, pod_name)
     if pod is None:
         await record_gone_pod(state, ObjectRef(namespace, name, uid), pod_name)
-    else:
-        await adopt_or_refuse(state, known, pod, created=False)
+        return
+    written = await adopt_or_refuse(state, known, pod, created=False)
+    if written is not None and ph.ready_reason(written) == ph.RESTARTING:
+        await reconcile(state, event_body, claims)
 
 
 def sidecar_start_seconds(body: Mapping[str, Any], default: float) -> float:
@@ -308,7 +408,9 @@ def sidecar_start_seconds(body: Mapping[str, Any], default: float) -> float:
 async def note_spec_change(
     state: SessionMemories, body: Mapping[str, Any], claims: Claims | None = None
 ) -> None:
-    """A spec update: before any Pod it is reconciled; once a Pod exists it cannot reach the Pod."""
+    """A spec update: before any Pod it is reconciled; once a Pod exists it cannot reach the Pod, and the
+    ``SpecApplied`` condition says whether the running Pod was built from this spec (False, with a Warning
+    Event ``SpecChangeNotApplied``, until the spec is changed back or a restart builds a new Pod)."""
     meta = meta_of(body)
     status: Mapping[str, Any] = body.get("status") or {}
     if meta.deletion_timestamp:
@@ -317,17 +419,41 @@ async def note_spec_change(
         await reconcile(state, body, claims)
         return
     namespace, name = str(meta.namespace), str(meta.name)
-    generation = generation_of(body)
-    pod_name = str(status["podName"])
-    message = (
-        f"spec changed (generation {generation}) but sandbox Pod {pod_name} is immutable: the change applies "
-        "only to a new SessionMemory"
+    state.drop_known(namespace, name)  # the new generation is read, never assumed
+    current = await state.read(namespace, name)
+    if current is None or meta_of(current).uid != meta.uid:
+        return
+    status = current.get("status") or {}
+    generation = generation_of(current)
+    pod_name = str(status.get("podName") or "")
+    pod = await state.kube.get_pod(namespace, pod_name) if pod_name else None
+    built_from = ((meta_of(pod).raw.get("annotations") or {}) if pod is not None else {}).get(
+        ANNOTATION_SPEC_HASH
     )
-    logger.warning(message, extra={"namespace": namespace, "sessionmemory": name})
-    await post_event(state, body, "Warning", "SpecChangeNotApplied", message)
+    try:
+        wanted: str | None = spec_hash(validate_spec(current.get("spec") or {}))
+    except InvalidSpecError:
+        wanted = None
+    applied = built_from is not None and built_from == wanted
+    if applied:
+        text = f"sandbox Pod {pod_name} was built from this spec (generation {generation})"
+    else:
+        text = (
+            f"spec changed (generation {generation}) but sandbox Pod {pod_name} is immutable: the change "
+            "applies only to a new SessionMemory (or a restart after an interruption)"
+        )
+        logger.warning(text, extra={"namespace": namespace, "sessionmemory": name})
+        await post_event(state, current, "Warning", "SpecChangeNotApplied", text)
+    await record_spec_applied(state, namespace, name, applied, text)
+
+
+async def record_spec_applied(
+    state: SessionMemories, namespace: str, name: str, applied: bool, message: str
+) -> None:
+    """Write the ``SpecApplied`` condition (and the generation as observed)."""
+    now = state.clock()
 
     def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
-        return derive.with_generation(previous, generation_of(obj))
+        return derive.with_spec_applied(previous, applied, message, generation_of(obj), now)
 
-    state.drop_known(namespace, name)  # the new generation is read, never assumed
     await write_status(state, namespace, name, compute)

@@ -1,6 +1,9 @@
-"""What a step records in a SessionMemory's status: a refusal, its Pod's state, a gone Pod, a lost Pod.
+"""What a step records in a SessionMemory's status: a refusal, its Pod's state, a gone Pod, a lost Pod, a
+wait without a Pod, a start that timed out, a lost node.
 
-Each builds the pure ``compute`` of one status write (``writer.write_status``) from ``derive.py``.
+Each builds the pure ``compute`` of one status write (``writer.write_status``) from ``derive.py``,
+``waiting.py`` and ``interruption.py``. An interrupted Pod's end becomes a restart (``Restarting``) when the
+spec asks for one and restarts are left (``interruption.may_restart``).
 """
 
 from __future__ import annotations
@@ -8,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from memsync.controller.conditions import condition
 from memsync.controller.objects import ObjectRef, meta_of
-from memsync.controller.sessionmemory import derive
+from memsync.controller.sessionmemory import derive, interruption, waiting
 from memsync.controller.sessionmemory import phases as ph
 from memsync.controller.sessionmemory.derive import Status
 from memsync.controller.sessionmemory.digest import StorePaths
@@ -57,7 +61,7 @@ async def record_pod(
     def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
         if meta_of(obj).uid != ref.uid:
             return None  # a newer SessionMemory of the same name; this Pod is not its own
-        return derive.derive_status(
+        new = derive.derive_status(
             previous,
             pod,
             stores=state.store_paths(obj, stores),
@@ -65,6 +69,17 @@ async def record_pod(
             now=now,
             pod_gone=pod_gone,
         )
+        if (
+            new.get("phase") == ph.FAILED
+            and previous.get("phase") not in ph.TERMINAL_PHASES
+            and interruption.interrupted(pod)
+            and interruption.may_restart(obj.get("spec") or {}, previous)
+        ):
+            why = str((condition(new, ph.READY) or {}).get("message") or "the sandbox Pod was interrupted")
+            return interruption.restarting_status(
+                new, why=why, waits_for=None, generation=generation_of(obj), now=now
+            )
+        return new
 
     return await write_status(state, ref.namespace, ref.name, compute, uid=ref.uid)
 
@@ -112,3 +127,90 @@ async def record_lost_pod(
         )
 
     await write_status(state, ref.namespace, ref.name, compute, uid=ref.uid)
+
+
+async def record_waiting(
+    state: SessionMemories, ref: ObjectRef, reason: str, message: str, *, stores: StorePaths | None = None
+) -> Status | None:
+    """The session waits without a Pod of its own (``reason``: one of ``phases.WAITING_REASONS``)."""
+    now = state.clock()
+
+    def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
+        if meta_of(obj).uid != ref.uid:
+            return None
+        return waiting.waiting_status(
+            previous,
+            reason,
+            message,
+            stores=state.store_paths(obj, stores),
+            generation=generation_of(obj),
+            now=now,
+        )
+
+    return await write_status(state, ref.namespace, ref.name, compute, uid=ref.uid)
+
+
+async def record_start_timeout(
+    state: SessionMemories,
+    ref: ObjectRef,
+    message: str,
+    *,
+    pod_name: str | None,
+    stores: StorePaths | None = None,
+) -> None:
+    """The sandbox did not start in time: ``StartTimeout`` (an outcome already recorded stands)."""
+    now = state.clock()
+
+    def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
+        if meta_of(obj).uid != ref.uid or (
+            previous.get("phase") in ph.TERMINAL_PHASES and not ph.is_refusal(previous)
+        ):
+            return None
+        return waiting.start_timeout_status(
+            previous,
+            message,
+            pod_name=pod_name,
+            stores=state.store_paths(obj, stores),
+            generation=generation_of(obj),
+            now=now,
+        )
+
+    await write_status(state, ref.namespace, ref.name, compute, uid=ref.uid)
+
+
+async def record_node_lost(
+    state: SessionMemories,
+    ref: ObjectRef,
+    pod_name: str,
+    lost: interruption.LostNode,
+    *,
+    stores: StorePaths | None = None,
+) -> Status | None:
+    """The Pod's node is lost: ``NodeLost``, or a restart that waits for the Pod to be gone."""
+    now = state.clock()
+
+    def compute(obj: Mapping[str, Any], previous: Status) -> Status | None:
+        if meta_of(obj).uid != ref.uid or previous.get("podName") not in (None, pod_name):
+            return None
+        if previous.get("phase") in ph.TERMINAL_PHASES or ph.is_waiting(previous):
+            return previous
+        new = interruption.node_lost_status(
+            previous,
+            lost,
+            pod_name=pod_name,
+            stores=state.store_paths(obj, stores),
+            generation=generation_of(obj),
+            now=now,
+        )
+        if not interruption.may_restart(obj.get("spec") or {}, previous):
+            return new
+        why = str((condition(new, ph.READY) or {}).get("message") or lost.why)
+        return interruption.restarting_status(
+            new,
+            why=why,
+            waits_for=f"sandbox Pod {pod_name} is gone (deleted with the node, or force-deleted)",
+            generation=generation_of(obj),
+            now=now,
+        )
+
+    return await write_status(state, ref.namespace, ref.name, compute, uid=ref.uid)

@@ -13,13 +13,17 @@ import kopf
 
 from memsync.controller import metrics
 from memsync.controller.environment import daemon as environment_daemon
+from memsync.controller.forbidden import tolerate_forbidden_watches
 from memsync.controller.kube import KubeApi, KubeApiError
+from memsync.controller.leadership.fence import Fence
+from memsync.controller.liveness import Liveness
 from memsync.controller.objects import ObjectRef, meta_of
 from memsync.controller.periodic import HEALTH, RECHECK, Job, Schedule, jobs_of, run_jobs
 from memsync.controller.sessionmemory.digest import object_digest, pod_digest
 from memsync.controller.sessionmemory.finalize import finalize
-from memsync.controller.sessionmemory.health import poll_health_of
+from memsync.controller.sessionmemory.health import HealthWatches
 from memsync.controller.sessionmemory.ownership import Claims, session_claim
+from memsync.controller.sessionmemory.phases import holds_finalizer
 from memsync.controller.sessionmemory.podwatch import derive_later, see_pod_event
 from memsync.controller.sessionmemory.reconcile import note_spec_change, recheck, reconcile
 from memsync.controller.sessionmemory.state import SessionMemories
@@ -33,14 +37,28 @@ RECONCILE_ERROR_DELAY: Final = 10.0
 #: (which the AgentEnvironment daemon uses too).
 STATE_KEY: Final = "sessionmemories"
 KUBE_KEY: Final = "kube"
+LIVENESS_KEY: Final = "liveness"
+FENCE_KEY: Final = "fence"
 LoginFn = Callable[..., Any]
 
 
-def build_memo(kube: KubeApi, config: ControllerConfig) -> kopf.Memo:
+def build_memo(
+    kube: KubeApi, config: ControllerConfig, liveness: Liveness | None = None, fence: Fence | None = None
+) -> kopf.Memo:
+    """What every handler shares: the API client, the SessionMemories' state, the liveness probe's signals,
+    and the leadership fence (the environments' work queues ask it before every call)."""
     memo = kopf.Memo()
     memo[KUBE_KEY] = kube
     memo[STATE_KEY] = SessionMemories(kube=kube, config=config)
+    memo[LIVENESS_KEY] = liveness or Liveness()
+    memo[FENCE_KEY] = fence
     return memo
+
+
+def liveness_of(memo: Any) -> Liveness:
+    liveness = memo[LIVENESS_KEY]
+    assert isinstance(liveness, Liveness)
+    return liveness
 
 
 def state_of(memo: Any) -> SessionMemories:
@@ -57,6 +75,7 @@ async def guarded(
     try:
         async with state.slots:
             await step()
+        metrics.LAST_RECONCILE.set_to_current_time()
     except KubeApiError as exc:
         metrics.API_ERRORS.labels(status=str(exc.status)).inc()
         meta = meta_of(body)
@@ -90,13 +109,14 @@ def build_registry(config: ControllerConfig, *, login: LoginFn | None = None) ->
     controller's own calls share one set of credentials. Without it, kopf's ``login_via_client`` (the
     official client's in-cluster or kubeconfig configuration, which ``KubeApi.from_environment`` reads too).
     """
+    tolerate_forbidden_watches()  # a namespace the operator may no longer watch never stops it
     registry = kopf.OperatorRegistry()
     kopf.on.login(registry=registry, id="login")(login or kopf.login_via_client)
     _register_sessions(registry)
     _register_periodic(registry, config)
     _register_pods(registry)
     if config.environments:
-        environment_daemon.register(registry)
+        environment_daemon.register(registry, start_deadline=config.start_deadline)
     return registry
 
 
@@ -133,7 +153,12 @@ def _register_sessions(registry: kopf.OperatorRegistry) -> None:
         state.handler_started()
         await guarded(state, obj, lambda: finalize(state, obj, runtime.total_seconds()))
 
-    kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, id="cleanup")(on_delete)
+    # The finalizer (and so this handler) is kept only until the session's outcome is recorded: kopf removes
+    # it from a SessionMemory whose status is final, so a finished object never waits on the operator.
+    def keeps_finalizer(status: Mapping[str, Any], **_: Any) -> bool:
+        return holds_finalizer(status or {})
+
+    kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry, id="cleanup", when=keeps_finalizer)(on_delete)
 
 
 def _register_periodic(registry: kopf.OperatorRegistry, config: ControllerConfig) -> None:
@@ -153,16 +178,21 @@ def _register_periodic(registry: kopf.OperatorRegistry, config: ControllerConfig
             ident = ref.as_body(API_VERSION, KIND)
             await guarded(state, ident, lambda: recheck(state, ident, claims))
 
-        async def health_one(ref: ObjectRef) -> None:
-            await guarded(state, ref.as_body(API_VERSION, KIND), lambda: poll_health_of(state, ref))
-
-        jobs = [
-            Job(RECHECK, Schedule(config.recheck_interval, config.recheck_interval), recheck_one),
-            Job(HEALTH, Schedule(config.health_interval, 0.0), health_one),
-        ]
+        watches = HealthWatches(state, connections=config.health_connections)
+        jobs = [Job(RECHECK, Schedule(config.recheck_interval, config.recheck_interval), recheck_one)]
+        liveness = liveness_of(memo)
         state.start_periodic(
-            run_jobs(jobs, kwargs[PERIODIC_INDEX], state.indexed, error_delay=RECONCILE_ERROR_DELAY)
+            run_jobs(
+                jobs,
+                kwargs[PERIODIC_INDEX],
+                state.indexed,
+                error_delay=RECONCILE_ERROR_DELAY,
+                followers={HEALTH: watches.sync},
+                on_round=liveness.round_done,
+            ),
+            watches.close,
         )
+        liveness.periodic_ended = state.periodic_ended
 
     kopf.on.startup(registry=registry, id="periodic")(start_periodic)
 

@@ -12,22 +12,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-from collections.abc import Callable, Coroutine, Mapping
+import logging
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from memsync.controller import metrics
 from memsync.controller.coalescing import Coalescer
-from memsync.controller.kube import CALL_THREADS, KubeApi
+from memsync.controller.conditions import now_utc
+from memsync.controller.kube import CALL_THREADS, KubeApi, KubeApiError
 from memsync.controller.objects import ObjectRef, meta_of
-from memsync.controller.sessionmemory.derive import now_utc
 from memsync.controller.sessionmemory.digest import StorePaths, object_digest, pod_digest, store_paths
+from memsync.controller.sessionmemory.pod import attempt_of_pod
 from memsync.controller.settings import ControllerConfig
+
+logger = logging.getLogger(__name__)
 
 #: Handler steps that run at once. kopf starts a handler for every object at once: a burst of 1,000 new
 #: SessionMemories would otherwise hold 1,000 objects, Pod manifests and responses while they all queue
 #: for the API client's threads (which serve ``CALL_THREADS`` calls at a time anyway).
 HANDLER_SLOTS: Final = 2 * CALL_THREADS
+#: How long a Node read is reused: one read per node and interval, however many sessions run there.
+NODE_CACHE_SECONDS: Final = 5.0
 
 _Key = tuple[str, str]
 
@@ -39,6 +46,19 @@ class SeenPod:
     owner_uid: str
     pod: Mapping[str, Any]
     gone: bool
+    at: float = 0.0  # when the watcher saw it (monotonic seconds)
+
+
+def _report_end(task: asyncio.Task[None]) -> None:
+    """Log the periodic loop's end unless it was stopped (cancelled): it must never end by itself."""
+    if task.cancelled():
+        return
+    error = task.exception()
+    logger.critical(
+        "the periodic loop ended: no re-check and no sync-health watch runs until the operator restarts "
+        "(its liveness probe fails)",
+        exc_info=error,
+    )
 
 
 class SessionMemories:
@@ -56,6 +76,7 @@ class SessionMemories:
         # Set by the first handler kopf runs; the periodic jobs wait for it (``handler_started``).
         self.indexed = asyncio.Event()
         self._periodic: asyncio.Task[None] | None = None
+        self._periodic_close: Callable[[], Awaitable[None]] | None = None
         self._locks: dict[_Key, asyncio.Lock] = {}
         self._gone_since: dict[_Key, float] = {}
         self._service_account_missing_since: dict[_Key, float] = {}
@@ -67,6 +88,12 @@ class SessionMemories:
         self._objects: dict[_Key, dict[str, Any]] = {}
         # The store paths of each SessionMemory's spec (uid -> generation, paths).
         self._paths: dict[str, tuple[int | None, StorePaths]] = {}
+        # Node reads (name -> (monotonic time, the Node or None when gone)); the nodes the operator may not
+        # read (logged once).
+        self._nodes: dict[str, tuple[float, dict[str, Any] | None]] = {}
+        self._nodes_forbidden = False
+        # Retries of a session waiting without a Pod (a quota): its backoff.
+        self._waits: dict[_Key, int] = {}
 
     # --- the handlers and the periodic loop --------------------------------------------------------------
 
@@ -75,15 +102,33 @@ class SessionMemories:
         tells the periodic jobs (which need the whole index for the duplicate check) that they may start."""
         self.indexed.set()
 
-    def start_periodic(self, loop: Coroutine[Any, Any, None]) -> None:
+    def start_periodic(
+        self, loop: Coroutine[Any, Any, None], close: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """Run the periodic loop; ``close`` releases what it holds (the health watches) when it stops."""
         self._periodic = asyncio.create_task(loop)
+        self._periodic.add_done_callback(_report_end)
+        self._periodic_close = close
+
+    def periodic_ended(self) -> str | None:
+        """Why the periodic loop is no longer running (None while it runs, or before it started)."""
+        task = self._periodic
+        if task is None or not task.done():
+            return None
+        if task.cancelled():
+            return "cancelled"
+        error = task.exception()
+        return f"{type(error).__name__}: {error}" if error is not None else "returned"
 
     async def stop(self) -> None:
         """Stop the periodic loop and the Pod watcher's pending derivations."""
         if self._periodic is not None:
             self._periodic.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # A loop that died has said so (``_report_end``, and the liveness probe): stopping goes on.
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._periodic
+        if self._periodic_close is not None:
+            await self._periodic_close()
         await self.pod_updates.close()
 
     def lock(self, namespace: str, name: str) -> asyncio.Lock:
@@ -99,8 +144,18 @@ class SessionMemories:
         return True
 
     def see_pod(self, namespace: str, name: str, uid: str, pod: Mapping[str, Any], *, gone: bool) -> None:
-        """Remember one Pod event's state (its digest) for SessionMemory ``uid``."""
-        self._seen_pods[(namespace, name)] = SeenPod(owner_uid=uid, pod=pod_digest(pod), gone=gone)
+        """Remember one Pod event's state (its digest) for SessionMemory ``uid``; a Pod of an earlier attempt
+        than the one remembered (its late events, after a restart) is not."""
+        before = self._seen_pods.get((namespace, name))
+        if (
+            before is not None
+            and before.owner_uid == uid
+            and attempt_of_pod(before.pod) > attempt_of_pod(pod)
+        ):
+            return
+        self._seen_pods[(namespace, name)] = SeenPod(
+            owner_uid=uid, pod=pod_digest(pod), gone=gone, at=time.monotonic()
+        )
 
     def last_seen(self, namespace: str, name: str) -> SeenPod | None:
         """The watcher's last view of the SessionMemory's Pod, whichever it was."""
@@ -129,6 +184,39 @@ class SessionMemories:
 
     def service_account_found(self, namespace: str, name: str) -> None:
         self._service_account_missing_since.pop((namespace, name), None)
+
+    def waited(self, namespace: str, name: str) -> int:
+        """Count one more retry of a session waiting without a Pod; how many there were."""
+        key = (namespace, name)
+        self._waits[key] = self._waits.get(key, 0) + 1
+        return self._waits[key]
+
+    def wait_over(self, namespace: str, name: str) -> None:
+        self._waits.pop((namespace, name), None)
+
+    # --- the Nodes -------------------------------------------------------------------------------------
+
+    async def node(self, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """(known, the Node or None when it does not exist); known is False when the operator may not read
+        Nodes (no lost-node checks then: logged once) or the read failed."""
+        now = time.monotonic()
+        cached = self._nodes.get(name)
+        if cached is not None and now - cached[0] < NODE_CACHE_SECONDS:
+            return True, cached[1]
+        try:
+            node = await self.kube.get_node(name)
+        except KubeApiError as exc:
+            if exc.status == 403 and not self._nodes_forbidden:
+                self._nodes_forbidden = True
+                logger.warning(
+                    "the operator may not read Nodes: sessions on a lost node are not detected",
+                    extra={"error": str(exc)},
+                )
+            return False, None
+        self._nodes[name] = (now, node)
+        if len(self._nodes) > 4096:  # nodes come and go; keep the cache bounded
+            self._nodes = {k: v for k, v in self._nodes.items() if now - v[0] < NODE_CACHE_SECONDS}
+        return True, node
 
     # --- the SessionMemories ---------------------------------------------------------------------------
 
@@ -184,5 +272,6 @@ class SessionMemories:
         self._locks.pop(key, None)
         self._gone_since.pop(key, None)
         self._service_account_missing_since.pop(key, None)
+        self._waits.pop(key, None)
         self._seen_pods.pop(key, None)
         metrics.show_sessionmemories(self._objects.values())

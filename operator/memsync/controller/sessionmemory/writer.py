@@ -38,16 +38,17 @@ def generation_of(obj: Mapping[str, Any]) -> int | None:
 
 
 def announcement(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    """(event type, reason, message) when the phase, or the reason of a failure, changed; else None."""
+    """(event type, reason, message) when the phase, the reason of a failure, or what a session without a
+    Pod waits for (a quota, a restart) changed; else None."""
     old_phase, new_phase = old.get("phase"), new.get("phase")
     old_ready = condition(old, ph.READY) or {}
     new_ready = condition(new, ph.READY) or {}
-    if old_phase == new_phase and (
-        new_phase != ph.FAILED or old_ready.get("reason") == new_ready.get("reason")
-    ):
+    reason_changed = old_ready.get("reason") != new_ready.get("reason")
+    waits = ph.is_waiting(new)
+    if old_phase == new_phase and not (reason_changed and (new_phase == ph.FAILED or waits)):
         return None
     message = str(new.get("message") or "")
-    if new_phase == ph.FAILED:
+    if new_phase == ph.FAILED or waits:
         return "Warning", str(new_ready.get("reason") or ph.FAILED), message
     if new_phase == ph.SUCCEEDED:
         return "Normal", ph.SUCCEEDED, message

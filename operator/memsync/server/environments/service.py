@@ -85,6 +85,8 @@ class EnvironmentService:
         principal = self.access.cached(x_api_key, authorization) or self.access.authenticate(
             x_api_key, authorization
         )
+        if principal.viewer:
+            raise forbidden("a viewer key cannot call the environment API; use an admin key")
         if principal.session is None:
             return Caller("admin")
         return Caller("session", session_id=principal.session.id)

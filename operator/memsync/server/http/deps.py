@@ -19,8 +19,9 @@ from memsync.server.environments.service import Caller as EnvCaller
 from memsync.server.environments.service import EnvironmentService
 from memsync.server.http.envelope import read_body
 
-XApiKey = Annotated[str | None, Header(alias="x-api-key")]
-Authorization = Annotated[str | None, Header(alias="authorization")]
+# Credentials are the document's security schemes (``openapi.SECURITY_SCHEMES``), not parameters.
+XApiKey = Annotated[str | None, Header(alias="x-api-key", include_in_schema=False)]
+Authorization = Annotated[str | None, Header(alias="authorization", include_in_schema=False)]
 
 
 async def authenticate(

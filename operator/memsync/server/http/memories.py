@@ -9,17 +9,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header
 from fastapi.responses import Response
 
-from memsync.api.models import (
-    CreateMemoryRequest,
-    Memory,
-    MemoryDeleted,
-    MemoryListItem,
-    Page,
-    UpdateMemoryRequest,
-)
+from memsync.api.models import CreateMemoryRequest, Memory, MemoryDeleted, UpdateMemoryRequest
 from memsync.server.http.deps import Beta, Body, Caller, PagingQuery, ViewQuery
+from memsync.server.http.documents import MemoryListPage
 from memsync.server.http.envelope import JSONResponse, header_lines
-from memsync.server.http.openapi import answers, body
+from memsync.server.http.openapi import documented
 from memsync.server.stores.service import StoreService
 
 _CACHE_CONTROL = "private, no-cache"  # a client may keep a listing, and must ask before reusing it
@@ -62,15 +56,29 @@ def router(service: StoreService) -> APIRouter:
 
     @router.post(
         "/v1/memory_stores/{store_id}/memories",
-        responses=answers(Memory, 403, 404, 409, 413),
-        openapi_extra=body(CreateMemoryRequest),
+        **documented(
+            ok=Memory, body=CreateMemoryRequest, errors=(403, 404, 409, 413), summary="Create a memory"
+        ),
     )
     def create_memory(
         *, p: Caller, store_id: str, body: Body, view: ViewQuery = None, beta: Beta = None
     ) -> JSONResponse:
         return JSONResponse(service.create_memory(p, store_id, body, view))
 
-    @router.get("/v1/memory_stores/{store_id}/memories", responses=answers(Page[MemoryListItem], 304, 404))
+    @router.get(
+        "/v1/memory_stores/{store_id}/memories",
+        **documented(
+            ok=MemoryListPage,
+            errors=(404,),
+            summary="List memories (conditional: If-None-Match)",
+            extra={
+                304: {
+                    "description": "Not modified: no memory of the store changed since the page's ETag.",
+                    "headers": {"ETag": {"schema": {"type": "string"}}},
+                }
+            },
+        ),
+    )
     def list_memories(
         *,
         p: Caller,
@@ -93,7 +101,10 @@ def router(service: StoreService) -> APIRouter:
         )
         return listing_response(body, etag)
 
-    @router.get("/v1/memory_stores/{store_id}/memories/{memory_id}", responses=answers(Memory, 404))
+    @router.get(
+        "/v1/memory_stores/{store_id}/memories/{memory_id}",
+        **documented(ok=Memory, errors=(404,), summary="Get a memory"),
+    )
     def get_memory(
         *, p: Caller, store_id: str, memory_id: str, view: ViewQuery = None, beta: Beta = None
     ) -> JSONResponse:
@@ -101,8 +112,12 @@ def router(service: StoreService) -> APIRouter:
 
     @router.post(
         "/v1/memory_stores/{store_id}/memories/{memory_id}",
-        responses=answers(Memory, 403, 404, 409, 413),
-        openapi_extra=body(UpdateMemoryRequest),
+        **documented(
+            ok=Memory,
+            body=UpdateMemoryRequest,
+            errors=(403, 404, 409, 413),
+            summary="Update a memory (content, path, precondition)",
+        ),
     )
     def update_memory(
         *, p: Caller, store_id: str, memory_id: str, body: Body, view: ViewQuery = None, beta: Beta = None
@@ -110,7 +125,8 @@ def router(service: StoreService) -> APIRouter:
         return JSONResponse(service.update_memory(p, store_id, memory_id, body, view))
 
     @router.delete(
-        "/v1/memory_stores/{store_id}/memories/{memory_id}", responses=answers(MemoryDeleted, 403, 404, 409)
+        "/v1/memory_stores/{store_id}/memories/{memory_id}",
+        **documented(ok=MemoryDeleted, errors=(403, 404, 409), summary="Delete a memory"),
     )
     def delete_memory(
         *,

@@ -10,14 +10,14 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from memsync.api.models import Session
 from memsync.server.bodies import parse_body
 from memsync.server.environments.events import PostEventsRequest, SessionEvents, check_posted
 from memsync.server.environments.extension import EnvironmentExtension
 from memsync.server.http.deps import Body, EnvironmentCaller
 from memsync.server.http.envelope import JSONResponse
-from memsync.server.http.openapi import answers, body
+from memsync.server.http.openapi import SdkModel, documented
 
+_EVENTS = "anthropic.types.beta.sessions"
 PING_EVERY_S = 15.0
 RECHECK_S = 1.0  # a stream re-reads its session this often (another replica may have appended events)
 
@@ -26,11 +26,25 @@ def router(extension: EnvironmentExtension) -> APIRouter:
     router = APIRouter()
     events = extension.events
 
-    @router.get("/v1/sessions/{session_id}", responses=answers(Session, 404))
+    @router.get(
+        "/v1/sessions/{session_id}",
+        **documented(
+            ok=SdkModel("anthropic.types.beta", "BetaManagedAgentsSession"),
+            errors=(403, 404),
+            summary="Get a session",
+        ),
+    )
     def get_session(c: EnvironmentCaller, session_id: str) -> JSONResponse:
         return JSONResponse(extension.session(c, session_id))
 
-    @router.get("/v1/sessions/{session_id}/events", responses=answers(None, 404))
+    @router.get(
+        "/v1/sessions/{session_id}/events",
+        **documented(
+            ok=SdkModel(_EVENTS, "BetaManagedAgentsSessionEvent", page=True),
+            errors=(403, 404),
+            summary="List a session's events",
+        ),
+    )
     def list_events(
         c: EnvironmentCaller, session_id: str, limit: int | None = None, page: str | None = None
     ) -> JSONResponse:
@@ -39,8 +53,12 @@ def router(extension: EnvironmentExtension) -> APIRouter:
 
     @router.post(
         "/v1/sessions/{session_id}/events",
-        responses=answers(None, 403, 404, 413),
-        openapi_extra=body(PostEventsRequest),
+        **documented(
+            ok=SdkModel(_EVENTS, "BetaManagedAgentsSendSessionEvents"),
+            body=PostEventsRequest,
+            errors=(403, 404, 409, 413),
+            summary="Send events to a session",
+        ),
     )
     def post_events(c: EnvironmentCaller, session_id: str, raw: Body) -> JSONResponse:
         extension.session(c, session_id)
@@ -49,8 +67,17 @@ def router(extension: EnvironmentExtension) -> APIRouter:
 
     @router.get(
         "/v1/sessions/{session_id}/events/stream",
-        response_class=StreamingResponse,
-        responses=answers(None, 404, media="text/event-stream"),
+        **documented(
+            errors=(403, 404),
+            summary="Follow a session's events (server-sent events)",
+            extra={
+                200: {
+                    "description": "Server-sent events: one `event: <type>` frame per event, `ping` "
+                    "frames while quiet.",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                }
+            },
+        ),
     )
     async def stream(c: EnvironmentCaller, session_id: str, request: Request) -> StreamingResponse:
         await asyncio.to_thread(extension.session, c, session_id)

@@ -6,11 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from memsync.api.models import MemoryVersion, Page
+from memsync.api.models import MemoryVersion
 from memsync.server.bodies import validate_id
 from memsync.server.http.deps import Beta, Caller, CreatedGte, CreatedLte, PagingQuery, ViewQuery
+from memsync.server.http.documents import MemoryVersionPage
 from memsync.server.http.envelope import JSONResponse
-from memsync.server.http.openapi import answers
+from memsync.server.http.openapi import documented
 from memsync.server.stores.service import StoreService
 
 
@@ -49,7 +50,10 @@ VersionFilters = Annotated[dict[str, str | None], Depends(version_filters)]
 def router(service: StoreService) -> APIRouter:
     router = APIRouter()
 
-    @router.get("/v1/memory_stores/{store_id}/memory_versions", responses=answers(Page[MemoryVersion], 404))
+    @router.get(
+        "/v1/memory_stores/{store_id}/memory_versions",
+        **documented(ok=MemoryVersionPage, errors=(404,), summary="List memory versions"),
+    )
     def list_versions(
         *, p: Caller, store_id: str, paging: PagingQuery, filters: VersionFilters, beta: Beta = None
     ) -> JSONResponse:
@@ -60,7 +64,8 @@ def router(service: StoreService) -> APIRouter:
         )
 
     @router.get(
-        "/v1/memory_stores/{store_id}/memory_versions/{version_id}", responses=answers(MemoryVersion, 404)
+        "/v1/memory_stores/{store_id}/memory_versions/{version_id}",
+        **documented(ok=MemoryVersion, errors=(404,), summary="Get a memory version"),
     )
     def get_version(
         *, p: Caller, store_id: str, version_id: str, view: ViewQuery = None, beta: Beta = None
@@ -69,7 +74,9 @@ def router(service: StoreService) -> APIRouter:
 
     @router.post(
         "/v1/memory_stores/{store_id}/memory_versions/{version_id}/redact",
-        responses=answers(MemoryVersion, 403, 404, 409),
+        **documented(
+            ok=MemoryVersion, errors=(403, 404, 409), summary="Redact a version: erase its content for good"
+        ),
     )
     def redact_version(*, p: Caller, store_id: str, version_id: str, beta: Beta = None) -> JSONResponse:
         return JSONResponse(service.redact_version(p, store_id, version_id))

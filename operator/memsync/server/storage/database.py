@@ -20,6 +20,7 @@ import secrets
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
 
+from memsync.server.storage.browser_queries import AuditQueries, ViewerQueries
 from memsync.server.storage.environment_queries import EnvironmentQueries, EventQueries, WorkQueries
 from memsync.server.storage.migrations import META_TABLE, SCHEMA_VERSION_KEY, Migration, pending
 from memsync.server.storage.rows import (
@@ -60,6 +61,8 @@ class Tx(
     EnvironmentQueries,
     WorkQueries,
     EventQueries,
+    ViewerQueries,
+    AuditQueries,
 ):
     """The queries of one transaction. A backend supplies execution and the content encoding."""
 

@@ -9,7 +9,8 @@ Version 1 is the schema every earlier release created (its statements are idempo
 before versioning existed is adopted as version 1). Version 2 adds what conditional listing, expiring and
 revocable sessions tokens and named admin keys need; version 3 the self-hosted environments (their keys, the
 work queue with its leases, the session event stream); version 4 PostgreSQL's announcements of changed stores
-(nothing on SQLite, whose version still moves to 4 so both backends count the same).
+(nothing on SQLite, whose version still moves to 4 so both backends count the same); version 5 the store
+browser's viewer keys and sign-in sessions.
 """
 
 from __future__ import annotations

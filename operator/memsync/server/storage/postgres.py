@@ -100,6 +100,8 @@ class PgTx(Tx):
         # writers of admin keys queue (across replicas) while authentication goes on reading.
         self.conn.execute("LOCK TABLE admin_keys IN SHARE ROW EXCLUSIVE MODE")
 
+    content_holds = "position(? IN content) > 0"  # the content is BYTEA here, the needle its UTF-8 bytes
+
     def content_in(self, text: str | None) -> Any:
         return None if text is None else text.encode("utf-8")
 

@@ -225,4 +225,28 @@ _V4 = SchemaStep(
     ),
 )
 
-SCHEMA: tuple[SchemaStep, ...] = (_V1, _V2, _V3, _V4)
+# Version 5: the store browser (``server/ui``): read-only viewer keys, named and revocable like admin keys,
+# and the browser's sign-in sessions (a cookie's token kept as its SHA-256, the key it signed in with).
+_V5 = SchemaStep(
+    5,
+    "the store browser: viewer keys and sign-in sessions",
+    (
+        """CREATE TABLE viewer_keys (
+                id TEXT PRIMARY KEY,
+                name TEXT NOT NULL,
+                key_hash TEXT NOT NULL UNIQUE,
+                created_at {ordered} NOT NULL,
+                revoked_at {ordered}
+            )""",
+        """CREATE TABLE ui_sessions (
+                token_hash TEXT PRIMARY KEY,
+                key_kind TEXT NOT NULL,
+                key_id TEXT NOT NULL,
+                created_at {ordered} NOT NULL,
+                expires_at {ordered} NOT NULL
+            )""",
+        "CREATE INDEX ui_sessions_by_key ON ui_sessions (key_id)",
+    ),
+)
+
+SCHEMA: tuple[SchemaStep, ...] = (_V1, _V2, _V3, _V4, _V5)

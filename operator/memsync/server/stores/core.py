@@ -45,8 +45,7 @@ class ServiceCore:
         if write:
             if access == "read_only":
                 raise forbidden(
-                    f"session {p.actor_id} has read_only access to memory store {store_id}; "
-                    "writes are refused"
+                    f"{p.described} has read_only access to memory store {store_id}; writes are refused"
                 )
             if row.archived_at is not None:
                 raise conflict(f"memory store {store_id} is archived and read-only; writes are refused")
@@ -59,6 +58,28 @@ class ServiceCore:
         if change is None:
             raise _unreachable(store_id)
         return change
+
+    @staticmethod
+    def _stores_page(
+        tx: Tx,
+        p: Principal,
+        *,
+        include_archived: bool,
+        gte: str | None = None,
+        lte: str | None = None,
+        before_seq: int | None,
+        limit: int,
+    ) -> list[StoreRow]:
+        """Up to ``limit`` of the stores the caller reaches, newest first, below ``before_seq``."""
+        only = None if p.session is None else [r.store_id for r in p.session.resources]
+        return tx.list_stores(
+            include_archived=include_archived,
+            created_gte=gte,
+            created_lte=lte,
+            before_seq=before_seq,
+            only_ids=only,
+            limit=limit,
+        )
 
     # --- cursors ------------------------------------------------------------------------------------------
 

@@ -275,6 +275,19 @@ def prefix_upper_bound(prefix: str) -> str:
     return prefix[:-1] + "0"
 
 
+def text_upper_bound(prefix: str) -> str:
+    """Exclusive upper bound of every text starting with ``prefix`` (any text, not only a folder), in the
+    code point order the databases sort paths in: the last character below U+10FFFF moved one code point up
+    (over the surrogates, which UTF-8 cannot hold) and what follows it dropped; for a prefix of U+10FFFF
+    alone, the prefix followed by more of them than a path's 1,024 bytes can hold."""
+    for end in range(len(prefix), 0, -1):
+        code = ord(prefix[end - 1])
+        if code < 0x10FFFF:
+            following = 0xE000 if 0xD800 <= code + 1 <= 0xDFFF else code + 1
+            return prefix[: end - 1] + chr(following)
+    return prefix + "\U0010ffff" * 1024
+
+
 @dataclass(frozen=True)
 class ListingPage(Generic[R]):
     """One page of a path-ordered memory listing: rows (memories) and ``str`` items (rollup prefixes)."""

@@ -63,15 +63,9 @@ class StoreOperations(ServiceCore):
         position = self._position(page, query)
         if position is not None and not isinstance(position, int):
             raise invalid("page cursor does not belong to a memory store listing")
-        only = None if p.session is None else [r.store_id for r in p.session.resources]
         with self.db.read() as tx:
-            rows = tx.list_stores(
-                include_archived=include_archived,
-                created_gte=gte,
-                created_lte=lte,
-                before_seq=position,
-                only_ids=only,
-                limit=n + 1,
+            rows = self._stores_page(
+                tx, p, include_archived=include_archived, gte=gte, lte=lte, before_seq=position, limit=n + 1
             )
         more = len(rows) > n
         rows = rows[:n]

@@ -1,0 +1,1 @@
+../../../manifests/argocd/health.lua
