@@ -1,6 +1,6 @@
 """Schema-driven tests of the store server: schemathesis generates requests from the server's own OpenAPI
 document (FastAPI's, generated from the routes) and sends them to a real server, on SQLite and PostgreSQL,
-with each credential of ``world.CREDENTIALS``.
+with each credential of ``world.CREDENTIALS`` (the admin key, a viewer key: read-only, and a sessions token).
 
 Every answer to every generated request (schema-valid or not, with ids that exist or not):
 - is never a 5xx (but the admission gate's documented 503, which a loaded machine may draw); its status is
@@ -10,11 +10,13 @@ Every answer to every generated request (schema-valid or not, with ids that exis
   carries ``x-should-retry: false``, a 429 or 503 ``Retry-After: 1`` (docs/store-api.md,
   docs/store-server.md);
 - never holds what the credential may not see: another session's store id or memory content, or any
-  credential but the caller's own.
+  credential but the caller's own; and a viewer key's request that would change anything never succeeds.
 A request the schema says is invalid is refused (a 4xx). And the two sessions of the world stay apart: what
 one writes, the other cannot read, list or change. ``MEMSYNC_SCHEMA_EXAMPLES`` sets the examples per
 operation and credential (default 30), ``MEMSYNC_SCHEMA_SEQUENCES`` the linked sequences per credential
-(default 30, up to 10 calls each): the CI budget.
+(default 30, up to 10 calls each): the CI budget. The generation is derandomized (each test draws the same
+requests on every run, so a commit's result cannot change between two runs; a wider search raises the
+counts).
 """
 
 from __future__ import annotations
@@ -72,10 +74,15 @@ def header(response: schemathesis.Response, name: str) -> str | None:
     return values[0] if values else None
 
 
-def documented_answer(response: schemathesis.Response, foreign: list[str]) -> None:
-    """What every answer must be beyond its schema: nothing ``foreign`` (what its caller may not see), the
-    envelope, the retry headers."""
+def documented_answer(response: schemathesis.Response, foreign: list[str], *, writes: bool = True) -> None:
+    """What every answer must be beyond its schema: nothing ``foreign`` (what its caller may not see), no
+    change made by a credential that may not write (``writes``: a viewer key), the envelope, the retry
+    headers."""
     text = response.text
+    if not writes and response.request.method not in ("GET", "HEAD"):
+        assert response.status_code >= 400, (
+            f"a read-only key changed something: {response.request.url} {text}"
+        )
     for secret in foreign:
         assert secret not in text, f"the answer holds {secret[:12]}...: {text[:300]}"
     if response.status_code < 400:
@@ -117,6 +124,7 @@ def test_every_generated_request_gets_a_documented_answer(
         max_examples=EXAMPLES,
         deadline=None,
         database=None,
+        derandomize=True,
         suppress_health_check=list(HealthCheck),
     )
     @given(data=st.data())
@@ -124,7 +132,7 @@ def test_every_generated_request_gets_a_documented_answer(
         case = data.draw(cases(label, world))
         response = case.call(base_url=world.url, session=session, headers=headers, timeout=30)
         case.validate_response(response, checks=CHECKS, headers=headers)
-        documented_answer(response, world.foreign(credential.name))
+        documented_answer(response, world.foreign(credential.name), writes=credential.writes)
 
     run()
 
@@ -145,7 +153,7 @@ def test_linked_sequences_of_requests_get_documented_answers(world: World, crede
             self, response: schemathesis.Response, case: schemathesis.Case, *args: Any, **kwargs: Any
         ) -> None:
             case.validate_response(response, checks=CHECKS, headers=headers)
-            documented_answer(response, world.foreign(credential.name))
+            documented_answer(response, world.foreign(credential.name), writes=credential.writes)
 
     Sequences.run(
         settings=settings(
@@ -153,6 +161,7 @@ def test_linked_sequences_of_requests_get_documented_answers(world: World, crede
             stateful_step_count=10,
             deadline=None,
             database=None,
+            derandomize=True,
             suppress_health_check=list(HealthCheck),
         )
     )

@@ -22,21 +22,13 @@ from conftest import API_HEADERS
 from memsync.api.secret import decode_work_secret
 from memsync.server.app import create_app
 
-#: Header parameters the document declares on every route for the credential: the tests set them.
-CREDENTIAL_HEADERS = ("x-api-key", "authorization")
-
 
 def openapi_document() -> dict[str, Any]:
-    """The document FastAPI generates from the routes (served or not), from an app over a scratch database,
-    without the credential headers (each test sends its own credential)."""
+    """The document the store server answers at ``/openapi.json`` (``app.openapi()``), from an app over a
+    scratch database. Its credentials are security schemes, not parameters: each test sends its own."""
     with tempfile.TemporaryDirectory(prefix="memsync-openapi-") as tmp:
         app = create_app(Path(tmp) / "doc.db", "sk-memsync-admin-document-" + "x" * 24, "http://127.0.0.1:1")
-        document = app.openapi()
-    for operations in document["paths"].values():
-        for operation in operations.values():
-            operation["parameters"] = [
-                p for p in operation.get("parameters", []) if p["name"].lower() not in CREDENTIAL_HEADERS
-            ]
+        document: dict[str, Any] = app.openapi()
     return document
 
 
@@ -44,6 +36,7 @@ def openapi_document() -> dict[str, Any]:
 class World:
     url: str
     admin_key: str
+    viewer_key: str  # reads every store, writes nothing
     token: str  # the session that reaches ``mine`` (read-write) and ``shared`` (read-only)
     other_token: str  # the session that reaches ``theirs``
     session_id: str
@@ -55,8 +48,16 @@ class World:
         """What a response to ``credential`` must never hold: the other session's store and content, and any
         credential but its own."""
         if credential == "admin":
-            return [self.token, self.other_token]
-        return [self.admin_key, self.other_token, self.ids["other_store"], self.markers["theirs"]]
+            return [self.viewer_key, self.token, self.other_token]
+        if credential == "viewer":
+            return [self.admin_key, self.token, self.other_token]
+        return [
+            self.admin_key,
+            self.viewer_key,
+            self.other_token,
+            self.ids["other_store"],
+            self.markers["theirs"],
+        ]
 
 
 @dataclass(frozen=True)
@@ -65,11 +66,13 @@ class Credential:
 
     name: str
     headers: Callable[[World], dict[str, str]]
+    writes: bool = True  # False: no request that would change anything may succeed
 
 
 #: The credentials every schema-driven test runs with (a new kind of key is one line here).
 CREDENTIALS = (
     Credential("admin", lambda w: {"x-api-key": w.admin_key}),
+    Credential("viewer", lambda w: {"x-api-key": w.viewer_key}, writes=False),
     Credential("session", lambda w: {"authorization": f"Bearer {w.token}"}),
 )
 
@@ -89,6 +92,7 @@ def seed(url: str, server_admin_key: str) -> World:
     ) as http:
         admin_key = _call(http, "POST", "/v1/memsync/admin_keys", json={"name": "schema-tests"})["key"]
         spare = _call(http, "POST", "/v1/memsync/admin_keys", json={"name": "schema-spare"})["id"]
+        viewer_key = _call(http, "POST", "/v1/memsync/viewer_keys", json={"name": "schema-viewer"})["key"]
     headers = {**API_HEADERS, "x-api-key": admin_key}
     with httpx.Client(base_url=url, headers=headers, timeout=30.0) as http:
         stores, markers, memories = {}, {}, {}
@@ -130,6 +134,7 @@ def seed(url: str, server_admin_key: str) -> World:
     return World(
         url=url,
         admin_key=admin_key,
+        viewer_key=viewer_key,
         token=decode_work_secret(minted["work_secret"]).sessions_token,
         other_token=decode_work_secret(other["work_secret"]).sessions_token,
         session_id=minted["session"]["id"],

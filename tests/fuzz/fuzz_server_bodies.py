@@ -4,7 +4,7 @@ by either backend.
 
 For any bytes, and for JSON objects made of each route's fields and values on the rules' edges (NUL, lone
 surrogates, long strings, huge numbers, deep nesting, wrong types), posted with the admin key to: create
-and update a store, create and update a memory, mint a session, create an admin key, create an
+and update a store, create and update a memory, mint a session, create an admin or a viewer key, create an
 environment, post session events, stop a work item: the answer is 200 or a 4xx (400, 403, 404, 409, 413),
 never a 5xx, and every error is the API's envelope (``{"type": "error", "error": {"type", "message"},
 "request_id"}``). A body the server accepts holds no U+0000 outside a memory's ``content`` (PostgreSQL's
@@ -54,6 +54,7 @@ ROUTES: dict[str, tuple[str, ...]] = {
     f"/v1/memory_stores/{STORE}/memories/{MEMORY}": ("path", "content", "precondition"),
     "/v1/memsync/sessions": ("session_id", "resources", "token_ttl_seconds", "environment_id", "script"),
     "/v1/memsync/admin_keys": ("name",),
+    "/v1/memsync/viewer_keys": ("name",),
     "/v1/environments": ("name", "description", "metadata", "config", "scope"),
     f"/v1/sessions/{SESSION}/events": ("events",),
     f"/v1/environments/{ENVIRONMENT}/work/{WORK}/stop": ("force",),
