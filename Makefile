@@ -53,8 +53,8 @@ typecheck: $(STAMP)
 #    soak's default mix; its final-flush outage, the weighted variants and the long mode run on demand,
 #    `make soak`); then the store browser in Debian's chromium through Playwright (tests/browser; skipped,
 #    naming the package, where chromium is not installed, failed under CI); then every fuzz target of
-#    tests/fuzz for a fixed budget (`make fuzz-ci`), and the schema-driven tests of the store server's API
-#    (`make api-schema`, on SQLite and PostgreSQL), each a phase of its own;
+#    tests/fuzz for a fixed number of inputs and seed (`make fuzz-ci`), and the schema-driven tests of the
+#    store server's API (`make api-schema`, on SQLite and PostgreSQL), each a phase of its own;
 # 2. the kind tier, serially, through tests/kind/tier.sh: it starts dockerd when none runs, builds kind, the
 #    node image and the memsync image here (cached outside the clone), and makes a kind test that would skip
 #    fail instead; without docker or Go installed the kind tests skip, each with the reason;
@@ -90,8 +90,9 @@ FUZZ_JOBS    ?= 2
 fuzz: $(STAMP)
 	$(BIN)/python tests/fuzz/runner.py run --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS) --merge $(FUZZ_TARGETS)
 
-# make test's fuzz phase: every target for 30 s from its committed corpus, nothing merged.
-FUZZ_CI := $(BIN)/python tests/fuzz/runner.py run --seconds 30 --jobs 2
+# make test's fuzz phase: every target for its fixed number of inputs (runner.py CI_RUNS: about 25 s each here),
+# with a fixed seed, from its committed corpus, nothing merged; a broken property fails it with the input saved.
+FUZZ_CI := $(BIN)/python tests/fuzz/runner.py run --ci --jobs 2
 fuzz-ci: $(STAMP)
 	$(FUZZ_CI)
 

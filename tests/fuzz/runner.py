@@ -1,6 +1,7 @@
 """Runs the coverage-guided fuzz targets (``fuzz_*.py`` beside this file) under atheris, each in a process.
 
     python tests/fuzz/runner.py run [--seconds 30] [--jobs 2] [--merge] [--seed N] [TARGET...]
+    python tests/fuzz/runner.py run --ci [--jobs 2] [TARGET...]   # make test's phase: fixed runs and seed
     python tests/fuzz/runner.py repro TARGET FILE|DIR...     # replay inputs without the fuzzer
     python tests/fuzz/runner.py list                         # the targets and their properties
 
@@ -12,6 +13,12 @@ corpus was loaded and at the end, and the new inputs that reached more. ``--merg
 (libFuzzer's merge: only the inputs that add coverage). Any input that broke a target's property (an
 exception, a hang past ``--timeout``, memory past ``--rss-mb``) fails the run: the target's output, the input
 (printed and saved under ``--artifacts``) and the command that replays it are printed.
+
+``--ci`` is the bounded run CI makes (``make fuzz-ci``): each target executes its fixed number of inputs
+(``CI_RUNS``, about 25 s of this project's 2-core CI machine) from its corpus with the fixed seed ``CI_SEED``
+and Python's hash seed fixed, so the same commit fuzzes the same inputs on every run and a result cannot
+change between two runs of one commit (a finding is a finding of the change). ``--cap`` seconds bound a target
+whatever the machine; a target cut short by it says so in the table.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import base64
 import importlib
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -37,6 +45,24 @@ _STATS = re.compile(r"^#(\d+)\s+(INITED|DONE)\s.*?cov: (\d+) ft: (\d+) corp: (\d
 _RATE = re.compile(r"exec/s: (\d+)")
 _SEED = re.compile(r"INFO: Seed: (\d+)")
 _UNITS = re.compile(r"^stat::number_of_executed_units: *(\d+)")
+
+#: Inputs each target executes in CI (``--ci``): 25 s at the exec/s a target showed in the slower of two short
+#: runs on a loaded 2-core machine (``run``'s table): at most about 25 s each on CI, the phase under 2.5 min.
+CI_RUNS: dict[str, int] = {
+    "client_page": 6_000,
+    "health": 39_000,
+    "ids": 459_000,
+    "local_paths": 116_000,
+    "memory_paths": 72_000,
+    "merge": 79_000,
+    "report": 29_000,
+    "server_bodies": 5_000,
+    "server_listing": 134_000,
+    "stores_env": 198_000,
+    "work_secret": 1_306_000,
+}
+CI_SEED = 44
+CI_CAP_S = 45
 
 
 def targets() -> list[str]:
@@ -60,7 +86,9 @@ def child(name: str, libfuzzer_args: list[str]) -> None:
     sys.path.insert(0, str(HERE))
     with atheris.instrument_imports(include=["memsync"]):
         module = importlib.import_module(f"fuzz_{name}")
-    atheris.Setup([sys.argv[0], *libfuzzer_args], module.test_one_input)
+    # libFuzzer runs its argv[0] again for a merge: the launcher that runs this target (``_run``)
+    argv0 = os.environ.get("MEMSYNC_FUZZ_SELF", sys.argv[0])
+    atheris.Setup([argv0, *libfuzzer_args], module.test_one_input)
     atheris.Fuzz()
 
 
@@ -98,6 +126,7 @@ class Outcome:
     corpus: int = 0
     new: int = 0
     kept: int | None = None  # --merge: inputs added to the corpus
+    capped: bool = False  # --ci: stopped by --cap before its runs
     artifacts: list[Path] = field(default_factory=list)
     log: str = ""
 
@@ -127,16 +156,21 @@ def _parse(outcome: Outcome) -> None:
 
 def _run(name: str, args: list[str], scratch: Path) -> subprocess.CompletedProcess[str]:
     """One target's process, its output in order; its temporary files (a target's database...) in
-    ``scratch``, which goes with the run."""
+    ``scratch``, which goes with the run; Python's hash seed fixed (a set's order may steer a branch)."""
     scratch.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, str(Path(__file__).resolve()), "_child", name, "--"]
+    # libFuzzer's merge runs the process's argv[0] with its own flags: an executable that is this target
+    launcher = scratch / f"fuzz-{name}"
+    launcher.write_text(f'#!/bin/sh\nexec {shlex.join(command)} "$@"\n', encoding="utf-8")
+    launcher.chmod(0o755)
     return subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "_child", name, "--", *args],
+        [*command, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         errors="replace",
         check=False,
-        env={**os.environ, "TMPDIR": str(scratch)},
+        env={**os.environ, "TMPDIR": str(scratch), "PYTHONHASHSEED": "0", "MEMSYNC_FUZZ_SELF": str(launcher)},
     )
 
 
@@ -149,8 +183,9 @@ def fuzz_one(name: str, opts: argparse.Namespace, work: Path) -> Outcome:
     for old in artifacts.iterdir():  # the inputs an earlier run saved are not this run's findings
         if old.name.startswith(ARTIFACT_KINDS):
             old.unlink()
+    budget = [f"-runs={CI_RUNS[name]}", f"-max_total_time={opts.cap}"] if opts.ci else []
     args = [
-        f"-max_total_time={opts.seconds}",
+        *(budget or [f"-max_total_time={opts.seconds}"]),
         f"-timeout={opts.timeout}",
         f"-rss_limit_mb={opts.rss_mb}",
         f"-max_len={opts.max_len}",
@@ -165,6 +200,7 @@ def fuzz_one(name: str, opts: argparse.Namespace, work: Path) -> Outcome:
     done = _run(name, args, work / name / "tmp")
     outcome = Outcome(name, done.returncode, time.monotonic() - started, log=done.stdout)
     _parse(outcome)
+    outcome.capped = opts.ci and not outcome.broken and outcome.runs < CI_RUNS[name]
     outcome.new = sum(1 for _ in new.iterdir())
     outcome.artifacts = sorted(p for p in artifacts.iterdir() if p.name.startswith(ARTIFACT_KINDS))
     if opts.merge and not outcome.broken and outcome.new:
@@ -209,7 +245,7 @@ def table(outcomes: list[Outcome]) -> str:
         *(
             (
                 o.name,
-                "FAILED" if o.broken else "ok",
+                "FAILED" if o.broken else ("capped" if o.capped else "ok"),
                 f"{o.seconds:.0f}",
                 str(o.runs),
                 str(o.rate),
@@ -241,7 +277,12 @@ def run(opts: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    print(f"fuzzing {len(names)} target(s), {opts.seconds} s each, {opts.jobs} at a time", flush=True)
+    if opts.ci:
+        opts.seed = CI_SEED if opts.seed is None else opts.seed
+        each = f"its CI runs (at most {opts.cap} s), seed {opts.seed}"
+    else:
+        each = f"{opts.seconds} s"
+    print(f"fuzzing {len(names)} target(s), {each} each, {opts.jobs} at a time", flush=True)
     with tempfile.TemporaryDirectory(prefix="memsync-fuzz-") as tmp, ThreadPoolExecutor(opts.jobs) as pool:
         futures = [pool.submit(fuzz_one, name, opts, Path(tmp)) for name in names]
         outcomes = []
@@ -254,6 +295,9 @@ def run(opts: argparse.Namespace) -> int:
         if outcome.broken:
             report_failure(outcome)
     print("\n" + table(outcomes))
+    capped = [o.name for o in outcomes if o.capped]
+    if capped:  # the machine is slower than CI_RUNS assumes: fewer inputs were tried, nothing else changes
+        print(f"\ncut short by --cap {opts.cap} s before their CI runs: {', '.join(capped)}")
     broken = [o.name for o in outcomes if o.broken]
     if broken:
         print(f"\nfuzzing broke {len(broken)} target(s): {', '.join(broken)}", file=sys.stderr)
@@ -279,6 +323,12 @@ def main(argv: list[str]) -> int:
     fuzz.add_argument("--max-len", type=int, default=8192, help="longest input in bytes (default 8192)")
     fuzz.add_argument("--seed", type=int, default=None, help="libFuzzer's seed (default: a new one, printed)")
     fuzz.add_argument("--merge", action="store_true", help="keep new inputs that add coverage in the corpus")
+    fuzz.add_argument(
+        "--ci", action="store_true", help=f"each target's CI_RUNS inputs, seed {CI_SEED} (make test's phase)"
+    )
+    fuzz.add_argument(
+        "--cap", type=int, default=CI_CAP_S, help=f"--ci: seconds per target at most ({CI_CAP_S})"
+    )
     fuzz.add_argument(
         "--artifacts",
         default=os.environ.get("MEMSYNC_FUZZ_ARTIFACTS", ".memsync/fuzz"),
