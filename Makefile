@@ -9,8 +9,9 @@ KIND_CLUSTER ?= memsync-e2e
 KIND_CONFIG  ?= kind-config.yaml
 PYTEST_ARGS ?=
 
-.PHONY: browser chart soak install constraints tools test check lint typecheck unit dev bench image kind-up kind-load deploy e2e kind-down crds clean core-schema \
-	controlplane cluster-up cluster-down cluster-test kind-tier release pin-image
+.PHONY: browser fuzz fuzz-ci api-schema chart soak install constraints tools test check lint typecheck unit dev bench image kind-up \
+	kind-load deploy e2e kind-down crds clean core-schema controlplane cluster-up cluster-down cluster-test kind-tier \
+	release pin-image
 
 # Two stamps: the runtime alone (`make dev`: what a user of memsync needs, no test tooling), and the runtime
 # with the test extra (`make install`, `make test` and every target that runs the tests or the linters).
@@ -48,10 +49,12 @@ typecheck: $(STAMP)
 # The test command CI runs: lint, types, then every tier that this machine can run, each phase timed by
 # tests/timed.sh (with MEMSYNC_PHASE_LOG set, .ci/run prints the phases' times as a table at its end).
 # 0. with Go installed, helm, promtool and kwok are built first (cached outside the clone);
-# 1. every tier but kind, cluster and browser, on two xdist workers (with the randomized soak's default mix;
-#    its final-flush outage, the weighted variants and the long mode run on demand, `make soak`); then the
-#    store browser in Debian's chromium through Playwright (tests/browser; skipped, naming the package, where
-#    chromium is not installed, failed under CI);
+# 1. every tier but kind, cluster, browser and the API schema tests, on two xdist workers (with the randomized
+#    soak's default mix; its final-flush outage, the weighted variants and the long mode run on demand,
+#    `make soak`); then the store browser in Debian's chromium through Playwright (tests/browser; skipped,
+#    naming the package, where chromium is not installed, failed under CI); then every fuzz target of
+#    tests/fuzz for a fixed number of inputs and seed (`make fuzz-ci`), and the schema-driven tests of the
+#    store server's API (`make api-schema`, on SQLite and PostgreSQL), each a phase of its own;
 # 2. the kind tier, serially, through tests/kind/tier.sh: it starts dockerd when none runs, builds kind, the
 #    node image and the memsync image here (cached outside the clone), and makes a kind test that would skip
 #    fail instead; without docker or Go installed the kind tests skip, each with the reason;
@@ -62,8 +65,10 @@ test:
 	@$(TIMED) "virtualenv" $(MAKE) --no-print-directory install
 	@$(TIMED) "lint, types" $(MAKE) --no-print-directory lint typecheck
 	@if command -v go >/dev/null 2>&1; then $(TIMED) "helm, promtool, kwok" $(MAKE) --no-print-directory tools; fi
-	$(TIMED) "xdist tier" $(BIN)/pytest -n 2 -m "not kind and not cluster and not soak_on_demand and not browser" $(PYTEST_ARGS)
+	$(TIMED) "xdist tier" $(BIN)/pytest -n 2 -m "not kind and not cluster and not soak_on_demand and not browser and not api_schema" $(PYTEST_ARGS)
 	$(TIMED) "browser tier" $(BIN)/pytest -p no:xdist -m browser tests/browser $(PYTEST_ARGS)
+	$(TIMED) "fuzz" $(FUZZ_CI)
+	$(TIMED) "API schema" $(API_SCHEMA)
 	$(TIMED) "kind tier" tests/kind/tier.sh $(BIN)/pytest -p no:xdist -m kind tests/kind $(PYTEST_ARGS)
 	@if command -v go >/dev/null 2>&1; then $(TIMED) "control plane" $(MAKE) --no-print-directory controlplane; fi
 	$(TIMED) "cluster tier" $(BIN)/pytest -p no:xdist -m cluster tests/cluster $(PYTEST_ARGS)
@@ -76,6 +81,25 @@ soak: $(STAMP)
 # The store browser's tests alone (Debian's chromium: apt-get install --no-install-recommends chromium).
 browser: $(STAMP)
 	$(BIN)/pytest -p no:xdist -m browser tests/browser $(PYTEST_ARGS)
+
+# Coverage-guided fuzzing, the long run (docs/testing.md): every target of tests/fuzz for FUZZ_SECONDS (two at a
+# time); the inputs that reached new code are merged into its corpus (tests/fuzz/corpus/<target>, to commit),
+# and a table shows the coverage each reached. An input that broke a property fails it, printed with its replay.
+FUZZ_SECONDS ?= 300
+FUZZ_JOBS    ?= 2
+fuzz: $(STAMP)
+	$(BIN)/python tests/fuzz/runner.py run --seconds $(FUZZ_SECONDS) --jobs $(FUZZ_JOBS) --merge $(FUZZ_TARGETS)
+
+# make test's fuzz phase: every target for its fixed number of inputs (runner.py CI_RUNS: about 25 s each here),
+# with a fixed seed, from its committed corpus, nothing merged; a broken property fails it with the input saved.
+FUZZ_CI := $(BIN)/python tests/fuzz/runner.py run --ci --jobs 2
+fuzz-ci: $(STAMP)
+	$(FUZZ_CI)
+
+# make test's schema-driven phase: tests/api_schema on SQLite and PostgreSQL, a bounded number of examples.
+API_SCHEMA := $(BIN)/pytest -n 2 -m api_schema tests/api_schema $(PYTEST_ARGS)
+api-schema: $(STAMP)
+	$(API_SCHEMA)
 
 unit: $(STAMP)
 	$(BIN)/pytest -n 2 tests/unit $(PYTEST_ARGS)

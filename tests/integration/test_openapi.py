@@ -2,8 +2,8 @@
 routes, with the official SDK's requests and with the server's real answers.
 
 - every API route is an operation, with the 200 answer's schema, the error statuses every credentialed route
-  can answer (401, 429 and 503 with ``Retry-After``) and never FastAPI's 422 (the server answers 400); a
-  route that reads a body declares it, and only those;
+  can answer (401, 429 and 503 with ``Retry-After``, each error the envelope, a 409 with ``x-should-retry``)
+  and never FastAPI's 422 (the server answers 400); a route that reads a body declares it, and only those;
 - every request the ``anthropic`` SDK sends for the memory store API (recorded through a transport, every
   parameter set) matches an operation: its method and path, each query parameter declared, its JSON body
   valid against the declared schema; the SDK's response models have exactly the fields the document's
@@ -80,8 +80,12 @@ def test_every_route_is_an_operation_with_its_answers(app: FastAPI, document: di
             responses = op["responses"]
             assert "422" not in responses, where
             assert {"200", "400", "401", "429", "503"} <= set(responses), where
-            for status in ("429", "503"):
-                assert "Retry-After" in responses[status]["headers"], where
+            for status, header in (("429", "Retry-After"), ("503", "Retry-After"), ("409", "x-should-retry")):
+                if status in responses:  # required: the schema-driven tests fail an answer without it
+                    assert responses[status]["headers"][header]["required"], where
+            for status in set(responses) - {"200", "304"}:
+                schema = responses[status]["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/ErrorResponse"}, (where, status)
             content = responses["200"]["content"]
             assert content and all(media.get("schema") for media in content.values()), where
             assert ("requestBody" in op) == reads_body(route), where
@@ -249,6 +253,14 @@ def test_real_answers_validate_against_the_document(document: dict[str, Any], st
     check(store_api.admin("GET", f"/v1/memory_stores/{store}/memories/mem_nothere"))  # 404
     check(store_api.anon("GET", f"/v1/memory_stores/{store}"))  # 401
     check(store_api.admin("POST", f"/v1/memory_stores/{store}/memories", json={"path": "bad"}))  # 400
+    # a session minted without an environment: the answer has no work_id (the document must not require it)
+    check(
+        store_api.admin(
+            "POST",
+            "/v1/memsync/sessions",
+            json={"resources": [{"type": "memory_store", "memory_store_id": store, "access": "read_only"}]},
+        )
+    )
     made = store_api.admin("POST", "/v1/memsync/viewer_keys", json={"name": "openapi"})
     check(made)
     check(store_api.admin("GET", "/v1/memsync/viewer_keys"))

@@ -84,6 +84,79 @@ def test_lone_surrogate_in_json_is_a_400(store_api: StoreApi) -> None:
     _nothing_stored(store_api, store)
 
 
+@pytest.mark.parametrize(
+    ("route", "raw"),
+    [
+        # found by the server_bodies fuzz target: a 500 (the database driver could not encode the id)
+        ("/v1/memsync/sessions", b'{"resources": [], "environment_id": "\\ud800"}'),
+        ("/v1/environments", b'{"name": "e", "metadata": {"k": "\\udfff"}}'),
+        ("/v1/memsync/sessions", b'{"resources": [{"type": "memory_store", "memory_store_id": "\\udc00"}]}'),
+    ],
+)
+def test_lone_surrogate_in_any_field_is_a_400_not_a_500(store_api: StoreApi, route: str, raw: bytes) -> None:
+    resp = store_api.admin("POST", route, content=raw, headers={"content-type": "application/json"})
+    assert "lone surrogate" in _error(resp, 400, "invalid_request_error")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "params", "named"),
+    [
+        ("GET", "/v1/memory_stores/a%00b", None, "store_id"),
+        ("GET", "/v1/memory_stores/{store}/memories/a%00b", None, "memory_id"),
+        ("GET", "/v1/memory_stores/{store}/memories/%2E%2E", None, "memory_id"),
+        ("GET", "/v1/memory_stores/{store}/memory_versions", {"memory_id": "a\x00"}, "memory_id"),
+        ("GET", "/v1/memory_stores/{store}/memory_versions", {"session_id": "sesn_\x00"}, "session_id"),
+        ("GET", "/v1/memory_stores/{store}/memories", None, None),  # an id is fine
+        ("GET", "/v1/sessions/a%00b", None, "session_id"),
+        ("DELETE", "/v1/sessions/a%00b", None, "session_id"),
+        ("GET", "/v1/environments/a%00b", None, "env_id"),
+        ("POST", "/v1/memsync/admin_keys/a%00b/revoke", None, "key_id"),
+        ("GET", "/v1/memory_stores/sk-ant-api03-pasted-here", None, "store_id"),
+    ],
+)
+def test_an_id_that_is_not_an_id_is_a_400_naming_it(
+    store_api: StoreApi, method: str, path: str, params: dict[str, str] | None, named: str | None
+) -> None:
+    """On PostgreSQL each of these was a 500: an id with a U+0000 (as %00 in the path or the query) reached
+    a query, and PostgreSQL refuses that character in any text. Found by reviewing the class of the
+    server_bodies fuzz target's finding (a NUL accepted into an environment's name) on PostgreSQL; every id
+    a request names now passes the id rule first."""
+    store = store_api.new_store()
+    resp = store_api.admin(method, path.format(store=store), params=params)
+    if named is None:
+        assert resp.status_code == 200, resp.text
+        return
+    message = _error(resp, 400, "invalid_request_error")
+    assert message.startswith(f"{named}: ")
+    assert "sk-ant" not in message
+    assert "unhandled error" not in store_api.server.log_text()
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "named"),
+    [
+        (
+            "/v1/memsync/sessions",
+            {"resources": [{"type": "memory_store", "memory_store_id": "a\x00"}]},
+            "resources[0]",
+        ),
+        ("/v1/memsync/sessions", {"resources": [], "environment_id": "env\x00"}, "environment_id"),
+        ("/v1/environments", {"name": "\x00"}, "name"),
+        ("/v1/environments", {"name": "e", "description": "a\x00"}, "description"),
+        ("/v1/environments", {"name": "e", "metadata": {"k\x00": "v"}}, "metadata key"),
+        ("/v1/environments", {"name": "e", "metadata": {"k": "\x00"}}, "metadata['k']"),
+    ],
+)
+def test_a_nul_no_column_can_hold_is_a_400(
+    store_api: StoreApi, route: str, body: dict[str, Any], named: str
+) -> None:
+    """Found by the server_bodies fuzz target: an environment named "\\u0000" was accepted (SQLite stores
+    it; PostgreSQL answered 500); the ids a mint names reached a PostgreSQL query the same way."""
+    message = _error(store_api.admin("POST", route, json=body), 400, "invalid_request_error")
+    assert message.startswith(named), message
+    assert "unhandled error" not in store_api.server.log_text()
+
+
 def test_path_prefix_rules(store_api: StoreApi) -> None:
     store = store_api.new_store()
     url = f"/v1/memory_stores/{store}/memories"
@@ -385,6 +458,10 @@ def test_extreme_but_valid_created_at_filters_still_work(store_api: StoreApi) ->
     assert len(store_api.admin("GET", url, params=wide).json()["data"]) == 1
     future = {"created_at[gte]": "9999-12-31T23:59:59Z"}
     assert store_api.admin("GET", url, params=future).json()["data"] == []
+    # a year before 1000 (found by the server_listing fuzz target: it sorted after every real time)
+    early = "0999-12-31T23:59:59Z"
+    assert len(store_api.admin("GET", url, params={"created_at[gte]": early}).json()["data"]) == 1
+    assert store_api.admin("GET", url, params={"created_at[lte]": early}).json()["data"] == []
 
 
 @pytest.mark.parametrize(

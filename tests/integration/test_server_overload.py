@@ -5,20 +5,15 @@ queued one are served once their bodies arrive."""
 
 from __future__ import annotations
 
-import json
-import re
-import socket
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from test_server_observe import _sample
 
 from conftest import API_HEADERS, RunningStoreServer, StoreApi, launch_store_server
-
-BODY = json.dumps({"path": "/slow.md", "content": "x"}).encode()
+from support.overload import SlowUpload, wait_in_flight
 
 
 @pytest.fixture
@@ -31,50 +26,6 @@ def tiny_server(tmp_path: Path) -> Iterator[RunningStoreServer]:
         yield server
     finally:
         server.stop()
-
-
-class SlowUpload:
-    """A POST whose headers are sent and whose body is held back: the server has admitted it and is
-    reading its body, so it holds a slot until ``finish``."""
-
-    def __init__(self, server: RunningStoreServer, path: str, credential: tuple[str, str], name: str) -> None:
-        url = urlsplit(server.url)
-        body = BODY.replace(b"/slow.md", f"/{name}.md".encode())
-        self.rest = body[1:]
-        self.sock = socket.create_connection((url.hostname or "127.0.0.1", url.port or 80), timeout=30)
-        head = [f"POST {path}?beta=true HTTP/1.1", f"host: {url.netloc}", "content-type: application/json"]
-        head += [f"{k}: {v}" for k, v in API_HEADERS.items()]
-        head += [f"{credential[0]}: {credential[1]}", f"content-length: {len(body)}", "", ""]
-        self.sock.sendall("\r\n".join(head).encode() + body[:1])
-
-    def finish(self) -> int:
-        self.sock.sendall(self.rest)
-        answer = b""
-        while b"\r\n" not in answer:
-            chunk = self.sock.recv(4096)
-            assert chunk, "the server closed the connection without an answer"
-            answer += chunk
-        self.sock.close()
-        return int(answer.split(b" ", 2)[1])
-
-
-def _gauge(text: str, name: str) -> float:
-    match = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
-    assert match is not None, f"{name} is not in /metrics"
-    return float(match.group(1))
-
-
-def _wait_in_flight(api: StoreApi, expected: float, queued: float = 0) -> None:
-    """Until /metrics shows the slow uploads admitted (and queued): they are sent, not yet seen."""
-    for _ in range(600):
-        text = api.anon("GET", "/metrics").text
-        if (
-            _gauge(text, "memsync_store_requests_in_flight") == expected
-            and _gauge(text, "memsync_store_requests_queued") == queued
-        ):
-            return
-        api.anon("GET", "/healthz")  # a short pause that is itself a request the gate must let through
-    raise AssertionError(f"the server never showed {expected} requests in flight and {queued} queued")
 
 
 def test_a_full_server_sheds_with_retry_after_and_health_still_answers(
@@ -94,7 +45,7 @@ def test_a_full_server_sheds_with_retry_after_and_health_still_answers(
             SlowUpload(tiny_server, path, admin, "held0"),
             SlowUpload(tiny_server, path, ("authorization", f"Bearer {token_a}"), "held1"),
         ]
-        _wait_in_flight(api, 2)
+        wait_in_flight(api, 2)
         # the server is full and the admin key holds its share while another caller holds the other slot:
         # 429 for it at once, rather than a place in the queue
         noisy = api.admin("GET", path)
@@ -103,7 +54,7 @@ def test_a_full_server_sheds_with_retry_after_and_health_still_answers(
         assert noisy.json()["error"]["type"] == "rate_limit_error" and noisy.headers["request-id"]
         # another caller waits in the one queue place; the next one is refused with 503
         queued = SlowUpload(tiny_server, path, ("authorization", f"Bearer {token_b}"), "queued")
-        _wait_in_flight(api, 2, queued=1)
+        wait_in_flight(api, 2, queued=1)
         shed = api.bearer(token_c, "GET", path)
         assert shed.status_code == 503, shed.text
         assert shed.headers["retry-after"] == "1" and shed.json()["error"]["type"] == "overloaded_error"
@@ -119,7 +70,7 @@ def test_a_full_server_sheds_with_retry_after_and_health_still_answers(
 
         assert [upload.finish() for upload in (*held, queued)] == [200, 200, 200]
         assert sorted(api.paths(store)) == ["/held0.md", "/held1.md", "/queued.md"]
-        _wait_in_flight(api, 0)
+        wait_in_flight(api, 0)
         with httpx.Client(base_url=tiny_server.url, headers=API_HEADERS) as fresh:
             assert fresh.get(path, params={"beta": "true"}, headers=dict([admin])).status_code == 200
     finally:

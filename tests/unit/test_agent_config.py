@@ -156,3 +156,12 @@ def test_early_sync_on_by_default_and_a_switch() -> None:
     assert cfg(early_sync="false").early_sync is False
     assert cfg(early_sync=" On ").early_sync is True
     assert "MEMSYNC_EARLY_SYNC" in refused(early_sync="sometimes")
+
+
+@pytest.mark.parametrize("stores", ["[" * 3000, '{"a":' + "[" * 3000, "[" + "9" * 5000 + "]"])
+def test_stores_json_too_deep_or_with_a_number_too_long_is_a_config_error(stores: str) -> None:
+    """Found by review of the stores_env fuzz target's property: JSON nested past the recursion limit raised
+    RecursionError, a number over 4,300 digits a bare ValueError, instead of a ConfigError naming the variable
+    (the target's corpus holds these inputs now)."""
+    with pytest.raises(ConfigError, match="MEMSYNC_STORES"):
+        load_config(stores=stores)

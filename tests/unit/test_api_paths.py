@@ -55,6 +55,26 @@ def test_each_rule_is_named(path: str, rule: str) -> None:
     assert caught.value.rule == rule
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/a\ud800b",
+        # found by the memory_paths fuzz target: the surrogate raised before any rule was looked at
+        "/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s/s\udcff",
+        "/" + "x" * 1000 + "\udcff",
+    ],
+)
+def test_a_lone_surrogate_is_a_bad_character_not_an_exception(path: str) -> None:
+    """A Python string may hold a lone surrogate (JSON's \\ud800, a file name os.fsdecode escaped); UTF-8
+    cannot. Every rule check answers for it instead of raising UnicodeEncodeError."""
+    violation = path_violation(path)
+    assert violation is not None
+    assert violation.rule == "bad_character"
+    assert "lone surrogate" in violation.message
+    with pytest.raises(PathRuleViolation):
+        validate_path_prefix(path + "/")
+
+
 def test_prefix_rules() -> None:
     assert validate_path_prefix("/") == "/"
     assert validate_path_prefix("/notes/") == "/notes/"

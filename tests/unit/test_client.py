@@ -5,6 +5,7 @@ pagination, typed errors, secrets. Against the real server: tests/integration/te
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -507,6 +508,15 @@ async def test_version_endpoints_encoding() -> None:
         assert recorder.last.content == b""
 
 
+@pytest.mark.parametrize("body", [b"[" * 3000, b'{"id": ' + b"[" * 3000, b"not json"])
+async def test_a_session_that_is_not_json_is_an_invalid_response(body: bytes) -> None:
+    """A body nested past the recursion limit raised RecursionError out of get_session, where a mount reads
+    its stores (found by review of the client_page fuzz target's property; its corpus holds it now)."""
+    async with make_client(Recorder(httpx.Response(200, content=body))) as client:
+        with pytest.raises(errors.InvalidResponse):
+            await client.get_session("sesn_1")
+
+
 async def test_session_endpoints() -> None:
     hosted = session_json()
     hosted["resources"].insert(0, {"type": "github_repository", "url": "https://example.test/r"})
@@ -549,6 +559,27 @@ async def test_ids_are_quoted_as_one_path_segment() -> None:
     assert recorder.last.url.raw_path.startswith(
         b"/v1/memory_stores/memstore_1/memories/..%2F..%2Fmemory_stores"
     )
+
+
+@pytest.mark.parametrize(
+    ("store_id", "message"),
+    [
+        ("..", "'.' or '..'"),
+        (".", "'.' or '..'"),
+        # found by the ids fuzz target: a lone surrogate raised UnicodeEncodeError (with the value in it)
+        ("\ud800sk-" + "a" * 100, "lone surrogate at position 1"),
+    ],
+)
+async def test_an_id_that_is_not_one_segment_is_refused_before_sending(store_id: str, message: str) -> None:
+    """'..' quoted is still '..', and the URL's dot segments are normalised away: it would climb to
+    /v1/memories. Refused, like an empty id, with a plain ValueError that does not repeat the value."""
+    recorder = Recorder(_shape_for)
+    async with make_client(recorder) as client:
+        with pytest.raises(ValueError, match=re.escape(message)) as caught:
+            await client.list_memories_page(store_id)
+    assert type(caught.value) is ValueError
+    assert "sk-" not in str(caught.value)
+    assert recorder.requests == []
 
 
 # --- pagination -----------------------------------------------------------------------------------------
@@ -607,9 +638,20 @@ async def test_list_stores_and_versions_follow_next_page() -> None:
 async def test_a_cursor_that_repeats_stops_the_listing() -> None:
     recorder = Recorder(ok({"data": [store_json()], "next_page": "page_same"}))
     async with make_client(recorder) as client:
-        with pytest.raises(errors.InvalidResponse, match="same page cursor"):
+        with pytest.raises(errors.InvalidResponse, match="page cursor it had returned before"):
             [s async for s in client.list_stores()]
     assert len(recorder.requests) == 2
+
+
+async def test_cursors_that_go_round_stop_the_listing() -> None:
+    """Found by the client_page fuzz target: a server answering next_page 'page_c', then 'page_a', then
+    'page_c' again had the walk go round for ever (only the same cursor twice in a row was caught)."""
+    cursors = iter(["page_c", "page_a"] * 50)
+    recorder = Recorder(lambda _: ok({"data": [], "next_page": next(cursors)}))
+    async with make_client(recorder) as client:
+        with pytest.raises(errors.InvalidResponse, match="page cursor it had returned before"):
+            [m async for m in client.list_memories("memstore_1")]
+    assert len(recorder.requests) == 3
 
 
 # --- errors ---------------------------------------------------------------------------------------------
@@ -654,6 +696,32 @@ async def test_error_status_maps_to_its_class_with_message_and_request_id(
     assert f"the server says {status}" in str(error)
     assert error.is_refusal == (status in (400, 413))
     assert API_KEY not in str(error) + repr(error)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # found by the client_page fuzz target: a 204 (no page) whose request-id header echoed the key
+        httpx.Response(204, headers={"request-id": API_KEY}),
+        httpx.Response(
+            403,
+            json={
+                "type": "error",
+                "error": {"type": f"denied {API_KEY}", "message": "no"},
+                "request_id": API_KEY,
+            },
+        ),
+        httpx.Response(502, headers={"x-request-id": f"proxy/{API_KEY}"}, content=b"bad gateway"),
+    ],
+)
+async def test_no_text_the_server_chose_carries_the_key_into_an_error(answer: httpx.Response) -> None:
+    """A proxy may echo a request's headers back in any field; the error's message, type and request id are
+    all scrubbed of the client's credential."""
+    async with make_client(Recorder(answer), max_retries=0) as client:
+        with pytest.raises(errors.StoreError) as caught:
+            await client.list_memories_page("memstore_1")
+    assert API_KEY not in str(caught.value) + repr(caught.value)
+    assert API_KEY not in " ".join(str(a) for a in caught.value.args)
 
 
 async def test_path_conflict_names_the_blocker() -> None:

@@ -49,6 +49,26 @@ def test_parse_json_object_reports_line_and_column() -> None:
     assert "line 2 column" in _400(exc)
 
 
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        # found by the server_bodies fuzz target: minting with this environment_id answered 500 (the
+        # database driver cannot encode it), as did every field no rule of its own checked
+        (b'{"resources": [], "environment_id": "\\ud800"}', "field 'environment_id' is not valid Unicode"),
+        (b'{"name": "e", "metadata": {"k": "v\\udfff"}}', "field 'metadata.k' is not valid Unicode"),
+        (b'{"resources": [{"memory_store_id": "\\udc00x"}]}', "field 'resources[0].memory_store_id'"),
+        (b'{"name": "e", "metadata": {"\\ud800": "v"}}', "a field name in 'metadata' is not valid Unicode"),
+    ],
+)
+def test_a_lone_surrogate_anywhere_in_a_body_is_a_400_naming_the_field(raw: bytes, needle: str) -> None:
+    with pytest.raises(ApiError) as exc:
+        bodies.parse_json_object(raw)
+    message = _400(exc)
+    assert needle in message
+    assert "lone surrogate" in message
+    message.encode("utf-8")  # the answer can carry it
+
+
 def test_parse_body_names_unknown_and_missing_fields() -> None:
     with pytest.raises(ApiError) as exc:
         bodies.parse_body(CreateMemoryRequest, b'{"path": "/a", "content": "x", "colour": "red"}')
@@ -258,6 +278,12 @@ def test_timestamp_filters_normalise_to_utc() -> None:
     assert rules.parse_timestamp_filter("2026-01-31T12:00:00Z", "x") == "2026-01-31T12:00:00.000000Z"
     assert rules.parse_timestamp_filter("2026-01-31T14:00:00+02:00", "x") == "2026-01-31T12:00:00.000000Z"
     assert rules.parse_timestamp_filter("2026-01-31T12:00:00", "x") == "2026-01-31T12:00:00.000000Z"
+    # found by the server_listing fuzz target: years before 1000 came out unpadded ('999-12-31...'), which
+    # sorts after '2026-...': a created_at[gte] that early matched nothing, a [lte] everything
+    early = rules.parse_timestamp_filter("0999-12-31T23:59:59Z", "x")
+    assert early == "0999-12-31T23:59:59.000000Z"
+    assert early < str(rules.parse_timestamp_filter("2026-01-31T12:00:00Z", "x"))
+    assert rules.parse_timestamp_filter("0001-01-01T01:00:00+01:00", "x") == "0001-01-01T00:00:00.000000Z"
     with pytest.raises(ApiError) as exc:
         rules.parse_timestamp_filter("yesterday", "created_at[gte]")
     assert "created_at[gte] must be an RFC 3339 timestamp" in _400(exc)

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from memsync.agent import messages
+from memsync.api import json_text
 from memsync.api.constants import MAX_STORES_PER_SESSION
 from memsync.api.ids import id_problem
 from memsync.api.models import Deletions
@@ -306,9 +307,11 @@ def _parse_stores(stores: str | list[dict[str, Any]] | None) -> tuple[list[Any],
         stores = []
     if isinstance(stores, str):
         try:
-            parsed = json.loads(stores)
+            parsed = json_text.loads(stores)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"stores ({env.STORES}): not valid JSON ({exc.msg} at {exc.pos})") from None
+        except ValueError as exc:  # nested too deeply, or a number too long to convert
+            raise ConfigError(f"stores ({env.STORES}): not valid JSON ({exc})") from None
     else:
         parsed = stores
     if not isinstance(parsed, list):

@@ -19,6 +19,7 @@ from memsync.agent.relpath import UnsafePath, remote_to_rel
 from memsync.api.constants import LIST_LIMIT_FULL_MAX, LIST_LIMIT_MAX, MARKER_FILENAME
 from memsync.api.models import Memory, MemoryPrefix, View
 from memsync.client import errors as store_errors
+from memsync.client.core import PageCursors
 
 FANOUT_MIN = 100  # list a level's prefixes concurrently when the baseline holds more than this below it
 
@@ -29,6 +30,7 @@ async def list_level(
     """Every page of one listing."""
     limit = LIST_LIMIT_FULL_MAX if view == "full" else LIST_LIMIT_MAX
     items: list[Memory | MemoryPrefix] = []
+    cursors = PageCursors()
     page: str | None = None
     while True:
         result = await ctx.api(
@@ -44,9 +46,9 @@ async def list_level(
         )
         ctx.recorder.listed()
         items.extend(result.data)
-        if not result.next_page or result.next_page == page:
+        page = cursors.follow(result.next_page)  # a cursor handed out again fails the listing
+        if page is None:
             return items
-        page = result.next_page
 
 
 async def list_tree(

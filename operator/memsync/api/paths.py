@@ -37,6 +37,10 @@ def _bad_character(ch: str) -> str | None:
         return f"control character U+{ord(ch):04X}"
     if category == "Cf":
         return f"format character U+{ord(ch):04X}"
+    if category == "Cs":
+        # A lone surrogate: a Python string may hold one (JSON's "\ud800", an undecodable file name as
+        # os.fsdecode escapes it), UTF-8 cannot.
+        return f"lone surrogate U+{ord(ch):04X} (not valid Unicode)"
     return None
 
 
@@ -54,7 +58,8 @@ def _length_rule(path: str) -> tuple[str, str] | None:
         return "leading_slash", "must start with '/'"
     if len(path) < 2:
         return "too_short", "must name at least one segment after '/'"
-    if len(path.encode("utf-8")) > MAX_PATH_BYTES:
+    # surrogatepass: a lone surrogate is measured here and refused by the character rule, never raised on
+    if len(path.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
         return "too_long", f"must be at most {MAX_PATH_BYTES} bytes of UTF-8"
     return None
 

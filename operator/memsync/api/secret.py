@@ -12,6 +12,8 @@ import json
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from memsync.api import json_text
+
 # Documented wording (see agent/messages.py): operators grep for it.
 NO_SESSIONS_TOKEN = "the work item carried no sessions token"  # noqa: S105 - a message, not a password
 
@@ -39,7 +41,7 @@ def decode_work_secret(secret: str | None) -> WorkSecret:
     text = secret.strip()
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        payload = json.loads(raw.decode("utf-8"))
+        payload = json_text.loads(raw.decode("utf-8"))
     except (binascii.Error, ValueError, UnicodeDecodeError):
         raise WorkSecretError(
             f"{NO_SESSIONS_TOKEN}: the work-item secret is not base64url-encoded JSON "

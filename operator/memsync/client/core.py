@@ -28,7 +28,7 @@ from memsync.client import errors
 from memsync.client.retry import retry_delay
 from memsync.client.transport import PooledClient
 
-__all__ = ["ClientCore", "Params", "Sleep", "rfc3339", "seg"]
+__all__ = ["ClientCore", "PageCursors", "Params", "Sleep", "rfc3339", "seg"]
 
 logger = logging.getLogger("memsync.client")
 
@@ -44,10 +44,19 @@ _RETRYABLE_TRANSPORT_ERRORS: Final = (httpx.TimeoutException, httpx.NetworkError
 
 
 def seg(value: str) -> str:
-    """One path segment: an id is quoted whole, so it can never add or climb a path segment."""
-    if not value:
-        raise ValueError("an id in the request path must not be empty")
-    return quote(value, safe="")
+    """One path segment: an id is quoted whole, so it can never add or climb a path segment.
+
+    '.' and '..' are refused, not quoted: percent-encoding leaves them as they are, and the URL they would
+    go into is normalised (RFC 3986 removes dot segments), so ``..`` would climb one. The refusal never
+    repeats the value: it may be a credential pasted where an id belongs."""
+    if value in ("", ".", ".."):
+        raise ValueError("an id in the request path must not be empty, '.' or '..'")
+    try:
+        return quote(value, safe="")
+    except UnicodeEncodeError as exc:  # a lone surrogate: no URL can carry it
+        raise ValueError(
+            f"an id in the request path must be valid Unicode (a lone surrogate at position {exc.start + 1})"
+        ) from None
 
 
 def rfc3339(name: str, value: datetime) -> str:
@@ -97,6 +106,28 @@ class ClientHooks(TypedDict, total=False):
 
     transport: httpx.AsyncBaseTransport | None
     sleep: Sleep | None
+
+
+class PageCursors:
+    """The cursors of one listing walk. Each ``next_page`` is followed once: a server that hands one out again
+    (at once, or after others) would have the walk go round for ever, so the listing fails instead of being
+    cut short or repeated (a listing read as complete when it is not could look like deleted memories)."""
+
+    def __init__(self) -> None:
+        self._followed: set[str] = set()
+
+    def follow(self, next_page: str | None) -> str | None:
+        """The page to read next (None: the listing is complete), or ``InvalidResponse``."""
+        if not next_page:
+            return None
+        if next_page in self._followed:
+            raise errors.InvalidResponse(
+                200,
+                "invalid_response",
+                "the server returned a page cursor it had returned before; stopping the listing",
+            )
+        self._followed.add(next_page)
+        return next_page
 
 
 class ClientCore:
@@ -176,7 +207,12 @@ class ClientCore:
         return text
 
     def _scrubbed(self, error: errors.StoreError) -> errors.StoreError:
+        """``error`` with this client's credentials out of every text the server chose: the message, the
+        error type and the request id (a proxy may echo a request's headers in any of them)."""
         error.message = self._scrub(error.message)
+        error.error_type = self._scrub(error.error_type)
+        if error.request_id is not None:
+            error.request_id = self._scrub(error.request_id)
         error.args = (error.status, error.error_type, error.message, error.request_id)
         return error
 
@@ -302,23 +338,12 @@ class ClientCore:
     @classmethod
     async def _paginate(cls, fetch_page: Callable[..., Awaitable[Page[T]]]) -> AsyncIterator[T]:
         """Every item of a listing: ``fetch_page(page=...)`` from the first page, following ``next_page``."""
+        cursors = PageCursors()
         page: str | None = None
         while True:
             result = await fetch_page(page=page)
             for item in result.data:
                 yield item
-            page = cls._next(page, result.next_page)
+            page = cursors.follow(result.next_page)
             if page is None:
                 return
-
-    @staticmethod
-    def _next(current: str | None, next_page: str | None) -> str | None:
-        if not next_page:
-            return None
-        if next_page == current:
-            raise errors.InvalidResponse(
-                200,
-                "invalid_response",
-                "the server returned the same page cursor again; stopping the listing",
-            )
-        return next_page

@@ -3,12 +3,12 @@ sessions, admin keys and viewer keys."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
 from pydantic import ValidationError
 
+from memsync.api import json_text
 from memsync.api.constants import SESSIONS_BETA
 from memsync.api.models import MemoryStoreResource, Session, WireModel
 from memsync.client.core import ClientCore, seg
@@ -49,7 +49,7 @@ class SessionEndpoints(ClientCore):
         """
         response = await self._request("GET", f"/v1/sessions/{seg(session_id)}", beta=SESSIONS_BETA)
         try:
-            return _session_from_json(json.loads(response.content))
+            return _session_from_json(json_text.loads(response.content))
         except (ValidationError, ValueError) as exc:
             raise self._invalid(response, "Session", exc) from None
 
@@ -81,7 +81,7 @@ class SessionEndpoints(ClientCore):
             body["token_ttl_seconds"] = token_ttl_seconds
         response = await self._request("POST", MEMSYNC_SESSIONS_PATH, body=body)
         try:
-            data = json.loads(response.content)
+            data = json_text.loads(response.content)
             minted = _MintedSession(
                 session=_session_from_json(data["session"]), work_secret=data["work_secret"]
             )
@@ -104,6 +104,6 @@ class SessionEndpoints(ClientCore):
         ``viewer_keys``: create, list, revoke); the JSON answer."""
         response = await self._request(method, MEMSYNC_KEYS_PATH + collection + path, body=body)
         try:
-            return json.loads(response.content)
+            return json_text.loads(response.content)
         except ValueError as exc:
             raise self._invalid(response, "admin key answer", exc) from None

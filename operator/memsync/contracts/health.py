@@ -18,8 +18,10 @@ document (everything but each store's ``last_success``, which moves on every pas
 from __future__ import annotations
 
 import hashlib
+import json
 import math
-from dataclasses import field, replace
+import re
+from dataclasses import asdict, field, replace
 from datetime import UTC, datetime
 from typing import Final
 
@@ -52,10 +54,15 @@ class SyncHealth:
 
 
 _ADAPTER: Final = TypeAdapter(SyncHealth)
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 def encode_health(health: SyncHealth) -> bytes:
-    return _ADAPTER.dump_json(health)
+    """The document as UTF-8 JSON, whatever its texts hold: a lone surrogate (an error naming a file whose
+    name was not UTF-8, as Python escapes it) cannot be UTF-8, so it is written as U+FFFD. (pydantic's own
+    serializer raises on one in a value and writes bytes no UTF-8 reader takes for one in a key.)"""
+    text = json.dumps(asdict(health), ensure_ascii=False, separators=(",", ":"))
+    return _LONE_SURROGATE.sub("\ufffd", text).encode("utf-8")
 
 
 def tag(health: SyncHealth) -> str:

@@ -21,6 +21,8 @@ from pydantic import BeforeValidator, Field
 from pydantic.dataclasses import dataclass
 from pydantic.fields import FieldInfo
 
+from memsync.api import json_text
+
 REPORT_MAX_BYTES: Final = 4000  # the kubelet keeps at most 4 KiB of a termination message
 MESSAGE_LIMIT: Final = 4096
 SAMPLE_MAX: Final = 5  # paths named per kind of problem (refused, unreadable, held deletes)
@@ -174,6 +176,17 @@ def _line(payload: dict[str, Any]) -> str:
     return json.dumps(payload, separators=(",", ":"), sort_keys=True)
 
 
+def _escaped_start(text: str, room: int) -> str:
+    """The longest start of ``text`` whose JSON string takes at most ``room`` bytes as ``_line`` writes it
+    (every character outside ASCII is a 6- or 12-byte escape there)."""
+    used = 0
+    for i, ch in enumerate(text):
+        used += len(json.dumps(ch)) - 2
+        if used > room:
+            return text[:i]
+    return text
+
+
 def render_report(report: Report) -> str:
     """One line of JSON under ``REPORT_MAX_BYTES``: path samples go first, then the error is shortened."""
     line = _line(report_payload(report))
@@ -182,8 +195,9 @@ def render_report(report: Report) -> str:
     payload = report_payload(report, samples=False)
     line = _line(payload)
     if len(line.encode("utf-8")) > REPORT_MAX_BYTES and isinstance(report, MountFailure):
-        room = REPORT_MAX_BYTES - (len(line.encode("utf-8")) - len(report.error.encode("utf-8")))
-        payload["error"] = report.error[: max(0, room - 8)] + "..."
+        # The line is ASCII (JSON escapes the rest): room is counted in the error's escaped form.
+        room = REPORT_MAX_BYTES - (len(line) - (len(json.dumps(report.error)) - 2)) - len("...")
+        payload["error"] = _escaped_start(report.error, room) + "..."
         line = _line(payload)
     if len(line.encode("utf-8")) > REPORT_MAX_BYTES and "totals" in payload:
         del payload["totals"]
@@ -204,7 +218,7 @@ def _json_object(text: str) -> dict[str, Any] | None:
         if not candidate.startswith("{"):
             continue
         try:
-            value = json.loads(candidate)
+            value = json_text.loads(candidate)
         except ValueError:
             continue
         if isinstance(value, dict):

@@ -391,8 +391,11 @@ class AccessService:
                 f"resources: at most {MAX_STORES_PER_SESSION} memory stores per session, "
                 f"got {len(req.resources)}"
             )
+        if req.environment_id is not None:
+            bodies.validate_id(req.environment_id, "environment_id")
         seen: set[str] = set()
         for i, res in enumerate(req.resources):
+            bodies.validate_id(res.memory_store_id, f"resources[{i}].memory_store_id")
             if res.memory_store_id in seen:
                 raise invalid(f"resources[{i}]: memory store {res.memory_store_id} is attached twice")
             seen.add(res.memory_store_id)

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from memsync.server.access import DEFAULT_SESSION_TOKEN_TTL_S, AccessService
 from memsync.server.environments.extension import EnvironmentExtension
@@ -33,6 +33,7 @@ from memsync.server.http import stores as store_routes
 from memsync.server.http import versions as version_routes
 from memsync.server.http import work as work_routes
 from memsync.server.http.admission import AdmissionLimits, AdmissionMiddleware
+from memsync.server.http.deps import ids_in_path
 from memsync.server.http.envelope import RequestIdMiddleware, install_error_handlers, scope_error_response
 from memsync.server.http.probe import ProbeAnswers, ProbeMiddleware, listing_route
 from memsync.server.storage.backends import open_database
@@ -145,7 +146,7 @@ def create_app(
         version_routes.router(service),
         access_routes.router(access),
     ):
-        app.include_router(router)
+        app.include_router(router, dependencies=[Depends(ids_in_path)])
     openapi_document.install(app)
     if settings.get("ui", True):
         install_browser(app, service, access)

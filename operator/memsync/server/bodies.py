@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from memsync.api.ids import id_problem
 from memsync.server.errors import ApiError, invalid
 
 M = TypeVar("M", bound=BaseModel)
@@ -48,19 +49,43 @@ def _parse_float(text: str) -> float:
     return float(text)
 
 
-def _too_deep(value: Any) -> str | None:
-    """The field path of the first array or object nested deeper than ``MAX_JSON_DEPTH`` (iteratively)."""
+def _lone_surrogate(text: str) -> int | None:
+    """The index of the first lone surrogate in ``text`` (JSON's ``\\ud800`` makes one), or None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def _tree_problem(value: Any) -> ApiError | None:
+    """A 400 naming the first field nested deeper than ``MAX_JSON_DEPTH`` or holding text that is not valid
+    Unicode (a value or a field name), or None; walked iteratively."""
     stack: list[tuple[Any, str, int]] = [(value, "", 1)]
     while stack:
         node, where, depth = stack.pop()
+        if isinstance(node, str):
+            at = _lone_surrogate(node)
+            if at is not None:
+                return invalid(
+                    f"field {where!r} is not valid Unicode: it holds a lone surrogate at character {at}"
+                )
+            continue
         if isinstance(node, dict):
+            bad = next((k for k in node if _lone_surrogate(k) is not None), None)
+            if bad is not None:  # its name is not shown: no JSON answer can carry it
+                return invalid(
+                    f"a field name in {where or 'the body'!r} is not valid Unicode (a lone surrogate)"
+                )
             children = [(v, f"{where}.{k}" if where else str(k)) for k, v in node.items()]
         elif isinstance(node, list):
             children = [(v, f"{where}[{i}]") for i, v in enumerate(node)]
         else:
             continue
         if depth > MAX_JSON_DEPTH:
-            return where or "body"
+            return _depth_error(where or "body")
         stack.extend((child, name, depth + 1) for child, name in children)
     return None
 
@@ -72,7 +97,9 @@ def _depth_error(where: str | None) -> ApiError:
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
     """The request body as a JSON object, or a 400 saying what is wrong with it: not UTF-8, not strict JSON
-    (NaN and Infinity included), a number of absurd length, or nested deeper than ``MAX_JSON_DEPTH``."""
+    (NaN and Infinity included), a number of absurd length, nested deeper than ``MAX_JSON_DEPTH``, or a
+    string that is not valid Unicode (a lone surrogate, which JSON's ``\\ud800`` escapes can make and no
+    database column can store)."""
     if not raw.strip():
         raise invalid("request body is empty; a JSON object is required")
     try:
@@ -92,9 +119,9 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise _depth_error(None) from None
     if not isinstance(value, dict):
         raise invalid(f"request body must be a JSON object, got {type(value).__name__}")
-    where = _too_deep(value)
-    if where is not None:
-        raise _depth_error(where)
+    problem = _tree_problem(value)
+    if problem is not None:
+        raise problem
     return value
 
 
@@ -170,3 +197,14 @@ def validate_session_id(session_id: str) -> str:
     if len(session_id) > 128 or not all(ch.isascii() and (ch.isalnum() or ch in "_-") for ch in session_id):
         raise invalid("session_id may hold only ASCII letters, digits, '_' and '-' (at most 128 characters)")
     return session_id
+
+
+def validate_id(value: str, what: str) -> str:
+    """An id a request names (in its path, a filter or its body): the id rule every memsync process shares
+    (``memsync.api.ids``). Whatever breaks it names nothing this server issued, and some of it no database
+    can even be asked about (PostgreSQL refuses a U+0000 in any text): a 400 naming ``what``, never echoing
+    the value (it may be a credential pasted in the wrong place)."""
+    problem = id_problem(value)
+    if problem is not None:
+        raise invalid(f"{what}: {problem}")
+    return value

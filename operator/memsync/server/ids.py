@@ -41,8 +41,11 @@ _TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 def format_ts(moment: datetime) -> str:
-    """RFC 3339 in UTC with microseconds and ``Z``: fixed width, so strings sort as instants do."""
-    return moment.astimezone(UTC).strftime(_TS_FORMAT)
+    """RFC 3339 in UTC with microseconds and ``Z``: fixed width, so strings sort as instants do.
+
+    ``isoformat``, not ``strftime``: the C library's ``%Y`` does not pad years before 1000 ('999-12-31...'
+    sorts after '2026-...'), and a filter may name one."""
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def now_ts() -> str:

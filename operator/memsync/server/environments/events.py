@@ -15,6 +15,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
+from memsync.server.bodies import validate_stored_text
 from memsync.server.errors import invalid
 from memsync.server.ids import new_id, now_ts
 from memsync.server.storage.database import Database, Tx
@@ -32,6 +35,14 @@ STATUS_OF_EVENT = {
 }
 EVENTS_PER_POST_MAX = 100
 LIST_LIMIT_MAX = 1000
+
+
+class PostEventsRequest(BaseModel):
+    """The body of an events post: the events, each an object with a string ``type`` (``check_posted``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    events: list[dict[str, Any]]
 
 
 # --- pure rules -------------------------------------------------------------------------------------------
@@ -81,6 +92,7 @@ def check_posted(events: Any, *, agent_side: bool) -> list[dict[str, Any]]:
     for i, event in enumerate(events):
         if not isinstance(event, dict) or not isinstance(event.get("type"), str):
             raise invalid(f"events[{i}] must be an object with a string 'type'")
+        validate_stored_text(event["type"], f"events[{i}].type")
         if not agent_side and not event["type"].startswith("user."):
             raise invalid(f"events[{i}].type {event['type']!r}: a worker may post only user.* events")
     return events

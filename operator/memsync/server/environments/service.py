@@ -118,6 +118,11 @@ class EnvironmentService:
         req = bodies.parse_body(CreateEnvironmentRequest, raw)
         if req.config is not None and req.config.get("type") != "self_hosted":
             raise invalid("config.type: this server runs only self_hosted environments")
+        bodies.validate_stored_text(req.name, "name")
+        bodies.validate_stored_text(req.description or "", "description")
+        for key, value in req.metadata.items():
+            bodies.validate_stored_text(key, "metadata key")
+            bodies.validate_stored_text(value, f"metadata[{key!r}]")
         env_id = new_id(ENVIRONMENT_PREFIX)
         with self.db.write() as tx:
             tx.insert_environment(env_id, req.name, req.description, req.metadata, now_ts())

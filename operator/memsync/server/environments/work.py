@@ -21,12 +21,23 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, StrictBool
+
 from memsync.server.environments import rules as wl
 from memsync.server.environments.service import Caller, EnvironmentService, environment_row
 from memsync.server.errors import ApiError, conflict, invalid, not_found
 from memsync.server.ids import format_ts, new_id, now_ts
 from memsync.server.storage.database import Database, Tx
 from memsync.server.storage.environment_queries import WorkRecord
+
+
+class StopWorkRequest(BaseModel):
+    """The optional body of a work item's stop (unknown fields are ignored, as the hosted API does)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    force: StrictBool = False
+
 
 WORK_PREFIX = "work_"
 DEFAULT_LEASE_TTL_S = 300

@@ -14,6 +14,7 @@ from fastapi import Depends, Header, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from memsync.server.access import AccessService, Principal
+from memsync.server.bodies import validate_id
 from memsync.server.environments.service import Caller as EnvCaller
 from memsync.server.environments.service import EnvironmentService
 from memsync.server.http.envelope import read_body
@@ -42,6 +43,13 @@ def authenticate_environment_caller(
     """The caller of an environment endpoint: an admin key, an environment key or a sessions token."""
     envs: EnvironmentService = request.app.state.environments
     return envs.authenticate(x_api_key, authorization)
+
+
+async def ids_in_path(request: Request) -> None:
+    """Every id in the request's path (``store_id``, ``memory_id``...) by the id rule, before anything is
+    looked up: a 400 naming the parameter (``bodies.validate_id``). On the event loop: it does no I/O."""
+    for name, value in request.path_params.items():
+        validate_id(value, name)
 
 
 Body = Annotated[bytes, Depends(read_body)]

@@ -1,12 +1,13 @@
-"""The shapes of the store server's answers and request bodies that ``memsync.api.models`` does not hold
-(pages by name, the memsync extensions' objects, the environment routes' bodies), for its OpenAPI document
-(``openapi.py``) only: the services render these objects as plain JSON."""
+"""The shapes of the store server's answers that ``memsync.api.models`` does not hold (pages by name, the
+memsync extensions' objects), for its OpenAPI document (``openapi.py``) only: the services render these
+objects as plain JSON. The environment routes' request bodies are the models their services parse
+(``environments/events.py``, ``environments/work.py``)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from memsync.api.models import (
     MemoryListItem,
@@ -32,6 +33,9 @@ class MemoryVersionPage(Page[MemoryVersion]):
 
 class MintedSession(WireModel):
     """A minted session and its work-item secret (the only time the secret is answered)."""
+
+    # ``work_id`` is sent only with ``environment_id``: the one field the server may leave out
+    model_config = ConfigDict(extra="ignore", json_schema_serialization_defaults_required=False)
 
     session: Session
     work_secret: str
@@ -73,17 +77,3 @@ class EnvironmentKeyRevoked(WireModel):
     id: str
     environment_id: str
     revoked: bool
-
-
-class PostEventsRequest(BaseModel):
-    """Events sent to a session: user events, or with an admin key the agent's side too."""
-
-    model_config = ConfigDict(extra="allow")
-
-    events: list[dict[str, Any]]
-
-
-class StopWorkRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    force: bool = False

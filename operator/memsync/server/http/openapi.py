@@ -14,7 +14,8 @@ the services; their schemas are the project's wire models (``memsync.api.models`
 server always sends marked required, or, for the environment routes, the official SDK's own models, which
 the server's answers are tested to validate as strictly (tests/integration/test_sdk_types.py). Those SDK
 models load only when the document is built (``SdkModel``), never when the server starts. Every route that
-takes a credential may answer 401, and 429 or 503 with ``Retry-After`` when the admission gate sheds it.
+takes a credential may answer 401, and 429 or 503 with ``Retry-After`` when the admission gate sheds it; a 409
+carries ``x-should-retry: false``. The schema-driven tests (tests/api_schema) hold the server to all of it.
 """
 
 from __future__ import annotations
@@ -49,7 +50,18 @@ _ERRORS: Final = {
     503: "The server is overloaded; retry after `Retry-After`.",
 }
 _RETRY_AFTER: Final = {
-    "Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}
+    "Retry-After": {
+        "description": "Seconds to wait before retrying.",
+        "required": True,
+        "schema": {"type": "integer"},
+    }
+}
+_NO_RETRY: Final = {
+    "x-should-retry": {
+        "description": "Always `false`: repeating the request cannot change the answer.",
+        "required": True,
+        "schema": {"type": "string", "enum": ["false"]},
+    }
 }
 #: Answered by every route that takes a credential.
 _ALWAYS: Final = (400, 401, 429, 503)
@@ -92,6 +104,8 @@ def documented(
         entry: dict[str, Any] = {"model": ErrorResponse, "description": _ERRORS[status]}
         if status in (429, 503):
             entry["headers"] = _RETRY_AFTER
+        elif status == 409:
+            entry["headers"] = _NO_RETRY
         responses[status] = entry
     if body is not None:
         _BODIES[body.__name__] = body

@@ -71,7 +71,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 logger = logging.getLogger("memsync.server")
 
 LISTING: Final = "/v1/memory_stores/{store_id}/memories"
-_PATH: Final = re.compile(r"/v1/memory_stores/([^/]+)/memories")
+# Only an id (the id rule's characters) is answered here; anything else takes the route, which refuses it.
+_PATH: Final = re.compile(r"/v1/memory_stores/([A-Za-z0-9_-]+)/memories")
 _ALLOWED_PARAMS: Final = frozenset({"beta", "limit", "view"})
 _VIEWS: Final = frozenset(get_args(View))
 

@@ -10,11 +10,10 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from memsync.server.bodies import parse_json_object
-from memsync.server.environments.events import SessionEvents, check_posted
+from memsync.server.bodies import parse_body
+from memsync.server.environments.events import PostEventsRequest, SessionEvents, check_posted
 from memsync.server.environments.extension import EnvironmentExtension
 from memsync.server.http.deps import Body, EnvironmentCaller
-from memsync.server.http.documents import PostEventsRequest
 from memsync.server.http.envelope import JSONResponse
 from memsync.server.http.openapi import SdkModel, documented
 
@@ -63,7 +62,7 @@ def router(extension: EnvironmentExtension) -> APIRouter:
     )
     def post_events(c: EnvironmentCaller, session_id: str, raw: Body) -> JSONResponse:
         extension.session(c, session_id)
-        posted = check_posted(parse_json_object(raw).get("events"), agent_side=c.kind == "admin")
+        posted = check_posted(parse_body(PostEventsRequest, raw).events, agent_side=c.kind == "admin")
         return JSONResponse({"data": events.post(session_id, posted)})
 
     @router.get(

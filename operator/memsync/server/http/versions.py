@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 
 from memsync.api.models import MemoryVersion
+from memsync.server.bodies import validate_id
 from memsync.server.http.deps import Beta, Caller, CreatedGte, CreatedLte, PagingQuery, ViewQuery
 from memsync.server.http.documents import MemoryVersionPage
 from memsync.server.http.envelope import JSONResponse
@@ -24,6 +25,14 @@ def version_filters(  # the listing's filters, each a query parameter
     created_at_gte: CreatedGte = None,
     created_at_lte: CreatedLte = None,
 ) -> dict[str, str | None]:
+    for name, value in (
+        ("memory_id", memory_id),
+        ("session_id", session_id),
+        ("api_key_id", api_key_id),
+        ("service_account_id", service_account_id),
+    ):
+        if value is not None:
+            validate_id(value, name)
     return {
         "memory_id": memory_id,
         "operation": operation,

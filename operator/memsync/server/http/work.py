@@ -6,11 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header
 
-from memsync.server.bodies import parse_json_object
-from memsync.server.environments.work import WorkItems
-from memsync.server.errors import invalid
+from memsync.server.bodies import parse_body
+from memsync.server.environments.work import StopWorkRequest, WorkItems
 from memsync.server.http.deps import Body, EnvironmentCaller
-from memsync.server.http.documents import StopWorkRequest
 from memsync.server.http.envelope import JSONResponse
 from memsync.server.http.openapi import SdkModel, documented
 
@@ -101,10 +99,7 @@ def router(work: WorkItems) -> APIRouter:
         ),
     )
     def stop(c: EnvironmentCaller, env_id: str, work_id: str, raw: Body) -> JSONResponse:
-        data = parse_json_object(raw) if raw.strip() else {}
-        force = data.get("force", False)
-        if not isinstance(force, bool):
-            raise invalid("force must be a boolean")
-        return JSONResponse(work.stop(c, env_id, work_id, force))
+        req = parse_body(StopWorkRequest, raw) if raw.strip() else StopWorkRequest()
+        return JSONResponse(work.stop(c, env_id, work_id, req.force))
 
     return router
