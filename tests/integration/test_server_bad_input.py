@@ -503,3 +503,22 @@ async def test_memory_cap_cannot_be_raced_past(strict_server: RunningStoreServer
         assert len(api.paths(store)) == 5
     finally:
         api.close()
+
+
+def test_a_query_parameter_given_twice_is_refused_naming_it(store_api: StoreApi) -> None:
+    """Every query parameter of the API is one value: a repeated one is a 400 naming it (the framework took
+    the last value without a word), on every route."""
+    store = store_api.new_store()
+    admin = {"x-api-key": store_api.server.admin_key}
+    for path in ("/v1/memsync/admin_keys", "/v1/memory_stores", f"/v1/memory_stores/{store}/memories"):
+        query = [("beta", "true"), ("limit", "5"), ("limit", "6")]
+        resp = store_api.http.get(path, params=query, headers=admin)
+        message = _error(resp, 400, "invalid_request_error")
+        assert "query parameter limit given more than once" in message, message
+    resp = store_api.http.get(
+        "/v1/memsync/viewer_keys", params=[("beta", "true"), ("beta", "x")], headers=admin
+    )
+    assert "query parameter beta given more than once" in _error(resp, 400, "invalid_request_error")
+    assert (
+        store_api.admin("GET", f"/v1/memory_stores/{store}/memories", params={"limit": 5}).status_code == 200
+    )

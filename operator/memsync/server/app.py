@@ -33,7 +33,7 @@ from memsync.server.http import stores as store_routes
 from memsync.server.http import versions as version_routes
 from memsync.server.http import work as work_routes
 from memsync.server.http.admission import AdmissionLimits, AdmissionMiddleware
-from memsync.server.http.deps import ids_in_path
+from memsync.server.http.deps import ids_in_path, one_value_per_query_parameter
 from memsync.server.http.envelope import RequestIdMiddleware, install_error_handlers, scope_error_response
 from memsync.server.http.probe import ProbeAnswers, ProbeMiddleware, listing_route
 from memsync.server.storage.backends import open_database
@@ -146,7 +146,9 @@ def create_app(
         version_routes.router(service),
         access_routes.router(access),
     ):
-        app.include_router(router, dependencies=[Depends(ids_in_path)])
+        app.include_router(
+            router, dependencies=[Depends(ids_in_path), Depends(one_value_per_query_parameter)]
+        )
     openapi_document.install(app)
     if settings.get("ui", True):
         install_browser(app, service, access)

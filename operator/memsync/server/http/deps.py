@@ -17,6 +17,7 @@ from memsync.server.access import AccessService, Principal
 from memsync.server.bodies import validate_id
 from memsync.server.environments.service import Caller as EnvCaller
 from memsync.server.environments.service import EnvironmentService
+from memsync.server.errors import invalid
 from memsync.server.http.envelope import read_body
 
 # Credentials are the document's security schemes (``openapi.SECURITY_SCHEMES``), not parameters.
@@ -50,6 +51,16 @@ async def ids_in_path(request: Request) -> None:
     looked up: a 400 naming the parameter (``bodies.validate_id``). On the event loop: it does no I/O."""
     for name, value in request.path_params.items():
         validate_id(value, name)
+
+
+async def one_value_per_query_parameter(request: Request) -> None:
+    """Every query parameter of this API is one value: one given twice (``?beta=a&beta=b``) is a 400 naming
+    it, not the last value taken silently (what the document promises: a schema-violating request is
+    refused)."""
+    names = [name for name, _ in request.query_params.multi_items()]
+    if len(names) != len(set(names)):
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        raise invalid(f"query parameter {', '.join(repeated)} given more than once; give each once")
 
 
 Body = Annotated[bytes, Depends(read_body)]
