@@ -31,3 +31,19 @@ def test_no_module_over_the_limit() -> None:
     assert len(sizes) > 100, f"found only {len(sizes)} modules under {PACKAGE}"
     over = [f"{name} has {lines} lines" for name, lines in sizes if lines > MAX_MODULE_LINES]
     assert not over, f"modules over {MAX_MODULE_LINES} lines (split them by role): " + "; ".join(over)
+
+
+def test_no_two_test_modules_share_a_name_outside_a_package() -> None:
+    """pytest imports a test folder without ``__init__.py`` by its modules' bare names: two of them with one
+    name (``tests/unit/test_liveness.py`` and ``tests/operator/test_liveness.py``) fail the whole run at
+    collection, which a targeted run never shows."""
+    tests = Path(__file__).resolve().parents[1]
+    seen: dict[str, Path] = {}
+    clashes = []
+    for module in sorted(tests.rglob("test_*.py")):
+        if (module.parent / "__init__.py").exists():
+            continue  # a package: its modules are imported by their dotted names
+        if module.name in seen:
+            clashes.append(f"{seen[module.name].relative_to(tests)} and {module.relative_to(tests)}")
+        seen.setdefault(module.name, module)
+    assert clashes == []
