@@ -117,6 +117,14 @@ def _prune(value: Any, schema: dict[str, Any]) -> Any:
 _STATUS_SCHEMA = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
 
 
+def _require_version(current: dict[str, Any], wanted: Any) -> None:
+    """The API server's optimistic lock: a write naming a resourceVersion other than the object's is a 409."""
+    if wanted != current["metadata"].get("resourceVersion"):
+        raise km.KubernetesError(
+            status=409, reason="Conflict", message="the object has been modified; please apply again"
+        )
+
+
 class MemsyncEmulator(km.KubernetesEmulator):
     """kmock's KubernetesEmulator plus the API-server behaviours listed in the module docstring.
 
@@ -172,10 +180,7 @@ class MemsyncEmulator(km.KubernetesEmulator):
             raise km.KubernetesError(status=404, reason="NotFound", message=f"{request.name} not found")
         body = copy.deepcopy(request.data) if isinstance(request.data, dict) else {}
         meta = body.setdefault("metadata", {})
-        if meta.get("resourceVersion") != current["metadata"].get("resourceVersion"):
-            raise km.KubernetesError(
-                status=409, reason="Conflict", message="the object has been modified; please apply again"
-            )
+        _require_version(current, meta.get("resourceVersion"))  # a PUT always carries the one it read
         keep = ("uid", "creationTimestamp", "namespace", "name")
         meta |= {k: current["metadata"][k] for k in keep if k in current["metadata"]}
         meta["resourceVersion"] = _rv.next()
@@ -308,10 +313,8 @@ class MemsyncEmulator(km.KubernetesEmulator):
         guarded = self._has_status_subresource(resource)
         if isinstance(data, dict):
             wanted_rv = (data.get("metadata") or {}).get("resourceVersion")
-            if wanted_rv is not None and wanted_rv != current["metadata"].get("resourceVersion"):
-                raise km.KubernetesError(
-                    status=409, reason="Conflict", message="the object has been modified; please apply again"
-                )
+            if wanted_rv is not None:
+                _require_version(current, wanted_rv)
             if on_status:
                 for key in list(data):
                     if key != "status":
